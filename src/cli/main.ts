@@ -34,8 +34,12 @@ Configuration comes from CASTOR_* environment variables (see README.md, "Configu
 
 type CommandModule = { run(argv: string[]): Promise<number> };
 
-/** Subcommands that exist so far; later ones are added here as they arrive. */
-const COMMANDS: Record<string, () => Promise<CommandModule>> = {};
+const COMMANDS: Record<string, () => Promise<CommandModule>> = {
+  serve: () => import("./serve.js"),
+  repo: () => import("./repo.js"),
+  revision: () => import("./revision.js"),
+  token: () => import("./token.js"),
+};
 
 export async function run(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;

@@ -1,0 +1,213 @@
+/**
+ * castor's one typed configuration object, read once from `CASTOR_*` environment variables
+ * and matching command-line flags (`CASTOR_TOKEN_TTL` ⇔ `--token-ttl`; a flag wins over the
+ * environment). Every value is validated here, at start-up, with a message naming the setting.
+ */
+import { isIP } from "node:net";
+import { resolve } from "node:path";
+
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+export interface S3Config {
+  endpoint: string | null;
+  bucket: string;
+  region: string;
+  accessKeyId: string | null;
+  secretAccessKey: string | null;
+  prefix: string;
+  forcePathStyle: boolean;
+}
+
+export interface CastorConfig {
+  /** Embedded data folder (blobs, SQLite, generated keys). Absolute. */
+  dataDir: string;
+  listenHost: string;
+  listenPort: number;
+  /** Base URL written into `casUrl` and transfer URLs; no trailing slash. */
+  publicUrl: string;
+  /** `postgres://…` selects PostgreSQL metadata; null = SQLite in the data dir. */
+  databaseUrl: string | null;
+  /** null = filesystem blobs in the data dir. */
+  s3: S3Config | null;
+  tokenTtlSeconds: number;
+  transferUrlTtlSeconds: number;
+  /** PEM file with the Ed25519 JWT signing key; null = generated into the data dir. */
+  signingKeyFile: string | null;
+  /** Transfer-URL HMAC key; null = generated into the data dir. */
+  urlKey: string | null;
+  /** Seed the dedup-response HMAC keys derive from; null = generated into the data dir. */
+  dedupKeySeed: string | null;
+  v2Reconstruction: "on" | "501";
+  maxXorbBytes: number;
+  maxShardBytes: number;
+  transferMode: "proxy" | "presigned";
+  logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+}
+
+const MiB = 1024 * 1024;
+/** 64 MiB of chunk data + an 8-byte header for each of up to 8,192 chunks + a footer allowance. */
+export const DEFAULT_MAX_XORB_BYTES = 64 * MiB + 8 * 8192 + 512 * 1024;
+export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
+
+/** Every setting castor reads, by environment name; the flag is derived from it. */
+export const SETTINGS = [
+  "CASTOR_DATA_DIR",
+  "CASTOR_LISTEN",
+  "CASTOR_PUBLIC_URL",
+  "CASTOR_DATABASE_URL",
+  "CASTOR_S3_ENDPOINT",
+  "CASTOR_S3_BUCKET",
+  "CASTOR_S3_REGION",
+  "CASTOR_S3_ACCESS_KEY_ID",
+  "CASTOR_S3_SECRET_ACCESS_KEY",
+  "CASTOR_S3_PREFIX",
+  "CASTOR_S3_FORCE_PATH_STYLE",
+  "CASTOR_TOKEN_TTL",
+  "CASTOR_TRANSFER_URL_TTL",
+  "CASTOR_SIGNING_KEY_FILE",
+  "CASTOR_URL_KEY",
+  "CASTOR_DEDUP_KEY_SEED",
+  "CASTOR_V2_RECONSTRUCTION",
+  "CASTOR_MAX_XORB_BYTES",
+  "CASTOR_MAX_SHARD_BYTES",
+  "CASTOR_TRANSFER_MODE",
+  "CASTOR_LOG_LEVEL",
+] as const;
+export type SettingName = (typeof SETTINGS)[number];
+
+/** `CASTOR_TOKEN_TTL` → `token-ttl`. */
+export function flagNameOf(setting: SettingName): string {
+  return setting.slice("CASTOR_".length).toLowerCase().replaceAll("_", "-");
+}
+
+export type Env = Record<string, string | undefined>;
+
+/**
+ * Builds the config from the environment and flags (`{ "token-ttl": "60" }`). Unknown flags
+ * are the caller's business; unknown CASTOR_* variables are ignored.
+ */
+export function loadConfig(env: Env = process.env, flags: Record<string, string | undefined> = {}): CastorConfig {
+  const get = (name: SettingName): string | undefined => {
+    const value = flags[flagNameOf(name)] ?? env[name];
+    return value === undefined || value === "" ? undefined : value;
+  };
+
+  const dataDir = resolve(get("CASTOR_DATA_DIR") ?? "./castor-data");
+  const { host: listenHost, port: listenPort } = parseListen(get("CASTOR_LISTEN") ?? "127.0.0.1:8080");
+
+  let publicUrl = get("CASTOR_PUBLIC_URL");
+  if (publicUrl === undefined) {
+    if (listenHost === "0.0.0.0" || listenHost === "::") {
+      throw new ConfigError(
+        `CASTOR_PUBLIC_URL is required when listening on the wildcard address ${listenHost}: set it to the URL clients reach castor at (e.g. https://cas.example.com)`,
+      );
+    }
+    publicUrl = `http://${isIP(listenHost) === 6 ? `[${listenHost}]` : listenHost}:${listenPort}`;
+  }
+  publicUrl = parsePublicUrl(publicUrl);
+
+  const databaseUrl = get("CASTOR_DATABASE_URL") ?? null;
+  if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    throw new ConfigError("CASTOR_DATABASE_URL must be a postgres:// or postgresql:// URL (leave it unset for the embedded SQLite)");
+  }
+
+  const bucket = get("CASTOR_S3_BUCKET");
+  const s3: S3Config | null =
+    bucket === undefined
+      ? null
+      : {
+          endpoint: get("CASTOR_S3_ENDPOINT") ?? null,
+          bucket,
+          region: get("CASTOR_S3_REGION") ?? "us-east-1",
+          accessKeyId: get("CASTOR_S3_ACCESS_KEY_ID") ?? null,
+          secretAccessKey: get("CASTOR_S3_SECRET_ACCESS_KEY") ?? null,
+          prefix: (get("CASTOR_S3_PREFIX") ?? "").replace(/^\/+/, ""),
+          forcePathStyle: parseBool("CASTOR_S3_FORCE_PATH_STYLE", get("CASTOR_S3_FORCE_PATH_STYLE") ?? "true"),
+        };
+  if (s3 === null && get("CASTOR_S3_ENDPOINT") !== undefined) {
+    throw new ConfigError("CASTOR_S3_ENDPOINT is set but CASTOR_S3_BUCKET is not: name the bucket castor stores xorbs and shards in");
+  }
+
+  const transferMode = oneOf("CASTOR_TRANSFER_MODE", get("CASTOR_TRANSFER_MODE") ?? "proxy", ["proxy", "presigned"] as const);
+  if (transferMode === "presigned" && s3 === null) {
+    throw new ConfigError("CASTOR_TRANSFER_MODE=presigned needs the S3 blob store (set CASTOR_S3_BUCKET)");
+  }
+
+  return {
+    dataDir,
+    listenHost,
+    listenPort,
+    publicUrl,
+    databaseUrl,
+    s3,
+    tokenTtlSeconds: positiveInt("CASTOR_TOKEN_TTL", get("CASTOR_TOKEN_TTL") ?? "3600"),
+    transferUrlTtlSeconds: positiveInt("CASTOR_TRANSFER_URL_TTL", get("CASTOR_TRANSFER_URL_TTL") ?? "3600"),
+    signingKeyFile: get("CASTOR_SIGNING_KEY_FILE") ? resolve(get("CASTOR_SIGNING_KEY_FILE")!) : null,
+    urlKey: secret("CASTOR_URL_KEY", get("CASTOR_URL_KEY")),
+    dedupKeySeed: secret("CASTOR_DEDUP_KEY_SEED", get("CASTOR_DEDUP_KEY_SEED")),
+    v2Reconstruction: oneOf("CASTOR_V2_RECONSTRUCTION", get("CASTOR_V2_RECONSTRUCTION") ?? "on", ["on", "501"] as const),
+    maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BYTES)),
+    maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
+    transferMode,
+    logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", [
+      "fatal",
+      "error",
+      "warn",
+      "info",
+      "debug",
+      "trace",
+      "silent",
+    ] as const),
+  };
+}
+
+function parseListen(value: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(value);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) {
+    throw new ConfigError(`CASTOR_LISTEN must be host:port (e.g. 127.0.0.1:8080 or [::1]:8080), got ${JSON.stringify(value)}`);
+  }
+  return { host: m[1] ?? m[2], port };
+}
+
+function parsePublicUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ConfigError(`CASTOR_PUBLIC_URL must be an absolute http(s) URL, got ${JSON.stringify(value)}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new ConfigError(`CASTOR_PUBLIC_URL must use http or https, got ${url.protocol}`);
+  }
+  if (url.search || url.hash) throw new ConfigError("CASTOR_PUBLIC_URL must not carry a query string or fragment");
+  return url.toString().replace(/\/+$/, "");
+}
+
+function positiveInt(name: SettingName, value: string): number {
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < 1) {
+    throw new ConfigError(`${name} must be a whole number ≥ 1, got ${JSON.stringify(value)}`);
+  }
+  return Number(value);
+}
+
+function parseBool(name: SettingName, value: string): boolean {
+  if (/^(true|1|yes|on)$/i.test(value)) return true;
+  if (/^(false|0|no|off)$/i.test(value)) return false;
+  throw new ConfigError(`${name} must be true or false, got ${JSON.stringify(value)}`);
+}
+
+function oneOf<T extends string>(name: SettingName, value: string, allowed: readonly T[]): T {
+  if (!(allowed as readonly string[]).includes(value)) {
+    throw new ConfigError(`${name} must be one of ${allowed.join(", ")}; got ${JSON.stringify(value)}`);
+  }
+  return value as T;
+}
+
+function secret(name: SettingName, value: string | undefined): string | null {
+  if (value === undefined) return null;
+  if (value.length < 32) throw new ConfigError(`${name} must be at least 32 characters of secret material`);
+  return value;
+}
