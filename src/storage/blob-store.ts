@@ -1,0 +1,211 @@
+/**
+ * The blob seam: where xorb and shard bytes live. One interface, a filesystem implementation
+ * (`fs.ts`, the embedded default) and an S3 one (scale-out); every implementation passes the
+ * contract suite in test/contract/blob-store.ts unchanged.
+ *
+ * Contract, in short:
+ * - Keys are `xorbs/<64 hex>` or `shards/<64 hex>` (the hash string form of XET-PROTOCOL §2).
+ *   Every method re-validates its key, so no backend ever builds a path or an object name from
+ *   unchecked text.
+ * - Objects are immutable and content-addressed: the first complete write of a key wins, later
+ *   writes report `inserted: false` and leave the stored bytes untouched. An object is never
+ *   visible before it is complete, and a failed or aborted write leaves nothing behind.
+ * - Reads are by byte range `{ offset, length }`; a range that does not lie wholly inside the
+ *   object is an error (`range_not_satisfiable`), never a short read, because callers serve
+ *   exactly the signed ranges of a transfer URL and a silent short read would corrupt a download.
+ */
+import type { Readable, Writable } from "node:stream";
+import { hashToHex, type Hash } from "../format/hash.js";
+
+export const BLOB_KINDS = ["xorbs", "shards"] as const;
+export type BlobKind = (typeof BLOB_KINDS)[number];
+
+declare const blobKeyBrand: unique symbol;
+/** A validated key, `<kind>/<64 lowercase hex>`. Obtain one from the functions below only. */
+export type BlobKey = string & { readonly [blobKeyBrand]: true };
+
+export type BlobStoreErrorCode =
+  /** The key (or list prefix) is not of the form `xorbs/<hex>` / `shards/<hex>`. */
+  | "invalid_key"
+  /** Reading an object that does not exist. */
+  | "not_found"
+  /** A range that is not two non-negative safe integers with `length >= 1`: a caller bug. */
+  | "bad_range"
+  /** A well-formed range that does not lie inside the object (HTTP 416). */
+  | "range_not_satisfiable"
+  /** A staged put used out of order (commit twice, commit before the body ended, write after abort). */
+  | "invalid_state";
+
+export class BlobStoreError extends Error {
+  override readonly name = "BlobStoreError";
+  constructor(
+    readonly code: BlobStoreErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export function isBlobStoreError(err: unknown, code?: BlobStoreErrorCode): err is BlobStoreError {
+  return err instanceof BlobStoreError && (code === undefined || err.code === code);
+}
+
+const KEY_RE = /^(xorbs|shards)\/([0-9a-f]{64})$/;
+const MAX_SHOWN_INPUT = 80;
+
+/** Quotes untrusted text for an error message without letting it inject lines or megabytes. */
+function showInput(text: unknown): string {
+  if (typeof text !== "string") return `a ${typeof text}`;
+  const cut = text.length > MAX_SHOWN_INPUT ? `${text.slice(0, MAX_SHOWN_INPUT)}…` : text;
+  return JSON.stringify(cut);
+}
+
+export function isBlobKey(text: unknown): text is BlobKey {
+  return typeof text === "string" && KEY_RE.test(text);
+}
+
+/** Validates untrusted text as a key; anything else (`..`, `/abs`, NUL, `\`, upper case) is rejected. */
+export function parseBlobKey(text: unknown): BlobKey {
+  if (!isBlobKey(text)) {
+    throw new BlobStoreError(
+      "invalid_key",
+      `invalid blob key ${showInput(text)}: expected "xorbs/<hash>" or "shards/<hash>" with a 64-character lowercase hexadecimal hash`,
+    );
+  }
+  return text;
+}
+
+export function blobKey(kind: BlobKind, hash: Hash): BlobKey {
+  return parseBlobKey(`${kind}/${hashToHex(hash)}`);
+}
+
+/** `hex` is the hash string form (as in URLs); it is validated, not trusted. */
+export function blobKeyFromHex(kind: BlobKind, hex: string): BlobKey {
+  return parseBlobKey(`${kind}/${hex}`);
+}
+
+export function blobKeyParts(key: BlobKey): { kind: BlobKind; hex: string } {
+  const match = KEY_RE.exec(parseBlobKey(key));
+  return { kind: match![1] as BlobKind, hex: match![2] };
+}
+
+/**
+ * Validates a `list()` prefix: it must be the beginning of some valid key (`""`, `"xo"`,
+ * `"xorbs/"`, `"xorbs/ab"`, a whole key). Rejecting the rest keeps odd text (`../`, NUL) away
+ * from paths and object names, and turns typos like `"xorb/"` into an error instead of an
+ * empty listing.
+ */
+export function parseKeyPrefix(prefix: unknown): string {
+  if (typeof prefix === "string") {
+    for (const kind of BLOB_KINDS) {
+      const head = `${kind}/`;
+      if (prefix.length <= head.length ? head.startsWith(prefix) : prefix.startsWith(head) && /^[0-9a-f]{0,64}$/.test(prefix.slice(head.length))) {
+        return prefix;
+      }
+    }
+  }
+  throw new BlobStoreError(
+    "invalid_key",
+    `invalid blob key prefix ${showInput(prefix)}: it must be the start of "xorbs/<hash>" or "shards/<hash>" (lowercase hexadecimal)`,
+  );
+}
+
+/** A byte range of a stored object: `length` bytes starting at `offset` (so the last byte is `offset + length - 1`). */
+export interface ByteSpan {
+  offset: number;
+  length: number;
+}
+
+/**
+ * Checks `span` against an object of `size` bytes; backends call it before reading so every one
+ * reports the same errors. Zero-length spans are refused: HTTP ranges cannot express them, so
+ * asking for one is a caller bug (read the whole object without a span instead).
+ */
+export function checkByteSpan(key: BlobKey, span: ByteSpan, size: number): void {
+  const { offset, length } = span;
+  if (!Number.isSafeInteger(offset) || offset < 0 || !Number.isSafeInteger(length) || length < 1) {
+    throw new BlobStoreError(
+      "bad_range",
+      `byte range {offset: ${String(offset)}, length: ${String(length)}} is malformed: offset must be an integer >= 0 and length an integer >= 1`,
+    );
+  }
+  if (offset + length > size) {
+    throw new BlobStoreError(
+      "range_not_satisfiable",
+      `byte range ${offset}-${offset + length - 1} lies outside ${key}, which has ${size} bytes`,
+    );
+  }
+}
+
+export interface PutOutcome {
+  /** false when the key was already present; the stored bytes were then left untouched. */
+  inserted: boolean;
+}
+
+/** A body to store: a stream (consumed, or destroyed if not needed) or bytes already in memory. */
+export type BlobBody = Readable | Uint8Array;
+
+/**
+ * A write in progress that becomes visible only on `commit()`. The write path streams an upload
+ * into `writable` while validating it, and commits only once validation succeeded:
+ *
+ * ```ts
+ * const staged = await store.beginPut(key);
+ * try {
+ *   await pipeline(body, validator, staged.writable);
+ *   return await staged.commit();
+ * } finally {
+ *   await staged.abort(); // no-op once committed
+ * }
+ * ```
+ */
+export interface StagedPut {
+  readonly key: BlobKey;
+  /** Receives the body. Ending it publishes nothing; destroying it dooms the put. */
+  readonly writable: Writable;
+  /**
+   * Durably publishes the staged bytes under `key` if absent (`inserted: false` and the staged
+   * bytes discarded if present). The writable must have been ended (`invalid_state` otherwise:
+   * committing a body still being written would publish a truncated object); a writable that
+   * failed makes commit reject and clean up. Exactly one commit or abort takes effect.
+   */
+  commit(): Promise<PutOutcome>;
+  /** Discards the staged bytes. Idempotent, and a no-op after a commit. */
+  abort(): Promise<void>;
+}
+
+export interface SweepOptions {
+  /** Only remove staging leftovers untouched for at least this long (default 0: all of them). */
+  olderThanMs?: number;
+}
+
+export interface BlobStore {
+  /**
+   * Stores `body` under `key` unless present. A stream body is consumed, or destroyed when the
+   * key is already present; if it fails, the put rejects with the stream's own error (so a
+   * validator's error reaches the caller unchanged) and nothing is stored.
+   */
+  putIfAbsent(key: BlobKey, body: BlobBody): Promise<PutOutcome>;
+  /** Stores a copy of the local file at `path` unless present; the file itself is left alone. */
+  putFileIfAbsent(key: BlobKey, path: string): Promise<PutOutcome>;
+  /** Starts a staged put (see `StagedPut`). */
+  beginPut(key: BlobKey): Promise<StagedPut>;
+  /**
+   * Opens the whole object, or `span` of it, as a stream. Rejects before any byte is produced
+   * with `not_found`, `bad_range` or `range_not_satisfiable`, so an HTTP layer can still choose
+   * the status code.
+   */
+  read(key: BlobKey, span?: ByteSpan): Promise<Readable>;
+  /** The object's size in bytes, or null when absent. */
+  size(key: BlobKey): Promise<number | null>;
+  exists(key: BlobKey): Promise<boolean>;
+  /** Removes the object; removing an absent key is not an error. */
+  delete(key: BlobKey): Promise<void>;
+  /** Every key starting with `prefix` (see `parseKeyPrefix`), in ascending byte order. */
+  list(prefix?: string): AsyncIterable<BlobKey>;
+  /**
+   * Removes staging leftovers of crashed writers (temp files, unfinished multipart uploads).
+   * Called at start-up; returns how many were removed.
+   */
+  sweepTemp(options?: SweepOptions): Promise<number>;
+}
