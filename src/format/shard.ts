@@ -1,0 +1,708 @@
+/**
+ * The MDB shard format (XET-PROTOCOL.md §6, §7.3): parse uploaded shards, read complete shards
+ * (global-dedup answers) and write both forms.
+ *
+ * Layout: 48-byte header, file-info section, xorb-info section (each a run of 48-byte records
+ * closed by a bookend record), then optionally lookup tables and a 200-byte footer.
+ *
+ * Why two readers: uploads come in several wire variants whose header `footer_size` and footer
+ * cannot be trusted (§6.7), so `parseUploadShard` walks the sections sequentially and ignores
+ * everything after the second bookend. A dedup answer is a complete shard whose footer real
+ * clients rely on, so `parseFullShard` also decodes the footer and checks every offset in it
+ * against the layout it actually found.
+ *
+ * Hand-written: no maintained JavaScript library reads or writes this format.
+ */
+import { FormatError } from "./errors.js";
+import { HASH_BYTES, KeyedHasher, hashToHex, isZeroHash, type Hash } from "./hash.js";
+
+/** "HFRepoMetaData", NUL, then 17 fixed magic bytes; real clients compare all 32 (§6.2). */
+export const SHARD_TAG: Uint8Array = Uint8Array.from([
+  0x48, 0x46, 0x52, 0x65, 0x70, 0x6f, 0x4d, 0x65, 0x74, 0x61, 0x44, 0x61, 0x74, 0x61, 0x00, 0x55,
+  0x69, 0x67, 0x45, 0x6a, 0x7b, 0x81, 0x57, 0x83, 0xa5, 0xbd, 0xd9, 0x5c, 0xcd, 0xd1, 0x4a, 0xa9,
+]);
+export const SHARD_HEADER_VERSION = 2;
+export const SHARD_FOOTER_VERSION = 1;
+export const SHARD_HEADER_BYTES = 48;
+/** Every record of both sections (headers, entries, bookends) has this size. */
+export const SHARD_RECORD_BYTES = 48;
+export const SHARD_FOOTER_BYTES = 200;
+
+/** File block flag: one verification record per term follows the terms (§6.3). */
+export const FILE_FLAG_WITH_VERIFICATION = 0x8000_0000;
+/** File block flag: one metadata-extension record (the file's SHA-256) ends the block. */
+export const FILE_FLAG_WITH_METADATA_EXT = 0x4000_0000;
+/** Chunk entry flag: the writer marks this chunk as tracked by global deduplication (§6.4). */
+export const CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE = 0x8000_0000;
+
+const FILE_LOOKUP_ENTRY_BYTES = 12n;
+const XORB_LOOKUP_ENTRY_BYTES = 12n;
+const CHUNK_LOOKUP_ENTRY_BYTES = 16n;
+const U32_MAX = 0xffff_ffff;
+const U64_MAX = (1n << 64n) - 1n;
+
+/** One term of a file: chunks [chunkStart, chunkEnd) of one xorb. */
+export interface ShardTerm {
+  xorbHash: Hash;
+  /** Uncompressed bytes the term contributes to the file. */
+  unpackedBytes: number;
+  chunkStart: number;
+  /** Exclusive. */
+  chunkEnd: number;
+}
+
+/** A file reconstruction as written into a shard. */
+export interface ShardFile {
+  fileHash: Hash;
+  terms: ShardTerm[];
+  /** One range hash (§3.6) per term, or null when the block carries no verification records. */
+  verificationHashes: Hash[] | null;
+  /**
+   * SHA-256 of the whole file as stored in the shard (the metadata extension), or null.
+   * Stored like every hash: `hashToHex(sha256)` is the standard SHA-256 hex string (§2); use
+   * `shardSha256FromDigest` to convert a digest from `node:crypto`.
+   */
+  sha256: Hash | null;
+}
+
+/** A file block as read: the written fields plus what the reader derives. */
+export interface ParsedShardFile extends ShardFile {
+  /** The raw u32 block flags (reserved bits are kept, not rejected). */
+  flags: number;
+  /** The standard lowercase SHA-256 hex string, or null without a metadata extension. */
+  sha256Hex: string | null;
+}
+
+export interface ShardChunk {
+  /** Raw chunk hash, or its keyed form in a shard whose footer has a non-zero key (§3.7). */
+  hash: Hash;
+  /** Cumulative uncompressed offset of the chunk inside its xorb. */
+  byteRangeStart: number;
+  unpackedBytes: number;
+  /** Raw u32 flags; see CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE. */
+  flags: number;
+}
+
+/** A xorb block; its number of chunks is `chunks.length`. */
+export interface ShardXorb {
+  xorbHash: Hash;
+  flags: number;
+  /** Total uncompressed bytes of the xorb. */
+  numBytesInXorb: number;
+  /** Serialized length as the writer claims it (xet-core always writes 0): informational only. */
+  numBytesOnDisk: number;
+  chunks: ShardChunk[];
+}
+
+export interface ShardContent {
+  files: readonly ShardFile[];
+  xorbs: readonly ShardXorb[];
+}
+
+/** What both readers find between the header and the end of the xorb section. */
+export interface ShardSections {
+  files: ParsedShardFile[];
+  xorbs: ShardXorb[];
+  /** Byte offset of the first record of the xorb-info section. */
+  xorbSectionOffset: number;
+  /** Byte offset just past the xorb-info bookend: where lookup tables or a footer may begin. */
+  sectionsEnd: number;
+}
+
+export interface ParsedUploadShard extends ShardSections {
+  /** The header's footer_size, reported for diagnostics only: uploads lie about it (§6.7). */
+  declaredFooterSize: bigint;
+}
+
+/**
+ * The 200-byte footer (§6.6), version 1. Every u64 stays a bigint: `shard_key_expiry` is
+ * u64::MAX in some xet-core shards, and offsets are only trustworthy once checked.
+ */
+export interface ShardFooter {
+  fileInfoOffset: bigint;
+  xorbInfoOffset: bigint;
+  fileLookupOffset: bigint;
+  fileLookupCount: bigint;
+  xorbLookupOffset: bigint;
+  xorbLookupCount: bigint;
+  chunkLookupOffset: bigint;
+  chunkLookupCount: bigint;
+  /** All zero means chunk hashes are stored raw. */
+  hmacKey: Hash;
+  /** Unix seconds. */
+  creationTimestamp: bigint;
+  /** Unix seconds after which clients stop using the keyed hashes of this shard. */
+  keyExpiry: bigint;
+  storedBytesOnDisk: bigint;
+  materializedBytes: bigint;
+  storedBytes: bigint;
+  footerOffset: bigint;
+}
+
+export interface ParsedFullShard extends ShardSections {
+  footer: ShardFooter;
+}
+
+/** What the caller chooses for a complete shard's footer; the offsets and totals are derived. */
+export interface ShardFooterInput {
+  /** Chunk hashes are written keyed with this key (§3.7) unless it is absent or all zero. */
+  hmacKey?: Hash;
+  creationTimestamp: number | bigint;
+  keyExpiry: number | bigint;
+}
+
+export type UploadShardVariant =
+  /** xet-core since 2025-11 and the spec: footer_size 0, nothing after the xorb bookend. */
+  | { kind: "xet-core" }
+  /**
+   * huggingface.js: footer_size 200 and a footer whose lookup offsets and counts, key, expiry
+   * and materialized_bytes are all zero.
+   */
+  | { kind: "huggingface.js"; creationTimestamp: number | bigint };
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+/**
+ * Parses an uploaded shard body (POST /v1/shards): header, then file blocks up to their
+ * bookend, then xorb blocks up to theirs. `footer_size` and whatever follows the second bookend
+ * (nothing, a footer, lookup tables + footer) are ignored, as the real variants require (§6.7).
+ *
+ * Only structure is checked; whether xorbs exist or hashes match is the service's job (§6.8).
+ * Hashes in the result are views into `bytes`: do not modify `bytes` while using the result.
+ * Throws FormatError `bad_shard_header`, `bad_shard` or `truncated`.
+ */
+export function parseUploadShard(bytes: Uint8Array): ParsedUploadShard {
+  const view = dataViewOf(bytes);
+  const declaredFooterSize = readHeader(bytes, view);
+  const sections = readSections(bytes, view, bytes.length);
+  return { declaredFooterSize, ...sections };
+}
+
+/**
+ * Reads a complete shard with its 200-byte footer — the form of a global-dedup answer (§7.3).
+ * Besides the sequential sections it requires header footer_size 200, footer version 1, and
+ * footer offsets that match the layout exactly: file info at 48, xorb info where that section
+ * really starts, the lookup tables packed between the xorb bookend and the footer (sized by
+ * their counts), and footer_offset = length − 200.
+ *
+ * Hashes in the result are views into `bytes`. Throws FormatError `bad_shard_header`,
+ * `bad_shard`, `truncated` or `bad_footer`.
+ */
+export function parseFullShard(bytes: Uint8Array): ParsedFullShard {
+  const view = dataViewOf(bytes);
+  const declaredFooterSize = readHeader(bytes, view);
+  if (declaredFooterSize !== BigInt(SHARD_FOOTER_BYTES)) {
+    throw new FormatError(
+      "bad_shard_header",
+      `a complete shard declares footer_size ${SHARD_FOOTER_BYTES} in its header, this one declares ${declaredFooterSize}; an upload body without a footer must be read as an upload`,
+    );
+  }
+  if (bytes.length < SHARD_HEADER_BYTES + SHARD_FOOTER_BYTES) {
+    throw new FormatError(
+      "truncated",
+      `a complete shard has at least ${SHARD_HEADER_BYTES + SHARD_FOOTER_BYTES} bytes (header and footer), got ${bytes.length}`,
+    );
+  }
+  const footerStart = bytes.length - SHARD_FOOTER_BYTES;
+  const footer = decodeShardFooter(bytes.subarray(footerStart));
+  const at = BigInt(footerStart);
+
+  expectFooterOffset("footer_offset", footer.footerOffset, at, "the shard is truncated or has bytes after its footer");
+  expectFooterOffset("file_info_offset", footer.fileInfoOffset, BigInt(SHARD_HEADER_BYTES), "the file info section follows the header");
+
+  // The sections must end before the footer: reading them over the whole buffer would let a
+  // missing bookend swallow the footer.
+  const sections = readSections(bytes, view, footerStart);
+  expectFooterOffset("xorb_info_offset", footer.xorbInfoOffset, BigInt(sections.xorbSectionOffset), "that is where the xorb section starts");
+
+  const fileLookupEnd = BigInt(sections.sectionsEnd) + footer.fileLookupCount * FILE_LOOKUP_ENTRY_BYTES;
+  const xorbLookupEnd = footer.xorbLookupOffset + footer.xorbLookupCount * XORB_LOOKUP_ENTRY_BYTES;
+  const chunkLookupEnd = footer.chunkLookupOffset + footer.chunkLookupCount * CHUNK_LOOKUP_ENTRY_BYTES;
+  expectFooterOffset("file_lookup_offset", footer.fileLookupOffset, BigInt(sections.sectionsEnd), "the lookup tables start right after the xorb section's bookend");
+  expectFooterOffset("xorb_lookup_offset", footer.xorbLookupOffset, fileLookupEnd, `the file lookup table of ${footer.fileLookupCount} entries ends there`);
+  expectFooterOffset("chunk_lookup_offset", footer.chunkLookupOffset, xorbLookupEnd, `the xorb lookup table of ${footer.xorbLookupCount} entries ends there`);
+  if (chunkLookupEnd !== at) {
+    throw new FormatError(
+      "bad_footer",
+      `the chunk lookup table of ${footer.chunkLookupCount} entries at byte ${footer.chunkLookupOffset} ends at byte ${chunkLookupEnd}, but the footer starts at byte ${at}`,
+    );
+  }
+  return { ...sections, footer };
+}
+
+/**
+ * Decodes one 200-byte footer record without checking it against any layout (parseFullShard
+ * does that). Throws FormatError `truncated` for a short record, `bad_footer` for a version ≠ 1.
+ */
+export function decodeShardFooter(record: Uint8Array): ShardFooter {
+  if (record.length < SHARD_FOOTER_BYTES) {
+    throw new FormatError("truncated", `a shard footer has ${SHARD_FOOTER_BYTES} bytes, got ${record.length}`);
+  }
+  const view = dataViewOf(record);
+  const u64 = (at: number): bigint => view.getBigUint64(at, true);
+  const version = u64(0);
+  if (version !== BigInt(SHARD_FOOTER_VERSION)) {
+    throw new FormatError(
+      "bad_footer",
+      `unsupported shard footer version ${version}; only version ${SHARD_FOOTER_VERSION} exists (or this is not a complete shard)`,
+    );
+  }
+  return {
+    fileInfoOffset: u64(8),
+    xorbInfoOffset: u64(16),
+    fileLookupOffset: u64(24),
+    fileLookupCount: u64(32),
+    xorbLookupOffset: u64(40),
+    xorbLookupCount: u64(48),
+    chunkLookupOffset: u64(56),
+    chunkLookupCount: u64(64),
+    hmacKey: record.subarray(72, 72 + HASH_BYTES),
+    creationTimestamp: u64(104),
+    keyExpiry: u64(112),
+    // 120..168 is reserved.
+    storedBytesOnDisk: u64(168),
+    materializedBytes: u64(176),
+    storedBytes: u64(184),
+    footerOffset: u64(192),
+  };
+}
+
+function expectFooterOffset(field: string, actual: bigint, expected: bigint, why: string): void {
+  if (actual !== expected) {
+    throw new FormatError("bad_footer", `footer ${field} is ${actual} but must be ${expected}: ${why}`);
+  }
+}
+
+function dataViewOf(bytes: Uint8Array): DataView {
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** Validates tag and version; returns the declared footer size. */
+function readHeader(bytes: Uint8Array, view: DataView): bigint {
+  const comparable = Math.min(bytes.length, SHARD_TAG.length);
+  for (let i = 0; i < comparable; i++) {
+    if (bytes[i] !== SHARD_TAG[i]) {
+      throw new FormatError(
+        "bad_shard_header",
+        "not a shard: it must start with the 32-byte shard tag ('HFRepoMetaData', NUL, 17 magic bytes)",
+      );
+    }
+  }
+  if (bytes.length < SHARD_HEADER_BYTES) {
+    throw new FormatError("truncated", `a shard starts with a ${SHARD_HEADER_BYTES}-byte header, got only ${bytes.length} bytes`);
+  }
+  const version = view.getBigUint64(32, true);
+  if (version !== BigInt(SHARD_HEADER_VERSION)) {
+    throw new FormatError(
+      "bad_shard_header",
+      `unsupported shard header version ${version}; only version ${SHARD_HEADER_VERSION} is accepted`,
+    );
+  }
+  return view.getBigUint64(40, true);
+}
+
+/** A record whose 32 hash bytes are all 0xFF closes its section; readers test nothing else. */
+function isBookend(bytes: Uint8Array, at: number): boolean {
+  for (let i = 0; i < HASH_BYTES; i++) if (bytes[at + i] !== 0xff) return false;
+  return true;
+}
+
+/**
+ * Fails when a record inside a block's counted run is a bookend: the block's count overstates
+ * its records, and trusting it would read the section's end as data.
+ */
+function rejectBookendInBlock(bytes: Uint8Array, at: number, block: string): void {
+  if (isBookend(bytes, at)) {
+    throw new FormatError(
+      "bad_shard",
+      `${block} declares more records than it has: a section bookend appears at byte ${at} inside it`,
+    );
+  }
+}
+
+function readSections(bytes: Uint8Array, view: DataView, end: number): ShardSections {
+  const files: ParsedShardFile[] = [];
+  const xorbSectionOffset = readFileSection(bytes, view, SHARD_HEADER_BYTES, end, files);
+  const xorbs: ShardXorb[] = [];
+  const sectionsEnd = readXorbSection(bytes, view, xorbSectionOffset, end, xorbs);
+  return { files, xorbs, xorbSectionOffset, sectionsEnd };
+}
+
+/** Reads file blocks from `offset` up to and including the bookend; returns the offset after it. */
+function readFileSection(bytes: Uint8Array, view: DataView, offset: number, end: number, files: ParsedShardFile[]): number {
+  let sectionHasVerification: boolean | null = null;
+  for (;;) {
+    if (end - offset < SHARD_RECORD_BYTES) {
+      throw new FormatError(
+        "truncated",
+        `the shard ends at byte ${end} inside the file info section, before its bookend (after ${files.length} file blocks)`,
+      );
+    }
+    if (isBookend(bytes, offset)) return offset + SHARD_RECORD_BYTES;
+
+    const block = `file block ${files.length} (at byte ${offset})`;
+    const fileHash = bytes.subarray(offset, offset + HASH_BYTES);
+    const flags = view.getUint32(offset + 32, true);
+    const termCount = view.getUint32(offset + 36, true);
+    const hasVerification = (flags & FILE_FLAG_WITH_VERIFICATION) !== 0;
+    const hasMetadataExt = (flags & FILE_FLAG_WITH_METADATA_EXT) !== 0;
+
+    // xet-core refuses a shard in which only some files carry verification (§6.8 step 3).
+    if (sectionHasVerification === null) {
+      sectionHasVerification = hasVerification;
+    } else if (hasVerification !== sectionHasVerification) {
+      throw new FormatError(
+        "bad_shard",
+        `${block} ${hasVerification ? "has" : "lacks"} verification entries but the blocks before it ${sectionHasVerification ? "have" : "lack"} them; either every file of a shard carries verification entries or none does`,
+      );
+    }
+
+    offset += SHARD_RECORD_BYTES;
+    // termCount ≤ 2^32 − 1, so this stays an exact integer (< 2^39).
+    const recordCount = termCount * (hasVerification ? 2 : 1) + (hasMetadataExt ? 1 : 0);
+    if (recordCount * SHARD_RECORD_BYTES > end - offset) {
+      throw new FormatError(
+        "truncated",
+        `${block} declares ${termCount} terms, i.e. ${recordCount} records of ${SHARD_RECORD_BYTES} bytes, but only ${end - offset} bytes remain`,
+      );
+    }
+
+    const terms: ShardTerm[] = [];
+    for (let i = 0; i < termCount; i++, offset += SHARD_RECORD_BYTES) {
+      rejectBookendInBlock(bytes, offset, block);
+      const chunkStart = view.getUint32(offset + 40, true);
+      const chunkEnd = view.getUint32(offset + 44, true);
+      if (chunkStart >= chunkEnd) {
+        throw new FormatError(
+          "bad_shard",
+          `term ${i} of ${block} has chunk range [${chunkStart}, ${chunkEnd}); a term covers at least one chunk (start < end)`,
+        );
+      }
+      terms.push({
+        xorbHash: bytes.subarray(offset, offset + HASH_BYTES),
+        // Bytes 32..35 are the term's xorb flags, always 0 and unused.
+        unpackedBytes: view.getUint32(offset + 36, true),
+        chunkStart,
+        chunkEnd,
+      });
+    }
+
+    let verificationHashes: Hash[] | null = null;
+    if (hasVerification) {
+      verificationHashes = [];
+      for (let i = 0; i < termCount; i++, offset += SHARD_RECORD_BYTES) {
+        rejectBookendInBlock(bytes, offset, block);
+        verificationHashes.push(bytes.subarray(offset, offset + HASH_BYTES));
+      }
+    }
+
+    let sha256: Hash | null = null;
+    if (hasMetadataExt) {
+      rejectBookendInBlock(bytes, offset, block);
+      sha256 = bytes.subarray(offset, offset + HASH_BYTES);
+      offset += SHARD_RECORD_BYTES;
+    }
+
+    files.push({ fileHash, flags, terms, verificationHashes, sha256, sha256Hex: sha256 === null ? null : hashToHex(sha256) });
+  }
+}
+
+/** Reads xorb blocks from `offset` up to and including the bookend; returns the offset after it. */
+function readXorbSection(bytes: Uint8Array, view: DataView, offset: number, end: number, xorbs: ShardXorb[]): number {
+  for (;;) {
+    if (end - offset < SHARD_RECORD_BYTES) {
+      throw new FormatError(
+        "truncated",
+        `the shard ends at byte ${end} inside the xorb info section, before its bookend (after ${xorbs.length} xorb blocks)`,
+      );
+    }
+    if (isBookend(bytes, offset)) return offset + SHARD_RECORD_BYTES;
+
+    const block = `xorb block ${xorbs.length} (at byte ${offset})`;
+    const xorbHash = bytes.subarray(offset, offset + HASH_BYTES);
+    const flags = view.getUint32(offset + 32, true);
+    const chunkCount = view.getUint32(offset + 36, true);
+    const numBytesInXorb = view.getUint32(offset + 40, true);
+    const numBytesOnDisk = view.getUint32(offset + 44, true);
+    offset += SHARD_RECORD_BYTES;
+    if (chunkCount * SHARD_RECORD_BYTES > end - offset) {
+      throw new FormatError(
+        "truncated",
+        `${block} declares ${chunkCount} chunks of ${SHARD_RECORD_BYTES} bytes each, but only ${end - offset} bytes remain`,
+      );
+    }
+
+    const chunks: ShardChunk[] = [];
+    for (let i = 0; i < chunkCount; i++, offset += SHARD_RECORD_BYTES) {
+      rejectBookendInBlock(bytes, offset, block);
+      chunks.push({
+        hash: bytes.subarray(offset, offset + HASH_BYTES),
+        byteRangeStart: view.getUint32(offset + 32, true),
+        unpackedBytes: view.getUint32(offset + 36, true),
+        // Bytes 44..47 are reserved.
+        flags: view.getUint32(offset + 40, true),
+      });
+    }
+    xorbs.push({ xorbHash, flags, numBytesInXorb, numBytesOnDisk, chunks });
+  }
+}
+
+/** True when the chunk entry carries the writer's global-dedup hint. */
+export function hasGlobalDedupFlag(chunk: ShardChunk): boolean {
+  return (chunk.flags & CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE) !== 0;
+}
+
+/**
+ * Converts a standard SHA-256 digest (e.g. from `node:crypto`) to the bytes a shard stores:
+ * xet-core reads the digest as a big-endian hash, so each 8-byte group is reversed (§2).
+ */
+export function shardSha256FromDigest(digest: Uint8Array): Hash {
+  if (digest.length !== HASH_BYTES) throw new RangeError(`a SHA-256 digest has ${HASH_BYTES} bytes, got ${digest.length}`);
+  const out = new Uint8Array(HASH_BYTES);
+  for (let group = 0; group < HASH_BYTES; group += 8) {
+    for (let i = 0; i < 8; i++) out[group + i] = digest[group + 7 - i];
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/**
+ * Writes a complete shard with a 200-byte footer and no lookup tables — the global-dedup answer
+ * both real clients read (§7.3): header footer_size 200, the given files (usually none) and
+ * xorbs, all three lookup offsets = footer_offset with count 0, stored_bytes_on_disk =
+ * Σ numBytesOnDisk, materialized_bytes = Σ term bytes, stored_bytes = Σ numBytesInXorb.
+ * Chunk hashes are given raw and written keyed when `footer.hmacKey` is non-zero.
+ * Throws RangeError for content no shard can carry (it is a caller bug, not bad input).
+ */
+export function serializeFullShard(content: ShardContent, footer: ShardFooterInput): Uint8Array {
+  const hmacKey = footer.hmacKey ?? null;
+  if (hmacKey !== null) checkHash(hmacKey, "hmacKey");
+  const chunkHasher = hmacKey === null || isZeroHash(hmacKey) ? null : new KeyedHasher(hmacKey);
+  let materializedBytes = 0n;
+  for (const file of content.files) for (const term of file.terms) materializedBytes += BigInt(term.unpackedBytes);
+  return writeShard(content, chunkHasher, (layout) => ({
+    xorbInfoOffset: layout.xorbSectionOffset,
+    lookupOffset: layout.sectionsEnd,
+    hmacKey,
+    creationTimestamp: u64Input(footer.creationTimestamp, "creationTimestamp"),
+    keyExpiry: u64Input(footer.keyExpiry, "keyExpiry"),
+    storedBytesOnDisk: sumXorbField(content.xorbs, "numBytesOnDisk"),
+    materializedBytes,
+    storedBytes: sumXorbField(content.xorbs, "numBytesInXorb"),
+  }));
+}
+
+/**
+ * Writes a shard upload body the way a real client does (§6.7): `xet-core` (footer_size 0,
+ * nothing after the xorb bookend) or `huggingface.js` (footer_size 200 and a footer with zero
+ * lookup fields, zero key, zero expiry, materialized_bytes 0). Chunk hashes are written raw.
+ */
+export function serializeUploadShard(content: ShardContent, variant: UploadShardVariant): Uint8Array {
+  if (variant.kind === "xet-core") return writeShard(content, null, null);
+  const creationTimestamp = u64Input(variant.creationTimestamp, "creationTimestamp");
+  return writeShard(content, null, (layout) => ({
+    xorbInfoOffset: layout.xorbSectionOffset,
+    lookupOffset: 0,
+    hmacKey: null,
+    creationTimestamp,
+    keyExpiry: 0n,
+    storedBytesOnDisk: sumXorbField(content.xorbs, "numBytesOnDisk"),
+    materializedBytes: 0n,
+    storedBytes: sumXorbField(content.xorbs, "numBytesInXorb"),
+  }));
+}
+
+interface SectionLayout {
+  xorbSectionOffset: number;
+  sectionsEnd: number;
+}
+
+interface FooterFields {
+  xorbInfoOffset: number;
+  /** Written to all three lookup offsets; their counts are always 0. */
+  lookupOffset: number;
+  hmacKey: Hash | null;
+  creationTimestamp: bigint;
+  keyExpiry: bigint;
+  storedBytesOnDisk: bigint;
+  materializedBytes: bigint;
+  storedBytes: bigint;
+}
+
+/** Header, both sections and (when `footerFor` is given) the footer, in one allocation. */
+function writeShard(
+  content: ShardContent,
+  chunkHasher: KeyedHasher | null,
+  footerFor: ((layout: SectionLayout) => FooterFields) | null,
+): Uint8Array {
+  const fileSectionBytes = checkFilesAndMeasure(content.files);
+  const xorbSectionBytes = checkXorbsAndMeasure(content.xorbs);
+  const xorbSectionOffset = SHARD_HEADER_BYTES + fileSectionBytes;
+  const sectionsEnd = xorbSectionOffset + xorbSectionBytes;
+  const out = new Uint8Array(sectionsEnd + (footerFor === null ? 0 : SHARD_FOOTER_BYTES)); // zero-filled: reserved fields need no writes
+  const view = dataViewOf(out);
+
+  out.set(SHARD_TAG, 0);
+  view.setBigUint64(32, BigInt(SHARD_HEADER_VERSION), true);
+  view.setBigUint64(40, BigInt(footerFor === null ? 0 : SHARD_FOOTER_BYTES), true);
+
+  let at = SHARD_HEADER_BYTES;
+  for (const file of content.files) {
+    const flags =
+      (file.verificationHashes !== null ? FILE_FLAG_WITH_VERIFICATION : 0) +
+      (file.sha256 !== null ? FILE_FLAG_WITH_METADATA_EXT : 0); // `|` would make bit 31 negative
+    out.set(file.fileHash, at);
+    view.setUint32(at + 32, flags, true);
+    view.setUint32(at + 36, file.terms.length, true);
+    at += SHARD_RECORD_BYTES;
+    for (const term of file.terms) {
+      out.set(term.xorbHash, at);
+      view.setUint32(at + 36, term.unpackedBytes, true);
+      view.setUint32(at + 40, term.chunkStart, true);
+      view.setUint32(at + 44, term.chunkEnd, true);
+      at += SHARD_RECORD_BYTES;
+    }
+    for (const rangeHash of file.verificationHashes ?? []) {
+      out.set(rangeHash, at);
+      at += SHARD_RECORD_BYTES;
+    }
+    if (file.sha256 !== null) {
+      out.set(file.sha256, at);
+      at += SHARD_RECORD_BYTES;
+    }
+  }
+  at = writeBookend(out, at);
+
+  for (const xorb of content.xorbs) {
+    out.set(xorb.xorbHash, at);
+    view.setUint32(at + 32, xorb.flags, true);
+    view.setUint32(at + 36, xorb.chunks.length, true);
+    view.setUint32(at + 40, xorb.numBytesInXorb, true);
+    view.setUint32(at + 44, xorb.numBytesOnDisk, true);
+    at += SHARD_RECORD_BYTES;
+    for (const chunk of xorb.chunks) {
+      out.set(chunkHasher === null ? chunk.hash : chunkHasher.hash(chunk.hash), at);
+      view.setUint32(at + 32, chunk.byteRangeStart, true);
+      view.setUint32(at + 36, chunk.unpackedBytes, true);
+      view.setUint32(at + 40, chunk.flags, true);
+      at += SHARD_RECORD_BYTES;
+    }
+  }
+  at = writeBookend(out, at);
+
+  if (footerFor !== null) {
+    const f = footerFor({ xorbSectionOffset, sectionsEnd });
+    const lookupOffset = BigInt(f.lookupOffset);
+    view.setBigUint64(at, BigInt(SHARD_FOOTER_VERSION), true);
+    view.setBigUint64(at + 8, BigInt(SHARD_HEADER_BYTES), true);
+    view.setBigUint64(at + 16, BigInt(f.xorbInfoOffset), true);
+    view.setBigUint64(at + 24, lookupOffset, true);
+    view.setBigUint64(at + 40, lookupOffset, true);
+    view.setBigUint64(at + 56, lookupOffset, true);
+    if (f.hmacKey !== null) out.set(f.hmacKey, at + 72);
+    view.setBigUint64(at + 104, f.creationTimestamp, true);
+    view.setBigUint64(at + 112, f.keyExpiry, true);
+    view.setBigUint64(at + 168, f.storedBytesOnDisk, true);
+    view.setBigUint64(at + 176, f.materializedBytes, true);
+    view.setBigUint64(at + 184, f.storedBytes, true);
+    view.setBigUint64(at + 192, BigInt(sectionsEnd), true);
+  }
+  return out;
+}
+
+function writeBookend(out: Uint8Array, at: number): number {
+  out.fill(0xff, at, at + HASH_BYTES);
+  return at + SHARD_RECORD_BYTES;
+}
+
+/** Checks what the parser would reject (or what would not fit the fields); returns the section size. */
+function checkFilesAndMeasure(files: readonly ShardFile[]): number {
+  let records = 1; // the bookend
+  let withVerification: boolean | null = null;
+  files.forEach((file, index) => {
+    const where = `files[${index}]`;
+    checkHash(file.fileHash, `${where}.fileHash`);
+    checkNotBookend(file.fileHash, `${where}.fileHash`);
+    checkU32(file.terms.length, `${where}.terms.length`);
+    file.terms.forEach((term, t) => {
+      checkHash(term.xorbHash, `${where}.terms[${t}].xorbHash`);
+      checkU32(term.unpackedBytes, `${where}.terms[${t}].unpackedBytes`);
+      checkU32(term.chunkStart, `${where}.terms[${t}].chunkStart`);
+      checkU32(term.chunkEnd, `${where}.terms[${t}].chunkEnd`);
+      if (term.chunkStart >= term.chunkEnd) {
+        throw new RangeError(`${where}.terms[${t}] has chunk range [${term.chunkStart}, ${term.chunkEnd}); start must be < end`);
+      }
+    });
+    const hasVerification = file.verificationHashes !== null;
+    if (withVerification !== null && hasVerification !== withVerification) {
+      throw new RangeError(`${where}: either every file of a shard carries verification hashes or none does`);
+    }
+    withVerification = hasVerification;
+    if (file.verificationHashes !== null) {
+      if (file.verificationHashes.length !== file.terms.length) {
+        throw new RangeError(`${where} has ${file.terms.length} terms but ${file.verificationHashes.length} verification hashes`);
+      }
+      file.verificationHashes.forEach((h, t) => checkHash(h, `${where}.verificationHashes[${t}]`));
+    }
+    if (file.sha256 !== null) checkHash(file.sha256, `${where}.sha256`);
+    records += 1 + file.terms.length * (hasVerification ? 2 : 1) + (file.sha256 !== null ? 1 : 0);
+  });
+  return records * SHARD_RECORD_BYTES;
+}
+
+function checkXorbsAndMeasure(xorbs: readonly ShardXorb[]): number {
+  let records = 1; // the bookend
+  xorbs.forEach((xorb, index) => {
+    const where = `xorbs[${index}]`;
+    checkHash(xorb.xorbHash, `${where}.xorbHash`);
+    checkNotBookend(xorb.xorbHash, `${where}.xorbHash`);
+    checkU32(xorb.flags, `${where}.flags`);
+    checkU32(xorb.chunks.length, `${where}.chunks.length`);
+    checkU32(xorb.numBytesInXorb, `${where}.numBytesInXorb`);
+    checkU32(xorb.numBytesOnDisk, `${where}.numBytesOnDisk`);
+    xorb.chunks.forEach((chunk, c) => {
+      checkHash(chunk.hash, `${where}.chunks[${c}].hash`);
+      checkU32(chunk.byteRangeStart, `${where}.chunks[${c}].byteRangeStart`);
+      checkU32(chunk.unpackedBytes, `${where}.chunks[${c}].unpackedBytes`);
+      checkU32(chunk.flags, `${where}.chunks[${c}].flags`);
+    });
+    records += 1 + xorb.chunks.length;
+  });
+  return records * SHARD_RECORD_BYTES;
+}
+
+function checkHash(hash: Uint8Array, what: string): void {
+  if (!(hash instanceof Uint8Array) || hash.length !== HASH_BYTES) {
+    throw new RangeError(`${what} must be ${HASH_BYTES} raw bytes`);
+  }
+}
+
+/** A block header hash of all 0xFF would read back as the end of its section. */
+function checkNotBookend(hash: Hash, what: string): void {
+  if (isBookend(hash, 0)) throw new RangeError(`${what} is all 0xFF, which readers take for a section bookend`);
+}
+
+/** DataView.setUint32 silently wraps out-of-range values; refuse them instead. */
+function checkU32(value: number, what: string): void {
+  if (!Number.isInteger(value) || value < 0 || value > U32_MAX) {
+    throw new RangeError(`${what} must be an integer in [0, 2^32 − 1], got ${value}`);
+  }
+}
+
+function u64Input(value: number | bigint, what: string): bigint {
+  if (typeof value === "number" && !Number.isSafeInteger(value)) {
+    throw new RangeError(`${what} must be an integer, got ${value}`);
+  }
+  const big = BigInt(value);
+  if (big < 0n || big > U64_MAX) throw new RangeError(`${what} must fit an unsigned 64-bit integer, got ${big}`);
+  return big;
+}
+
+function sumXorbField(xorbs: readonly ShardXorb[], field: "numBytesInXorb" | "numBytesOnDisk"): bigint {
+  let total = 0n;
+  for (const xorb of xorbs) total += BigInt(xorb[field]);
+  return total;
+}
