@@ -16,7 +16,7 @@ Commands:
   serve                          start the CAS server and hub token operation
   repo create TYPE NS/NAME       create a repository (TYPE: model, dataset, space)
   repo list                      list repositories
-  revision create TYPE:NS/NAME NAME [--tag] [--from REV]
+  revision create TYPE:NS/NAME NAME [--tag]
                                  create a branch (or tag) in a repository
   token create (--repo TYPE:NS/NAME[,...] | --all-repos) --access read|write [--expires D]
                                  create a hub token; prints it once

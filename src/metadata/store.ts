@@ -6,6 +6,15 @@
  *
  * This first part covers the hub (repositories, revisions, hub tokens). The CAS tables (xorbs,
  * files, shards, dedup index) are added by the write-path work.
+ *
+ * Rules every implementation keeps (the contract suite checks them):
+ * - No caching: each call reads the database, so a write by another process (an admin command
+ *   next to a running server, another node) is visible to the very next call.
+ * - Lists come back in creation order, so output does not depend on a backend's collation.
+ * - Dates round-trip to the millisecond.
+ * - The store records facts and does not judge them: it returns revoked and expired tokens
+ *   as they are; deciding whether a token is usable is the hub's job.
+ * - Names are stored exactly as given (case-sensitive); validating them is the hub's job.
  */
 
 export const REPO_TYPES = ["model", "dataset", "space"] as const;
@@ -38,7 +47,7 @@ export interface HubToken {
   /** Hex SHA-256 of the secret `hf_…` string; the secret itself is never stored. */
   secretHash: string;
   access: Access;
-  /** Repository ids the token covers, or "all". */
+  /** Repository ids the token covers (ascending, no duplicates), or "all". */
   repos: number[] | "all";
   createdAt: Date;
   /** null = never expires. */
@@ -49,9 +58,14 @@ export interface HubToken {
 
 export type NewHubToken = Omit<HubToken, "createdAt" | "revokedAt">;
 
-/** Thrown when creating something that already exists (repo, revision, token id). */
+/** Thrown when creating something that already exists (repo, revision, token id or secret hash). */
 export class AlreadyExistsError extends Error {
   override readonly name = "AlreadyExistsError";
+}
+
+/** Thrown when a write refers to a row that does not exist (a revision or token naming an unknown repository id). */
+export class NotFoundError extends Error {
+  override readonly name = "NotFoundError";
 }
 
 export interface MetadataStore {
@@ -59,17 +73,32 @@ export interface MetadataStore {
   createRepo(type: RepoType, name: string): Promise<Repo>;
   getRepo(type: RepoType, name: string): Promise<Repo | null>;
   getRepoById(id: number): Promise<Repo | null>;
+  /** Every repository, in creation order. */
   listRepos(): Promise<Repo[]>;
 
-  /** AlreadyExistsError if the repository already has a revision of that name. */
+  /**
+   * AlreadyExistsError if the repository already has a revision of that name (whatever its
+   * kind); NotFoundError if there is no repository with that id.
+   */
   createRevision(repoId: number, name: string, kind: RevisionKind): Promise<Revision>;
   getRevision(repoId: number, name: string): Promise<Revision | null>;
+  /** The repository's revisions in creation order (`main` first); empty for an unknown id. */
   listRevisions(repoId: number): Promise<Revision[]>;
 
+  /**
+   * Stores the token and its repository links atomically. Duplicate repository ids collapse.
+   * AlreadyExistsError if the id or the secret hash is taken; NotFoundError (and nothing
+   * stored) if a listed repository id does not exist.
+   */
   createHubToken(token: NewHubToken): Promise<HubToken>;
+  /** The token with that secret hash, revoked or expired ones included; null if none. */
   findHubTokenBySecretHash(secretHash: string): Promise<HubToken | null>;
+  /** Every token, revoked and expired ones included, in creation order. */
   listHubTokens(): Promise<HubToken[]>;
-  /** Marks the token revoked; false when no token has that id. Idempotent. */
+  /**
+   * Marks the token revoked; false when no token has that id. Idempotent: revoking again
+   * returns true and keeps the first `revokedAt`.
+   */
   revokeHubToken(id: string): Promise<boolean>;
 
   /** Resolves when the store answers a trivial query (for /readyz). */

@@ -1,0 +1,44 @@
+/**
+ * Runs the `castor` command as a real child process (`node --import tsx castor-cli.ts …`), so
+ * tests see exactly what a user sees: stdout, stderr and the exit code.
+ */
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
+const TSX = import.meta.resolve("tsx");
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface CliOptions {
+  /** Extra environment; the parent's CASTOR_* variables are never passed on. */
+  env?: Record<string, string>;
+  /** Working directory (the default `./castor-data` is relative to it). */
+  cwd?: string;
+  /** Kill the child after this long (a hung command fails the test instead of the run). */
+  timeoutMs?: number;
+}
+
+export function runCastor(args: string[], options: CliOptions = {}): Promise<CliResult> {
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
+  const child = spawn(process.execPath, ["--import", TSX, ENTRY, ...args], {
+    cwd: options.cwd,
+    env: { ...inherited, ...options.env },
+    stdio: ["ignore", "pipe", "pipe"],
+    timeout: options.timeoutMs ?? 20_000,
+  });
+  const stdout: Buffer[] = [];
+  const stderr: Buffer[] = [];
+  child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk));
+  child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("close", (code) =>
+      resolve({ code, stdout: Buffer.concat(stdout).toString("utf8"), stderr: Buffer.concat(stderr).toString("utf8") }),
+    );
+  });
+}
