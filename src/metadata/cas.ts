@@ -2,10 +2,18 @@
  * The CAS half of the metadata seam: xorbs with their per-chunk tables, files with their
  * terms, the file ↔ repository links, accepted shards, and the global-dedup index.
  *
- * Xorbs and files are content-addressed and therefore immutable once recorded: a backend may
- * store their tables packed (one row per xorb / file) and callers may cache them freely.
+ * Xorbs and files are content-addressed and therefore immutable once recorded: a backend
+ * stores their tables packed (one row per xorb / file, layouts below) and callers may cache
+ * them freely. The packing codecs live here, not in a backend, so SQLite and PostgreSQL store
+ * byte-identical blobs.
+ *
+ * Hashes returned by a store are plain `Uint8Array`s (never `Buffer`s), so `assert.deepEqual`
+ * compares them with hashes built any other way. They may be views into one buffer per record:
+ * treat them as read-only.
  */
-import type { Hash } from "../format/hash.js";
+import { HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
+import { MAX_XORB_CHUNKS } from "../format/xorb.js";
+import { CorruptRecordError, InvalidRecordError } from "./store.js";
 
 /** One chunk of a stored xorb, in xorb order. */
 export interface StoredChunk {
@@ -20,6 +28,7 @@ export interface XorbRecord {
   /** Serialized length as stored (chunks only, never a footer). */
   serializedLength: number;
   uncompressedLength: number;
+  /** 1 to MAX_XORB_CHUNKS chunks. */
   chunks: StoredChunk[];
 }
 
@@ -49,26 +58,46 @@ export interface ShardRegistration {
   repoId: number;
   /** Files in shard order; a file hash may repeat — the first occurrence wins. */
   files: FileRecord[];
-  /** Chunk hash → xorb hash entries of the global-dedup index. */
+  /**
+   * Chunk hash → xorb hash entries of the global-dedup index. Their order is the index's
+   * "oldest first" order among entries of this registration.
+   */
   dedupEntries: { chunkHash: Hash; xorbHash: Hash }[];
 }
 
+/**
+ * Writes validate only what the store needs to keep records decodable (hash lengths, integer
+ * ranges, chunk counts) and throw InvalidRecordError otherwise, storing nothing; checking that
+ * a record is *true* (hashes, lengths, ranges inside xorbs) is the CAS service's job. A row that
+ * no longer decodes makes reads throw CorruptRecordError instead of crashing the process.
+ */
 export interface CasMetadataStore {
   /**
    * Records a fully validated, already stored xorb. Returns true when this call inserted it,
-   * false when it was already recorded; of many concurrent calls for one hash exactly one
+   * false when it was already recorded (the first record is kept unchanged); of many concurrent
+   * calls for one hash — in this process or any other on the same database — exactly one
    * returns true.
    */
   putXorb(xorb: XorbRecord): Promise<boolean>;
-  /** The recorded xorbs among `hashes` (missing ones are absent from the map), keyed by hex string form. */
+  /**
+   * The recorded xorbs among `hashes` (missing ones are absent from the map), keyed by hex
+   * string form (`hashToHex`). Duplicates in `hashes` are fine; any number may be asked at once.
+   */
   getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>>;
   /** Serialized lengths of recorded xorbs, without loading chunk tables (for HEAD). */
   getXorbSize(hash: Hash): Promise<number | null>;
 
   /**
    * Registers files, links and dedup entries atomically. Returns true when the shard was new,
-   * false when a shard with the same hash was registered before (its files are still linked to
-   * `repoId`, so a repository that re-uploads a known shard gains access to its files).
+   * false when a shard with the same hash was registered before. Either way every part is
+   * written insert-or-ignore, so a repeat completes a registration and links its files to
+   * `repoId` (a repository that re-uploads a known shard gains access to its files):
+   * - a file hash already recorded keeps its first record; within one registration the first
+   *   occurrence of a file hash wins and later ones are skipped entirely;
+   * - the SHA-256 index is per repository and the latest registration of a digest wins;
+   * - a dedup entry already present keeps its place in the oldest-first order.
+   * NotFoundError when `repoId` names no repository; InvalidRecordError for an unstorable
+   * record. Either way nothing of the registration is stored.
    */
   registerShard(registration: ShardRegistration): Promise<boolean>;
   getFile(hash: Hash): Promise<FileRecord | null>;
@@ -76,6 +105,170 @@ export interface CasMetadataStore {
   isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean>;
   /** File hash registered in `repoId` whose SHA-256 is `sha256` (raw digest), if any. */
   findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null>;
-  /** Xorbs holding an indexed chunk, oldest registration first. */
+  /** Xorbs holding an indexed chunk, oldest registration first, at most `limit` (≥ 0) of them. */
   findDedupXorbs(chunkHash: Hash, limit: number): Promise<Hash[]>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packed tables. No library packs fixed-width records with raw hashes more compactly or
+// cheaply than a DataView does, so these few lines are hand-written.
+
+/**
+ * A xorb's chunk table: one 40-byte record per chunk, in xorb order —
+ * bytes 0..32 chunk hash (raw), 32..36 uncompressed length (u32 LE),
+ * 36..40 serialized end offset E[i] (u32 LE).
+ */
+export const PACKED_CHUNK_BYTES = 40;
+
+/**
+ * A file's term list: one 44-byte record per term, in file order —
+ * bytes 0..32 xorb hash (raw), 32..36 chunk start (u32 LE), 36..40 chunk end, exclusive
+ * (u32 LE), 40..44 unpacked length (u32 LE).
+ */
+export const PACKED_TERM_BYTES = 44;
+
+/**
+ * Upper bound on a file's terms, far above what a shard can carry (a 64 MiB shard holds at most
+ * ~1.4 M 48-byte records): decoding never builds more records than this from a stored row.
+ */
+export const MAX_FILE_TERMS = 1 << 22;
+
+const U32_MAX = 0xffff_ffff;
+
+export function checkHash(value: unknown, what: string): asserts value is Hash {
+  if (!(value instanceof Uint8Array) || value.length !== HASH_BYTES) {
+    const got = value instanceof Uint8Array ? `${value.length} bytes` : typeof value;
+    throw new InvalidRecordError(`${what} must be ${HASH_BYTES} raw bytes, got ${got}`);
+  }
+}
+
+function checkU32(value: unknown, what: string): asserts value is number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < 0 || value > U32_MAX) {
+    throw new InvalidRecordError(`${what} must be an integer from 0 to ${U32_MAX}, got ${String(value)}`);
+  }
+}
+
+function checkLength(value: unknown, what: string): asserts value is number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
+    throw new InvalidRecordError(`${what} must be a non-negative safe integer, got ${String(value)}`);
+  }
+}
+
+/** Checks the xorb's scalar fields and packs its chunk table (which checks every chunk). */
+export function packXorbRecord(xorb: XorbRecord): Uint8Array {
+  checkHash(xorb.hash, "xorb hash");
+  const name = `xorb ${hashToHex(xorb.hash)}`;
+  checkLength(xorb.serializedLength, `serialized length of ${name}`);
+  checkLength(xorb.uncompressedLength, `uncompressed length of ${name}`);
+  return packChunkTable(xorb.chunks, name);
+}
+
+export function packChunkTable(chunks: readonly StoredChunk[], name: string): Uint8Array {
+  if (!Array.isArray(chunks) || chunks.length === 0 || chunks.length > MAX_XORB_CHUNKS) {
+    const got = Array.isArray(chunks) ? `${chunks.length}` : typeof chunks;
+    throw new InvalidRecordError(`${name} must have 1 to ${MAX_XORB_CHUNKS} chunks, got ${got}`);
+  }
+  const packed = new Uint8Array(chunks.length * PACKED_CHUNK_BYTES);
+  const view = new DataView(packed.buffer);
+  for (let i = 0; i < chunks.length; i++) {
+    const chunk = chunks[i];
+    const at = i * PACKED_CHUNK_BYTES;
+    checkHash(chunk.hash, `hash of chunk ${i} of ${name}`);
+    checkU32(chunk.uncompressedLength, `uncompressed length of chunk ${i} of ${name}`);
+    checkU32(chunk.serializedEnd, `serialized end of chunk ${i} of ${name}`);
+    packed.set(chunk.hash, at);
+    view.setUint32(at + 32, chunk.uncompressedLength, true);
+    view.setUint32(at + 36, chunk.serializedEnd, true);
+  }
+  return packed;
+}
+
+/**
+ * Decodes a stored chunk table. Chunk hashes are views into `packed`, which must not be
+ * reused by the caller (database drivers hand out a fresh buffer per row).
+ */
+export function unpackChunkTable(packed: Uint8Array, name: string): StoredChunk[] {
+  const count = packed.length / PACKED_CHUNK_BYTES;
+  if (!Number.isInteger(count) || count === 0 || count > MAX_XORB_CHUNKS) {
+    throw new CorruptRecordError(
+      `the stored chunk table of ${name} has ${packed.length} bytes, not 1 to ${MAX_XORB_CHUNKS} records of ${PACKED_CHUNK_BYTES}: the metadata database is damaged (restore it from a backup)`,
+    );
+  }
+  const view = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
+  const chunks = new Array<StoredChunk>(count);
+  for (let i = 0; i < count; i++) {
+    const at = i * PACKED_CHUNK_BYTES;
+    chunks[i] = {
+      hash: new Uint8Array(packed.buffer, packed.byteOffset + at, HASH_BYTES),
+      uncompressedLength: view.getUint32(at + 32, true),
+      serializedEnd: view.getUint32(at + 36, true),
+    };
+  }
+  return chunks;
+}
+
+/** Checks the file's scalar fields and packs its terms (which checks every term). */
+export function packFileRecord(file: FileRecord): Uint8Array {
+  checkHash(file.hash, "file hash");
+  const name = `file ${hashToHex(file.hash)}`;
+  checkLength(file.size, `size of ${name}`);
+  if (file.sha256 !== null) checkHash(file.sha256, `SHA-256 of ${name}`);
+  return packFileTerms(file.terms, name);
+}
+
+export function packFileTerms(terms: readonly FileTerm[], name: string): Uint8Array {
+  if (!Array.isArray(terms) || terms.length > MAX_FILE_TERMS) {
+    const got = Array.isArray(terms) ? `${terms.length}` : typeof terms;
+    throw new InvalidRecordError(`${name} must have at most ${MAX_FILE_TERMS} terms, got ${got}`);
+  }
+  const packed = new Uint8Array(terms.length * PACKED_TERM_BYTES);
+  const view = new DataView(packed.buffer);
+  for (let i = 0; i < terms.length; i++) {
+    const term = terms[i];
+    const at = i * PACKED_TERM_BYTES;
+    checkHash(term.xorbHash, `xorb hash of term ${i} of ${name}`);
+    checkU32(term.chunkStart, `chunk start of term ${i} of ${name}`);
+    checkU32(term.chunkEnd, `chunk end of term ${i} of ${name}`);
+    checkU32(term.unpackedLength, `unpacked length of term ${i} of ${name}`);
+    packed.set(term.xorbHash, at);
+    view.setUint32(at + 32, term.chunkStart, true);
+    view.setUint32(at + 36, term.chunkEnd, true);
+    view.setUint32(at + 40, term.unpackedLength, true);
+  }
+  return packed;
+}
+
+/** Decodes stored terms; xorb hashes are views into `packed` (see unpackChunkTable). */
+export function unpackFileTerms(packed: Uint8Array, name: string): FileTerm[] {
+  const count = packed.length / PACKED_TERM_BYTES;
+  if (!Number.isInteger(count) || count > MAX_FILE_TERMS) {
+    throw new CorruptRecordError(
+      `the stored terms of ${name} have ${packed.length} bytes, not at most ${MAX_FILE_TERMS} records of ${PACKED_TERM_BYTES}: the metadata database is damaged (restore it from a backup)`,
+    );
+  }
+  const view = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
+  const terms = new Array<FileTerm>(count);
+  for (let i = 0; i < count; i++) {
+    const at = i * PACKED_TERM_BYTES;
+    terms[i] = {
+      xorbHash: new Uint8Array(packed.buffer, packed.byteOffset + at, HASH_BYTES),
+      chunkStart: view.getUint32(at + 32, true),
+      chunkEnd: view.getUint32(at + 36, true),
+      unpackedLength: view.getUint32(at + 40, true),
+    };
+  }
+  return terms;
+}
+
+/**
+ * A hash read back from a stored row, as a plain Uint8Array view (drivers return Buffers);
+ * CorruptRecordError unless it has exactly 32 bytes.
+ */
+export function storedHash(bytes: Uint8Array, what: string): Hash {
+  if (bytes.length !== HASH_BYTES) {
+    throw new CorruptRecordError(
+      `a stored ${what} has ${bytes.length} bytes instead of ${HASH_BYTES}: the metadata database is damaged (restore it from a backup)`,
+    );
+  }
+  return new Uint8Array(bytes.buffer, bytes.byteOffset, HASH_BYTES);
 }

@@ -4,12 +4,30 @@
  * process (an admin command next to the running server) wait for the write lock instead of
  * failing. Statements are prepared once; rows are never cached, so another process's writes
  * are seen by the next call.
+ *
+ * The WAL stays bounded: every statement runs to completion synchronously (no `iterate()`, no
+ * transaction spanning an await), so no read transaction outlives its call and the automatic
+ * checkpoint (every 1000 pages) can always reset the log; `journal_size_limit` then truncates a
+ * log that one large transaction (a big shard registration) grew past the limit.
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import Database from "better-sqlite3";
+import { bytesToPlainHex, hashToHex, type Hash } from "../format/hash.js";
+import {
+  checkHash,
+  packFileRecord,
+  packXorbRecord,
+  storedHash,
+  unpackChunkTable,
+  unpackFileTerms,
+  type FileRecord,
+  type ShardRegistration,
+  type XorbRecord,
+} from "./cas.js";
 import {
   AlreadyExistsError,
+  InvalidRecordError,
   NotFoundError,
   type Access,
   type HubToken,
@@ -25,6 +43,18 @@ export const METADATA_FILE_NAME = "metadata.sqlite";
 
 /** How long a write waits for another connection's write lock before SQLITE_BUSY. */
 export const BUSY_TIMEOUT_MS = 5000;
+
+/** Size the WAL file is truncated back to after a checkpoint reset it. */
+export const JOURNAL_SIZE_LIMIT_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Page cache per connection (default is 2 MB). A 10,000-file registration touches a few
+ * thousand index pages; with them all in cache no dirty page spills to the WAL twice.
+ */
+const CACHE_SIZE_KIB = 32 * 1024;
+
+/** Hashes per `getXorbs` query; batch sizes are powers of two up to this, so few statements exist. */
+const XORB_BATCH_MAX = 256;
 
 /**
  * Schema migrations; entry i takes `PRAGMA user_version` from i to i + 1. Append only: a
@@ -66,6 +96,63 @@ export const MIGRATIONS: readonly string[] = [
   ) STRICT, WITHOUT ROWID;
   CREATE INDEX hub_token_repos_by_repo ON hub_token_repos (repo_id);
   `,
+  // CAS tables. Hashes are 32-byte BLOBs. Xorbs and files are one row each with their tables
+  // packed (layouts in cas.ts) and the BLOB column last, so reading the scalar columns before
+  // it never touches the blob's overflow pages. Both are rowid tables because their rows are
+  // large, which WITHOUT ROWID tables handle badly.
+  `
+  CREATE TABLE xorbs (
+    hash                BLOB    NOT NULL PRIMARY KEY CHECK (length(hash) = 32),
+    serialized_length   INTEGER NOT NULL CHECK (serialized_length >= 0),
+    uncompressed_length INTEGER NOT NULL CHECK (uncompressed_length >= 0),
+    created_at          INTEGER NOT NULL,
+    chunks              BLOB    NOT NULL CHECK (length(chunks) > 0 AND length(chunks) % 40 = 0)
+  ) STRICT;
+
+  CREATE TABLE files (
+    hash       BLOB    NOT NULL PRIMARY KEY CHECK (length(hash) = 32),
+    size       INTEGER NOT NULL CHECK (size >= 0),
+    sha256     BLOB             CHECK (sha256 IS NULL OR length(sha256) = 32),
+    created_at INTEGER NOT NULL,
+    terms      BLOB    NOT NULL CHECK (length(terms) % 44 = 0)
+  ) STRICT;
+
+  -- No index by repo_id: nothing deletes repositories yet, and every insert would pay for it.
+  CREATE TABLE file_repos (
+    file_hash BLOB    NOT NULL REFERENCES files (hash),
+    repo_id   INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    PRIMARY KEY (file_hash, repo_id)
+  ) STRICT, WITHOUT ROWID;
+
+  CREATE TABLE file_sha256 (
+    repo_id   INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    sha256    BLOB    NOT NULL CHECK (length(sha256) = 32),
+    file_hash BLOB    NOT NULL REFERENCES files (hash),
+    PRIMARY KEY (repo_id, sha256)
+  ) STRICT, WITHOUT ROWID;
+
+  CREATE TABLE shards (
+    hash       BLOB    NOT NULL PRIMARY KEY CHECK (length(hash) = 32),
+    created_at INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+
+  -- One B-tree: the primary key both deduplicates entries and serves the lookup by chunk
+  -- hash. seq is the insertion order findDedupXorbs returns oldest first (it sorts the few
+  -- xorbs of one chunk); it comes from dedup_seq, advanced once per registration under the
+  -- write lock, which keeps inserts to a single B-tree (a rowid would need a second index).
+  CREATE TABLE dedup_chunks (
+    chunk_hash BLOB    NOT NULL CHECK (length(chunk_hash) = 32),
+    xorb_hash  BLOB    NOT NULL CHECK (length(xorb_hash) = 32),
+    seq        INTEGER NOT NULL,
+    PRIMARY KEY (chunk_hash, xorb_hash)
+  ) STRICT, WITHOUT ROWID;
+
+  CREATE TABLE dedup_seq (
+    one  INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+    next INTEGER NOT NULL
+  ) STRICT;
+  INSERT INTO dedup_seq (one, next) VALUES (1, 0);
+  `,
 ];
 
 /** The database file was written by a newer castor whose schema this version does not know. */
@@ -98,6 +185,18 @@ interface TokenRepoRow {
   token_id: string;
   repo_id: number;
 }
+interface XorbRow {
+  hash: Buffer;
+  serialized_length: number;
+  uncompressed_length: number;
+  chunks: Buffer;
+}
+interface FileRow {
+  size: number;
+  sha256: Buffer | null;
+  terms: Buffer;
+}
+type XorbBatchStatement = Database.Statement<Uint8Array[], XorbRow>;
 
 export class SqliteMetadataStore implements MetadataStore {
   /** Opens (creating the folder, file and schema as needed) `${dataDir}/metadata.sqlite`. */
@@ -117,6 +216,8 @@ export class SqliteMetadataStore implements MetadataStore {
       this.db.pragma("journal_mode = WAL");
       this.db.pragma("synchronous = NORMAL");
       this.db.pragma("foreign_keys = ON");
+      this.db.pragma(`journal_size_limit = ${JOURNAL_SIZE_LIMIT_BYTES}`);
+      this.db.pragma(`cache_size = -${CACHE_SIZE_KIB}`);
       migrate(this.db, path);
     } catch (err) {
       this.db.close();
@@ -147,7 +248,59 @@ export class SqliteMetadataStore implements MetadataStore {
       listTokenRepos: db.prepare<[], TokenRepoRow>("SELECT token_id, repo_id FROM hub_token_repos ORDER BY token_id, repo_id"),
       revokeToken: db.prepare<[number, string]>("UPDATE hub_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?"),
       ping: db.prepare<[], { ok: number }>("SELECT 1 AS ok"),
+
+      insertXorb: db.prepare<[Uint8Array, number, number, number, Uint8Array]>(
+        `INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
+         VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
+      ),
+      xorbSize: db.prepare<[Uint8Array], { serialized_length: number }>(
+        "SELECT serialized_length FROM xorbs WHERE hash = ?",
+      ),
+      repoExists: db.prepare<[number], { ok: number }>("SELECT 1 AS ok FROM repos WHERE id = ?"),
+      insertShard: db.prepare<[Uint8Array, number]>(
+        "INSERT INTO shards (hash, created_at) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING",
+      ),
+      insertFile: db.prepare<[Uint8Array, number, Uint8Array | null, number, Uint8Array]>(
+        `INSERT INTO files (hash, size, sha256, created_at, terms)
+         VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
+      ),
+      linkFile: db.prepare<[Uint8Array, number]>(
+        "INSERT INTO file_repos (file_hash, repo_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+      ),
+      putSha256: db.prepare<[number, Uint8Array, Uint8Array]>(
+        `INSERT INTO file_sha256 (repo_id, sha256, file_hash) VALUES (?, ?, ?)
+         ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash`,
+      ),
+      advanceDedupSeq: db.prepare<[number], { next: number }>(
+        "UPDATE dedup_seq SET next = next + ? WHERE one = 1 RETURNING next",
+      ),
+      insertDedup: db.prepare<[Uint8Array, Uint8Array, number]>(
+        "INSERT INTO dedup_chunks (chunk_hash, xorb_hash, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+      ),
+      getFile: db.prepare<[Uint8Array], FileRow>("SELECT size, sha256, terms FROM files WHERE hash = ?"),
+      fileInRepo: db.prepare<[Uint8Array, number], { ok: number }>(
+        "SELECT 1 AS ok FROM file_repos WHERE file_hash = ? AND repo_id = ?",
+      ),
+      fileBySha256: db.prepare<[number, Uint8Array], { file_hash: Buffer }>(
+        "SELECT file_hash FROM file_sha256 WHERE repo_id = ? AND sha256 = ?",
+      ),
+      dedupXorbs: db.prepare<[Uint8Array, number], { xorb_hash: Buffer }>(
+        "SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = ? ORDER BY seq LIMIT ?",
+      ),
     };
+  }
+
+  /** `SELECT … WHERE hash IN (?, …)` with `size` placeholders, prepared on first use. */
+  private readonly xorbBatches = new Map<number, XorbBatchStatement>();
+  private xorbBatch(size: number): XorbBatchStatement {
+    let statement = this.xorbBatches.get(size);
+    if (!statement) {
+      statement = this.db.prepare<Uint8Array[], XorbRow>(
+        `SELECT hash, serialized_length, uncompressed_length, chunks FROM xorbs WHERE hash IN (${Array(size).fill("?").join(", ")})`,
+      );
+      this.xorbBatches.set(size, statement);
+    }
+    return statement;
   }
 
   async createRepo(type: RepoType, name: string): Promise<Repo> {
@@ -266,6 +419,100 @@ export class SqliteMetadataStore implements MetadataStore {
     return this.sql.revokeToken.run(Date.now(), id).changes > 0;
   }
 
+  async putXorb(xorb: XorbRecord): Promise<boolean> {
+    const chunks = packXorbRecord(xorb);
+    return (
+      this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, Date.now(), chunks).changes > 0
+    );
+  }
+
+  async getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
+    const found = new Map<string, XorbRecord>();
+    const distinct = [...new Map(hashes.map((hash) => [bytesToPlainHex(hash), hash])).values()];
+    for (let start = 0; start < distinct.length; start += XORB_BATCH_MAX) {
+      const batch = distinct.slice(start, start + XORB_BATCH_MAX);
+      // Pad to a power of two by repeating the last hash (harmless inside IN), so at most
+      // log2(XORB_BATCH_MAX) + 1 statements are ever prepared.
+      let size = 1;
+      while (size < batch.length) size *= 2;
+      while (batch.length < size) batch.push(batch[batch.length - 1]);
+      for (const row of this.xorbBatch(size).all(...batch)) {
+        const record = toXorbRecord(row);
+        found.set(hashToHex(record.hash), record);
+      }
+    }
+    return found;
+  }
+
+  async getXorbSize(hash: Hash): Promise<number | null> {
+    return this.sql.xorbSize.get(hash)?.serialized_length ?? null;
+  }
+
+  async registerShard(registration: ShardRegistration): Promise<boolean> {
+    const { shardHash, repoId, files, dedupEntries } = registration;
+    checkHash(shardHash, "shard hash");
+    if (!Number.isSafeInteger(repoId)) throw new InvalidRecordError(`repository id must be an integer, got ${String(repoId)}`);
+    const sql = this.sql;
+    // Records are packed (and so checked) inside the transaction, one at a time: a bad record
+    // anywhere throws and rolls back everything written before it.
+    const register = this.db.transaction((): boolean => {
+      if (!sql.repoExists.get(repoId)) throw new NotFoundError(`no repository with id ${repoId}`);
+      const now = Date.now();
+      const isNew = sql.insertShard.run(shardHash, now).changes > 0;
+      const seen = new Set<string>();
+      for (const file of files) {
+        const terms = packFileRecord(file);
+        const key = bytesToPlainHex(file.hash);
+        if (seen.has(key)) continue;
+        seen.add(key);
+        sql.insertFile.run(file.hash, file.size, file.sha256, now, terms);
+        sql.linkFile.run(file.hash, repoId);
+        if (file.sha256 !== null) sql.putSha256.run(repoId, file.sha256, file.hash);
+      }
+      if (dedupEntries.length > 0) {
+        const firstSeq = sql.advanceDedupSeq.get(dedupEntries.length)!.next - dedupEntries.length;
+        for (let i = 0; i < dedupEntries.length; i++) {
+          const entry = dedupEntries[i];
+          checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
+          checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
+          sql.insertDedup.run(entry.chunkHash, entry.xorbHash, firstSeq + i);
+        }
+      }
+      return isNew;
+    });
+    return register.immediate();
+  }
+
+  async getFile(hash: Hash): Promise<FileRecord | null> {
+    const row = this.sql.getFile.get(hash);
+    if (!row) return null;
+    const fileHash = new Uint8Array(hash);
+    const name = `file ${hashToHex(fileHash)}`;
+    return {
+      hash: fileHash,
+      size: row.size,
+      terms: unpackFileTerms(row.terms, name),
+      sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
+    };
+  }
+
+  async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
+    return this.sql.fileInRepo.get(fileHash, repoId) !== undefined;
+  }
+
+  async findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {
+    const row = this.sql.fileBySha256.get(repoId, sha256);
+    return row ? storedHash(row.file_hash, "file hash in the SHA-256 index") : null;
+  }
+
+  async findDedupXorbs(chunkHash: Hash, limit: number): Promise<Hash[]> {
+    if (!Number.isSafeInteger(limit) || limit < 0) {
+      throw new RangeError(`the dedup lookup limit must be a non-negative integer, got ${limit}`);
+    }
+    if (limit === 0) return [];
+    return this.sql.dedupXorbs.all(chunkHash, limit).map((row) => storedHash(row.xorb_hash, "xorb hash in the dedup index"));
+  }
+
   async ping(): Promise<void> {
     this.sql.ping.get();
   }
@@ -303,6 +550,16 @@ function migrate(db: Database.Database, path: string): void {
 
 function isConstraint(err: unknown, code: string): boolean {
   return err instanceof Database.SqliteError && err.code === code;
+}
+
+function toXorbRecord(row: XorbRow): XorbRecord {
+  const hash = storedHash(row.hash, "xorb hash");
+  return {
+    hash,
+    serializedLength: row.serialized_length,
+    uncompressedLength: row.uncompressed_length,
+    chunks: unpackChunkTable(row.chunks, `xorb ${hashToHex(hash)}`),
+  };
 }
 
 function toRepo(row: RepoRow): Repo {

@@ -4,8 +4,8 @@
  * contract suite in test/contract/metadata-store.ts. All methods are async because the
  * PostgreSQL implementation is.
  *
- * This first part covers the hub (repositories, revisions, hub tokens). The CAS tables (xorbs,
- * files, shards, dedup index) are added by the write-path work.
+ * It has two halves: the hub (repositories, revisions, hub tokens), declared here, and the CAS
+ * (xorbs, files, shards, dedup index), declared in cas.ts with the packed-table codecs.
  *
  * Rules every implementation keeps (the contract suite checks them):
  * - No caching: each call reads the database, so a write by another process (an admin command
@@ -16,6 +16,10 @@
  *   as they are; deciding whether a token is usable is the hub's job.
  * - Names are stored exactly as given (case-sensitive); validating them is the hub's job.
  */
+
+import type { CasMetadataStore } from "./cas.js";
+
+export type { CasMetadataStore, FileRecord, FileTerm, ShardRegistration, StoredChunk, XorbRecord } from "./cas.js";
 
 export const REPO_TYPES = ["model", "dataset", "space"] as const;
 export type RepoType = (typeof REPO_TYPES)[number];
@@ -63,12 +67,29 @@ export class AlreadyExistsError extends Error {
   override readonly name = "AlreadyExistsError";
 }
 
-/** Thrown when a write refers to a row that does not exist (a revision or token naming an unknown repository id). */
+/**
+ * Thrown when a write refers to a row that does not exist (a revision, token or shard
+ * registration naming an unknown repository id).
+ */
 export class NotFoundError extends Error {
   override readonly name = "NotFoundError";
 }
 
-export interface MetadataStore {
+/**
+ * Thrown when a CAS record cannot be stored as given (a hash that is not 32 bytes, a length
+ * that is not a u32, a xorb without chunks or with too many); nothing of the write is stored.
+ * It signals a bug in the caller, which validates untrusted input before recording it.
+ */
+export class InvalidRecordError extends Error {
+  override readonly name = "InvalidRecordError";
+}
+
+/** Thrown by a read when a stored row no longer decodes (damaged database). */
+export class CorruptRecordError extends Error {
+  override readonly name = "CorruptRecordError";
+}
+
+export interface MetadataStore extends CasMetadataStore {
   /** Creates the repository and its `main` branch atomically. AlreadyExistsError if present. */
   createRepo(type: RepoType, name: string): Promise<Repo>;
   getRepo(type: RepoType, name: string): Promise<Repo | null>;

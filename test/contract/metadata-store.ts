@@ -4,7 +4,7 @@
  * `reopen` must give a second, independent store instance on the same database; the
  * cross-instance cases fail with a message saying so when it is missing.
  */
-import { describe, it } from "node:test";
+import { describe, it, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import {
   AlreadyExistsError,
@@ -13,6 +13,7 @@ import {
   type MetadataStore,
   type NewHubToken,
 } from "../../src/metadata/store.js";
+import { runCasMetadataContract } from "./cas-metadata.js";
 
 export interface MetadataStoreFixture {
   store: MetadataStore;
@@ -23,7 +24,8 @@ export interface MetadataStoreFixture {
 export function runMetadataStoreContract(name: string, open: () => Promise<MetadataStoreFixture>): void {
   /** Runs `body` against a fresh store, closing every instance it opened and cleaning up. */
   const withStore =
-    (body: (store: MetadataStore, reopen: () => Promise<MetadataStore>) => Promise<void>) => async () => {
+    (body: (store: MetadataStore, reopen: () => Promise<MetadataStore>, t: TestContext) => Promise<void>) =>
+    async (t: TestContext) => {
       const fixture = await open();
       const extra: MetadataStore[] = [];
       const reopen = async (): Promise<MetadataStore> => {
@@ -33,7 +35,7 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
         return second;
       };
       try {
-        await body(fixture.store, reopen);
+        await body(fixture.store, reopen, t);
       } finally {
         for (const store of extra) await store.close();
         await fixture.store.close();
@@ -307,5 +309,7 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
         await (await reopen()).ping();
       }));
     });
+
+    runCasMetadataContract(withStore);
   });
 }

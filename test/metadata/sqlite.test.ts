@@ -1,24 +1,53 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
+import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Worker } from "node:worker_threads";
 import Database from "better-sqlite3";
 import { ConfigError, loadConfig } from "../../src/config.js";
+import { hashToHex, type Hash } from "../../src/format/hash.js";
+import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import {
+  JOURNAL_SIZE_LIMIT_BYTES,
   METADATA_FILE_NAME,
   MIGRATIONS,
   MetadataSchemaError,
   SqliteMetadataStore,
 } from "../../src/metadata/sqlite.js";
+import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
 
 async function tempDir(): Promise<string> {
   return mkdtemp(join(tmpdir(), "castor-sqlite-"));
+}
+
+/** A cheap distinct hash per (tag, n): no hashing, so thousands cost nothing. */
+function testHash(tag: number, n: number): Hash {
+  const hash = new Uint8Array(32);
+  const view = new DataView(hash.buffer);
+  view.setUint32(0, tag);
+  view.setUint32(4, n);
+  hash[31] = 0x5a;
+  return hash;
+}
+
+function testXorb(n: number, chunkCount: number): XorbRecord {
+  const chunks = Array.from({ length: chunkCount }, (_, i) => ({
+    hash: testHash(2, n * 10_000 + i),
+    uncompressedLength: 65_536,
+    serializedEnd: (i + 1) * 40_008,
+  }));
+  return { hash: testHash(1, n), serializedLength: chunkCount * 40_008, uncompressedLength: chunkCount * 65_536, chunks };
+}
+
+function walSize(store: SqliteMetadataStore): number {
+  const wal = `${store.path}-wal`;
+  return existsSync(wal) ? statSync(wal).size : 0;
 }
 
 runMetadataStoreContract("SQLite", async () => {
@@ -100,6 +129,204 @@ describe("SqliteMetadataStore specifics", () => {
       assert.deepEqual(await store.getRepo("model", "alice/waited"), repo);
     } finally {
       await worker.terminate();
+      await store.close();
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("SqliteMetadataStore CAS specifics", () => {
+  it("upgrades a database of schema version 1, keeping its rows", async () => {
+    const root = await tempDir();
+    try {
+      const raw = new Database(join(root, METADATA_FILE_NAME));
+      raw.exec(MIGRATIONS[0]);
+      raw.pragma("user_version = 1");
+      raw.prepare("INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', 1)").run();
+      raw.close();
+
+      const store = await SqliteMetadataStore.open(root);
+      try {
+        const repo = await store.getRepo("model", "alice/old");
+        assert.equal(repo?.createdAt.getTime(), 1);
+        assert.equal(await store.putXorb(testXorb(1, 3)), true);
+        assert.equal(await store.registerShard({ shardHash: testHash(9, 1), repoId: repo!.id, files: [], dedupEntries: [] }), true);
+      } finally {
+        await store.close();
+      }
+      const check = new Database(join(root, METADATA_FILE_NAME), { readonly: true });
+      try {
+        assert.equal(check.pragma("user_version", { simple: true }), MIGRATIONS.length);
+      } finally {
+        check.close();
+      }
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it("answers CorruptRecordError for damaged rows instead of reading out of bounds", async () => {
+    const root = await tempDir();
+    const store = await SqliteMetadataStore.open(root);
+    try {
+      const repo = await store.createRepo("model", "alice/damaged");
+      const healthy = testXorb(1, 4);
+      const damaged = testXorb(2, 4);
+      await store.putXorb(healthy);
+      await store.putXorb(damaged);
+      const file: FileRecord = {
+        hash: testHash(3, 1),
+        size: 65_536,
+        terms: [{ xorbHash: damaged.hash, chunkStart: 0, chunkEnd: 1, unpackedLength: 65_536 }],
+        sha256: testHash(4, 1),
+      };
+      const chunk = damaged.chunks[0].hash;
+      await store.registerShard({
+        shardHash: testHash(5, 1),
+        repoId: repo.id,
+        files: [file],
+        dedupEntries: [{ chunkHash: chunk, xorbHash: damaged.hash }],
+      });
+
+      // Another connection damages the rows, bypassing the schema's CHECK constraints.
+      const raw = new Database(store.path);
+      try {
+        raw.pragma("ignore_check_constraints = ON");
+        raw.prepare("UPDATE xorbs SET chunks = zeroblob(41) WHERE hash = ?").run(damaged.hash);
+        raw.prepare("UPDATE files SET terms = zeroblob(45), sha256 = zeroblob(3) WHERE hash = ?").run(file.hash);
+        raw.prepare("UPDATE dedup_chunks SET xorb_hash = zeroblob(31) WHERE chunk_hash = ?").run(chunk);
+      } finally {
+        raw.close();
+      }
+
+      await assert.rejects(store.getXorbs([healthy.hash, damaged.hash]), (err: unknown) => {
+        assert.ok(err instanceof CorruptRecordError);
+        assert.match(err.message, new RegExp(`chunk table of xorb ${hashToHex(damaged.hash)} has 41 bytes.*restore it from a backup`));
+        return true;
+      });
+      await assert.rejects(store.getFile(file.hash), /stored terms of file .* have 45 bytes/);
+      await assert.rejects(store.findDedupXorbs(chunk, 5), CorruptRecordError);
+      assert.deepEqual((await store.getXorbs([healthy.hash])).get(hashToHex(healthy.hash)), healthy, "healthy rows still read");
+      assert.equal(await store.getXorbSize(damaged.hash), damaged.serializedLength);
+    } finally {
+      await store.close();
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it("keeps the WAL bounded: sustained writes beside a reader, and after one oversized transaction", async () => {
+    const root = await tempDir();
+    const store = await SqliteMetadataStore.open(root);
+    const reader = await SqliteMetadataStore.open(root);
+    try {
+      // ~24 MiB of xorb rows, one transaction each, while another instance keeps reading. The
+      // xorbs share one chunk table: only the bytes written matter here.
+      const chunks = testXorb(0, 2000).chunks;
+      let largestWal = 0;
+      for (let n = 0; n < 300; n++) {
+        await store.putXorb({ ...testXorb(n, 1), chunks });
+        if (n % 10 === 0) assert.equal((await reader.getXorbs([testHash(1, n)])).size, 1);
+        largestWal = Math.max(largestWal, walSize(store));
+      }
+      assert.ok(largestWal <= JOURNAL_SIZE_LIMIT_BYTES, `the WAL reached ${largestWal} bytes under sustained writes`);
+
+      // One registration larger than the limit (500 files of 1,000 terms, ~22 MB) must grow
+      // the WAL past it; the next write after the automatic checkpoint truncates it back.
+      const repo = await store.createRepo("model", "alice/wal");
+      const terms = Array.from({ length: 1000 }, (_, k) => ({ xorbHash: testHash(1, k % 300), chunkStart: k, chunkEnd: k + 1, unpackedLength: 65_536 }));
+      const files: FileRecord[] = Array.from({ length: 500 }, (_, f) => ({ hash: testHash(6, f), size: 1000 * 65_536, terms, sha256: null }));
+      await store.registerShard({ shardHash: testHash(7, 1), repoId: repo.id, files, dedupEntries: [] });
+      assert.ok(walSize(store) > JOURNAL_SIZE_LIMIT_BYTES, "precondition: the registration outgrew the limit");
+      assert.ok(await reader.getFile(files[499].hash));
+      await store.putXorb(testXorb(1000, 1));
+      assert.ok(walSize(store) <= JOURNAL_SIZE_LIMIT_BYTES, `the WAL stayed at ${walSize(store)} bytes`);
+    } finally {
+      await reader.close();
+      await store.close();
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it("lets exactly one of several processes racing on the same file insert each xorb", async () => {
+    const root = await tempDir();
+    const store = await SqliteMetadataStore.open(root);
+    const children = 2;
+    const xorbCount = 40;
+    // Each child opens its own store, says "ready", waits for "go" (sent once all are ready, so
+    // they really race), then puts the same xorbs in its own order and prints what it was told.
+    // This process races too, through its own store, in a third order.
+    const code = `
+      const { SqliteMetadataStore } = await import(process.env.STORE_MODULE);
+      const store = await SqliteMetadataStore.open(process.env.STORE_ROOT);
+      const index = Number(process.env.RACER_INDEX), count = Number(process.env.XORB_COUNT);
+      process.stdout.write("ready\\n");
+      await new Promise((resolve) => process.stdin.once("data", resolve));
+      const inserted = {};
+      for (let i = 0; i < count; i++) {
+        const n = (index % 2 === 0 ? i + index * 13 : count - 1 - i) % count;
+        const hash = new Uint8Array(32);
+        new DataView(hash.buffer).setUint32(0, 77);
+        new DataView(hash.buffer).setUint32(4, n);
+        const chunks = [{ hash: hash.map((b) => b ^ 0xff), uncompressedLength: 10, serializedEnd: 18 }];
+        inserted[n] = await store.putXorb({ hash, serializedLength: 18, uncompressedLength: 10, chunks });
+      }
+      await store.close();
+      process.stdout.write(JSON.stringify(inserted) + "\\n");
+      process.stdin.destroy();
+    `;
+    const xorbHash = (n: number): Hash => {
+      const hash = new Uint8Array(32);
+      new DataView(hash.buffer).setUint32(0, 77);
+      new DataView(hash.buffer).setUint32(4, n);
+      return hash;
+    };
+    const racers = Array.from({ length: children }, (_, index) => {
+      const child = spawn(process.execPath, ["--import", import.meta.resolve("tsx"), "--input-type=module", "-e", code], {
+        env: {
+          ...process.env,
+          STORE_MODULE: new URL("../../src/metadata/sqlite.ts", import.meta.url).href,
+          STORE_ROOT: root,
+          RACER_INDEX: String(index),
+          XORB_COUNT: String(xorbCount),
+        },
+        stdio: ["pipe", "pipe", "inherit"],
+      });
+      let output = "";
+      child.stdout.setEncoding("utf8");
+      const ready = new Promise<void>((resolve) => {
+        child.stdout.on("data", (text: string) => {
+          output += text;
+          if (output.startsWith("ready\n")) resolve();
+        });
+      });
+      const done = new Promise<Record<number, boolean>>((resolve, reject) => {
+        child.once("error", reject);
+        child.once("exit", (status) => {
+          if (status !== 0) reject(new Error(`racer ${index} exited with ${status}: ${output}`));
+          else resolve(JSON.parse(output.slice("ready\n".length)));
+        });
+      });
+      return { child, ready, done };
+    });
+    try {
+      await Promise.all(racers.map((racer) => racer.ready));
+      for (const racer of racers) racer.child.stdin.write("go\n");
+      const own: Record<number, boolean> = {};
+      for (let i = 0; i < xorbCount; i++) {
+        const n = (i * 7 + 5) % xorbCount;
+        const hash = xorbHash(n);
+        const chunks = [{ hash: hash.map((b) => b ^ 0xff), uncompressedLength: 10, serializedEnd: 18 }];
+        own[n] = await store.putXorb({ hash, serializedLength: 18, uncompressedLength: 10, chunks });
+      }
+      const results = [own, ...(await Promise.all(racers.map((racer) => racer.done)))];
+      for (let n = 0; n < xorbCount; n++) {
+        assert.ok(results.every((r) => typeof r[n] === "boolean"), `every racer put xorb ${n}`);
+        const winners = results.filter((r) => r[n]).length;
+        assert.equal(winners, 1, `xorb ${n}: ${winners} racers were told they inserted it`);
+      }
+      assert.equal((await store.getXorbs(Array.from({ length: xorbCount }, (_, n) => xorbHash(n)))).size, xorbCount);
+    } finally {
+      for (const racer of racers) racer.child.kill();
       await store.close();
       await rm(root, { recursive: true, force: true });
     }
