@@ -25,8 +25,12 @@ export interface CastorConfig {
   dataDir: string;
   listenHost: string;
   listenPort: number;
-  /** Base URL written into `casUrl` and transfer URLs; no trailing slash. */
-  publicUrl: string;
+  /**
+   * Base URL written into `casUrl` and transfer URLs; no trailing slash. null only when
+   * `CASTOR_LISTEN` asks for port 0 and `CASTOR_PUBLIC_URL` is unset: the URL then depends on
+   * the port the OS picks, so the server derives it after binding (`publicUrlForBoundPort`).
+   */
+  publicUrl: string | null;
   /** `postgres://…` selects PostgreSQL metadata; null = SQLite in the data dir. */
   databaseUrl: string | null;
   /** null = filesystem blobs in the data dir. */
@@ -97,16 +101,18 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
   const dataDir = resolve(get("CASTOR_DATA_DIR") ?? "./castor-data");
   const { host: listenHost, port: listenPort } = parseListen(get("CASTOR_LISTEN") ?? "127.0.0.1:8080");
 
-  let publicUrl = get("CASTOR_PUBLIC_URL");
-  if (publicUrl === undefined) {
-    if (listenHost === "0.0.0.0" || listenHost === "::") {
+  const explicitPublicUrl = get("CASTOR_PUBLIC_URL");
+  let publicUrl: string | null;
+  if (explicitPublicUrl !== undefined) {
+    publicUrl = parsePublicUrl(explicitPublicUrl);
+  } else {
+    if (isWildcardHost(listenHost)) {
       throw new ConfigError(
         `CASTOR_PUBLIC_URL is required when listening on the wildcard address ${listenHost}: set it to the URL clients reach castor at (e.g. https://cas.example.com)`,
       );
     }
-    publicUrl = `http://${isIP(listenHost) === 6 ? `[${listenHost}]` : listenHost}:${listenPort}`;
+    publicUrl = listenPort === 0 ? null : listenUrl(listenHost, listenPort);
   }
-  publicUrl = parsePublicUrl(publicUrl);
 
   const databaseUrl = get("CASTOR_DATABASE_URL") ?? null;
   if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
@@ -163,11 +169,32 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
   };
 }
 
+/**
+ * The public URL once the listening port is known: the configured one, or `http://host:port`
+ * built from the listen host and the port actually bound (which differs from the configured
+ * port only when that was 0).
+ */
+export function publicUrlForBoundPort(config: Pick<CastorConfig, "publicUrl" | "listenHost">, boundPort: number): string {
+  return config.publicUrl ?? listenUrl(config.listenHost, boundPort);
+}
+
+/** `http://host:port`, bracketing IPv6 literals. */
+export function listenUrl(host: string, port: number): string {
+  return `http://${isIP(host) === 6 ? `[${host}]` : host}:${port}`;
+}
+
+function isWildcardHost(host: string): boolean {
+  return host === "0.0.0.0" || host === "::" || host === "[::]" || host === "::0";
+}
+
 function parseListen(value: string): { host: string; port: number } {
-  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(value);
+  const m = /^(?:\[([^\]]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(value);
   const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) {
-    throw new ConfigError(`CASTOR_LISTEN must be host:port (e.g. 127.0.0.1:8080 or [::1]:8080), got ${JSON.stringify(value)}`);
+  const bracketedIsNotIPv6 = m !== null && m[1] !== undefined && isIP(m[1]) !== 6;
+  if (!m || port > 65535 || bracketedIsNotIPv6) {
+    throw new ConfigError(
+      `CASTOR_LISTEN must be host:port with a port from 0 to 65535 (e.g. 127.0.0.1:8080, [::1]:8080, or 127.0.0.1:0 for any free port), got ${JSON.stringify(value)}`,
+    );
   }
   return { host: m[1] ?? m[2], port };
 }
@@ -183,6 +210,7 @@ function parsePublicUrl(value: string): string {
     throw new ConfigError(`CASTOR_PUBLIC_URL must use http or https, got ${url.protocol}`);
   }
   if (url.search || url.hash) throw new ConfigError("CASTOR_PUBLIC_URL must not carry a query string or fragment");
+  if (url.username || url.password) throw new ConfigError("CASTOR_PUBLIC_URL must not carry credentials (user:password@): clients receive it in casUrl");
   return url.toString().replace(/\/+$/, "");
 }
 

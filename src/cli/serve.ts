@@ -1,0 +1,58 @@
+/**
+ * `castor serve`: runs the CAS server and the hub token operation until SIGINT or SIGTERM,
+ * then shuts down gracefully (stop accepting, finish requests in progress, close the stores)
+ * and exits 0. A second signal during shutdown exits at once with 1.
+ */
+import { loadConfig } from "../config.js";
+import { startServer } from "../server.js";
+import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, parseCommandLine, runCommand } from "./args.js";
+
+const USAGE = `Usage: castor serve [--listen HOST:PORT] [--data-dir DIR] [--public-url URL] […]
+
+Starts the CAS server and the hub token operation; stops gracefully on SIGINT or SIGTERM.
+Logs go to stdout as JSON lines, one per request.
+
+  --listen HOST:PORT     address to bind (CASTOR_LISTEN, default 127.0.0.1:8080; port 0 = any free port)
+  --data-dir DIR         embedded data folder (CASTOR_DATA_DIR, default ./castor-data)
+  --public-url URL       base URL handed to clients as casUrl (CASTOR_PUBLIC_URL)
+  --token-ttl SECONDS    lifetime of CAS access tokens (CASTOR_TOKEN_TTL, default 3600)
+  --log-level LEVEL      fatal, error, warn, info, debug, trace or silent (CASTOR_LOG_LEVEL)
+
+${CONFIG_FLAGS_HELP}
+`;
+
+const SHUTDOWN_SIGNALS = ["SIGINT", "SIGTERM"] as const;
+
+export async function run(argv: string[]): Promise<number> {
+  return runCommand("serve", async () => {
+    const { positionals, configFlags, help } = parseCommandLine(argv, {});
+    if (help) {
+      process.stdout.write(USAGE);
+      return EXIT_OK;
+    }
+    expectPositionals(positionals, []);
+    const config = loadConfig(process.env, configFlags);
+    const server = await startServer(config);
+
+    const signal = await nextShutdownSignal();
+    for (const name of SHUTDOWN_SIGNALS) {
+      process.once(name, () => {
+        server.logger.warn({ signal: name }, "second signal during shutdown: exiting without waiting for requests in progress");
+        process.exit(EXIT_FAILURE);
+      });
+    }
+    server.logger.info({ signal }, `received ${signal}`);
+    await server.close();
+    return EXIT_OK;
+  });
+}
+
+function nextShutdownSignal(): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    const onSignal = (signal: NodeJS.Signals) => {
+      for (const name of SHUTDOWN_SIGNALS) process.off(name, onSignal);
+      resolve(signal);
+    };
+    for (const name of SHUTDOWN_SIGNALS) process.on(name, onSignal);
+  });
+}

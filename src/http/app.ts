@@ -1,0 +1,83 @@
+/**
+ * The fastify application. `createHttpApp` is the bare frame every castor HTTP surface
+ * shares (request ids, one log line per request, JSON errors, shutdown behaviour);
+ * `buildCastorApp` adds the routes on top. Tests build the frame alone to exercise a single
+ * piece (e.g. the CAS auth hook with test routes).
+ */
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
+import type { MetadataStore } from "../metadata/store.js";
+import { registerCasAuth } from "./cas-auth.js";
+import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
+import { registerHealthRoutes } from "./health.js";
+import { registerHubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
+import { OneLinePerRequest, requestIdFor } from "./logging.js";
+
+export interface HttpAppOptions {
+  /** A pino logger (see `createLogger`); fastify derives one child per request from it. */
+  logger: FastifyBaseLogger;
+}
+
+/**
+ * Longest path segment the router accepts. Hub names are ≤ 96 characters per part; the
+ * revision is matched by a wildcard, which this limit does not cover.
+ */
+const MAX_PATH_PARAM_CHARS = 256;
+
+const IDLE_REAP_INTERVAL_MS = 100;
+
+export function createHttpApp(options: HttpAppOptions): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: options.logger,
+    logController: new OneLinePerRequest(),
+    genReqId: requestIdFor,
+    requestIdHeader: false,
+    frameworkErrors: answerFrameworkError,
+    routerOptions: { maxParamLength: MAX_PATH_PARAM_CHARS },
+    // Shutdown: idle keep-alive sockets close at once, requests in progress run to the end.
+    forceCloseConnections: "idle",
+    // Requests received while closing are served (see below), not refused with a 503.
+    return503OnClosing: false,
+  });
+
+  // Shutdown (`app.close()`): the listener stops accepting connections, and every request
+  // already received, even partly, is served to the end. Node closes the keep-alive
+  // connections idle at that moment; one whose request ends later (an upload still arriving)
+  // would stay open for the whole keep-alive timeout, so while closing every response says
+  // `Connection: close` and idle connections are reaped as they appear.
+  let closing = false;
+  let idleReaper: NodeJS.Timeout | undefined;
+  app.addHook("preClose", async () => {
+    closing = true;
+    idleReaper = setInterval(() => app.server.closeIdleConnections(), IDLE_REAP_INTERVAL_MS).unref();
+  });
+  app.addHook("onClose", async () => {
+    clearInterval(idleReaper);
+  });
+  app.addHook("onRequest", async (request, reply) => {
+    reply.header(REQUEST_ID_HEADER, request.id);
+  });
+  app.addHook("onSend", async (_request, reply, payload) => {
+    if (closing) reply.header("connection", "close");
+    return payload;
+  });
+  installErrorHandlers(app);
+  return app;
+}
+
+export interface CastorAppDeps extends HttpAppOptions {
+  store: MetadataStore;
+  hub: TokenRequestAuthorizer;
+  issuer: CasTokenIssuer;
+  verifier: CasTokenVerifier;
+  /** The base URL handed out as `casUrl`; a function because with port 0 it is known only after binding. */
+  publicUrl: () => string;
+}
+
+export function buildCastorApp(deps: CastorAppDeps): FastifyInstance {
+  const app = createHttpApp(deps);
+  registerCasAuth(app, deps.verifier);
+  registerHealthRoutes(app, deps.store);
+  registerHubTokenRoutes(app, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
+  return app;
+}

@@ -1,0 +1,124 @@
+/**
+ * Every error castor answers is JSON `{"error": "<one sentence a user can act on>"}`, whether
+ * a route threw it or fastify itself refused the request (unknown route, bad JSON, body too
+ * large, unsupported content type, malformed URL). A 5xx never carries a stack or an internal
+ * message: the log has those, under the request id the response also carries.
+ */
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+
+/** An error a route means to send as is: status, message and optional extra headers. */
+export class HttpError extends Error {
+  override readonly name = "HttpError";
+  constructor(
+    readonly statusCode: number,
+    message: string,
+    readonly headers: Readonly<Record<string, string>> = {},
+  ) {
+    super(message);
+  }
+}
+
+export interface ErrorBody {
+  error: string;
+}
+
+/** Response schema of every error, for routes that declare their responses. */
+export const ERROR_BODY_SCHEMA = {
+  type: "object",
+  required: ["error"],
+  additionalProperties: false,
+  properties: { error: { type: "string" } },
+} as const;
+
+export const REQUEST_ID_HEADER = "x-request-id";
+
+/** The request path without its query: queries may carry signatures and must stay out of logs and error bodies. */
+export function pathOf(url: string): string {
+  const q = url.indexOf("?");
+  return q === -1 ? url : url.slice(0, q);
+}
+
+/** Echoes client-supplied text into a message without echoing an arbitrarily long string. */
+function clip(text: string, max = 200): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
+/** Installs the error and not-found handlers on the root instance (children inherit them). */
+export function installErrorHandlers(app: FastifyInstance): void {
+  app.setErrorHandler((error: FastifyError | HttpError | Error, request, reply) => {
+    const { statusCode, message, headers } = describeError(error, request);
+    if (statusCode >= 500) {
+      request.log.error({ err: error }, "request failed with an internal error");
+    }
+    if (headers) reply.headers(headers);
+    return reply.code(statusCode).type("application/json; charset=utf-8").send({ error: message } satisfies ErrorBody);
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    return reply
+      .code(404)
+      .send({
+        error: `No endpoint answers ${request.method} ${clip(pathOf(request.url))}: check the method and the path (castor serves /v1/…, /v2/… and /api/{type}s/{namespace}/{name}/cas-{read|write}-token/{revision})`,
+      } satisfies ErrorBody);
+  });
+}
+
+/**
+ * Answers errors fastify raises before a request reaches routing (malformed percent-encoding,
+ * an over-long path parameter). Such requests skip the `onRequest` hooks, so the request id
+ * header is set here too. Passed as fastify's `frameworkErrors` option.
+ */
+export function answerFrameworkError(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  const { statusCode, message } = describeError(error, request);
+  void reply
+    .header(REQUEST_ID_HEADER, request.id)
+    .code(statusCode)
+    .type("application/json; charset=utf-8")
+    .send({ error: message } satisfies ErrorBody);
+}
+
+function describeError(
+  error: FastifyError | HttpError | Error,
+  request: FastifyRequest,
+): { statusCode: number; message: string; headers?: Readonly<Record<string, string>> } {
+  if (error instanceof HttpError) return { statusCode: error.statusCode, message: error.message, headers: error.headers };
+
+  const fastifyError = error as FastifyError;
+  const path = clip(pathOf(request.url));
+  switch (fastifyError.code) {
+    case "FST_ERR_VALIDATION":
+      return { statusCode: 400, message: `Invalid request: ${fastifyError.message}` };
+    case "FST_ERR_CTP_BODY_TOO_LARGE": {
+      const limit = request.routeOptions.bodyLimit;
+      return { statusCode: 413, message: `The request body is larger than the ${limit}-byte limit of ${request.method} ${path}: send a smaller body` };
+    }
+    case "FST_ERR_CTP_INVALID_MEDIA_TYPE":
+    case "FST_ERR_CTP_EMPTY_TYPE":
+      return {
+        statusCode: 415,
+        message: `${request.method} ${path} does not accept a body of Content-Type ${JSON.stringify(clip(request.headers["content-type"] ?? "", 100))}: send the content type the endpoint documents`,
+      };
+    case "FST_ERR_CTP_EMPTY_JSON_BODY":
+      return { statusCode: 400, message: "The body is empty but Content-Type says application/json: send a JSON document or drop the header" };
+    case "FST_ERR_CTP_INVALID_JSON_BODY":
+      return { statusCode: 400, message: `The body is not valid JSON (${fastifyError.message}): fix the JSON document` };
+    case "FST_ERR_CTP_INVALID_CONTENT_LENGTH":
+      return { statusCode: 400, message: "The Content-Length header does not match the body sent: resend the request with a correct length" };
+    case "FST_ERR_BAD_URL":
+      return { statusCode: 400, message: "The URL path is not validly percent-encoded: encode reserved characters (e.g. / in a revision as %2F)" };
+    case "FST_ERR_MAX_PARAM_LENGTH":
+      return { statusCode: 414, message: "A segment of the URL path is too long: check the names in the path" };
+  }
+  if (error instanceof SyntaxError && fastifyError.statusCode === 400) {
+    // fastify's JSON parser rethrows the parser's SyntaxError with a 400 status.
+    return { statusCode: 400, message: `The body is not valid JSON (${error.message}): fix the JSON document` };
+  }
+  const status = fastifyError.statusCode;
+  if (typeof status === "number" && status >= 400 && status < 500) {
+    return { statusCode: status, message: fastifyError.message };
+  }
+  return {
+    statusCode: 500,
+    message: `Internal server error (request id ${request.id}): this is a bug in castor; the server log has the details`,
+  };
+}

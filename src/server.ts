@@ -1,0 +1,106 @@
+/**
+ * Starting and stopping castor programmatically (used by `castor serve` and by tests).
+ * The order matters: data dir, metadata store and keys are ready before the port opens, so
+ * the first request accepted can be answered; on close the port stops accepting, requests in
+ * progress finish, and only then are the stores closed.
+ */
+import { mkdir } from "node:fs/promises";
+import type { AddressInfo } from "node:net";
+import type { FastifyInstance } from "fastify";
+import type { DestinationStream, Logger } from "pino";
+import { CasTokenIssuer, CasTokenVerifier } from "./auth/cas-token.js";
+import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
+import { listenUrl, publicUrlForBoundPort, type CastorConfig } from "./config.js";
+import { HubService } from "./hub/index.js";
+import { buildCastorApp } from "./http/app.js";
+import { createLogger } from "./http/logging.js";
+import { openMetadataStore } from "./metadata/open.js";
+import type { MetadataStore } from "./metadata/store.js";
+
+export interface StartOptions {
+  /** Where log lines go; stdout by default. */
+  logDestination?: DestinationStream;
+}
+
+export interface CastorServer {
+  readonly app: FastifyInstance;
+  readonly logger: Logger;
+  readonly keys: CastorKeys;
+  /** The address actually bound, e.g. `http://127.0.0.1:41234`. */
+  readonly listenUrl: string;
+  /** The base URL handed to clients as `casUrl`. */
+  readonly publicUrl: string;
+  /** Stops accepting, lets requests in progress finish, closes the stores. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** Thrown when the listen address cannot be bound (in use, not permitted). */
+export class ListenError extends Error {
+  override readonly name = "ListenError";
+}
+
+export async function startServer(config: CastorConfig, options: StartOptions = {}): Promise<CastorServer> {
+  const logger = createLogger(config.logLevel, options.logDestination);
+  await mkdir(config.dataDir, { recursive: true });
+  const store = await openMetadataStore(config);
+  try {
+    const keys = await loadOrCreateKeys(config);
+    let boundPublicUrl: string | null = config.publicUrl;
+    const publicUrl = () => {
+      if (boundPublicUrl === null) throw new Error("the public URL is not known before the server has bound its port");
+      return boundPublicUrl;
+    };
+    const app = buildCastorApp({
+      logger,
+      store,
+      hub: new HubService(store),
+      issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
+      verifier: new CasTokenVerifier(keys.jwtPublicKey),
+      publicUrl,
+    });
+    const boundPort = await listen(app, config);
+    boundPublicUrl = publicUrlForBoundPort(config, boundPort);
+    const url = listenUrl(config.listenHost, boundPort);
+    logger.info({ listenUrl: url, publicUrl: boundPublicUrl, dataDir: config.dataDir }, `castor listening on ${url}`);
+
+    let closed: Promise<void> | undefined;
+    return {
+      app,
+      logger,
+      keys,
+      listenUrl: url,
+      publicUrl: boundPublicUrl,
+      close: () => (closed ??= closeAll(app, store, logger)),
+    };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+}
+
+async function listen(app: FastifyInstance, config: CastorConfig): Promise<number> {
+  try {
+    await app.listen({ host: config.listenHost, port: config.listenPort });
+  } catch (error) {
+    await app.close().catch(() => undefined);
+    const code = (error as NodeJS.ErrnoException).code;
+    const where = `${config.listenHost}:${config.listenPort}`;
+    if (code === "EADDRINUSE") throw new ListenError(`${where} is already in use: stop the other server or set CASTOR_LISTEN to a free port`);
+    if (code === "EACCES") throw new ListenError(`binding ${where} is not permitted: use a port above 1023 or grant the permission`);
+    if (code === "EADDRNOTAVAIL" || code === "ENOTFOUND") {
+      throw new ListenError(`${config.listenHost} is not an address of this machine: set CASTOR_LISTEN to a local address, e.g. 127.0.0.1:8080`);
+    }
+    throw error;
+  }
+  return (app.server.address() as AddressInfo).port;
+}
+
+async function closeAll(app: FastifyInstance, store: MetadataStore, logger: Logger): Promise<void> {
+  logger.info("castor shutting down: finishing requests in progress");
+  try {
+    await app.close();
+  } finally {
+    await store.close();
+  }
+  logger.info("castor stopped");
+}

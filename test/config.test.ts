@@ -1,0 +1,160 @@
+import assert from "node:assert/strict";
+import { resolve } from "node:path";
+import { describe, it } from "node:test";
+import {
+  ConfigError,
+  DEFAULT_MAX_SHARD_BYTES,
+  DEFAULT_MAX_XORB_BYTES,
+  flagNameOf,
+  listenUrl,
+  loadConfig,
+  publicUrlForBoundPort,
+  SETTINGS,
+} from "../src/config.js";
+
+const SECRET = "s".repeat(32);
+
+function rejects(env: Record<string, string>, pattern: RegExp, flags: Record<string, string> = {}): void {
+  assert.throws(
+    () => loadConfig(env, flags),
+    (error: unknown) => error instanceof ConfigError && pattern.test(error.message),
+  );
+}
+
+describe("loadConfig", () => {
+  it("has the documented defaults", () => {
+    const config = loadConfig({});
+    assert.equal(config.dataDir, resolve("./castor-data"));
+    assert.equal(config.listenHost, "127.0.0.1");
+    assert.equal(config.listenPort, 8080);
+    assert.equal(config.publicUrl, "http://127.0.0.1:8080");
+    assert.equal(config.databaseUrl, null);
+    assert.equal(config.s3, null);
+    assert.equal(config.tokenTtlSeconds, 3600);
+    assert.equal(config.transferUrlTtlSeconds, 3600);
+    assert.equal(config.signingKeyFile, null);
+    assert.equal(config.urlKey, null);
+    assert.equal(config.dedupKeySeed, null);
+    assert.equal(config.v2Reconstruction, "on");
+    assert.equal(config.maxXorbBytes, DEFAULT_MAX_XORB_BYTES);
+    assert.equal(config.maxShardBytes, DEFAULT_MAX_SHARD_BYTES);
+    assert.equal(config.transferMode, "proxy");
+    assert.equal(config.logLevel, "info");
+  });
+
+  it("lets a flag win over the environment and treats empty values as unset", () => {
+    const config = loadConfig({ CASTOR_TOKEN_TTL: "60", CASTOR_DATA_DIR: "" }, { "token-ttl": "5" });
+    assert.equal(config.tokenTtlSeconds, 5);
+    assert.equal(config.dataDir, resolve("./castor-data"));
+    assert.equal(flagNameOf("CASTOR_TOKEN_TTL"), "token-ttl");
+    assert.equal(flagNameOf("CASTOR_S3_FORCE_PATH_STYLE"), "s3-force-path-style");
+    assert.ok(SETTINGS.includes("CASTOR_LOG_LEVEL"));
+  });
+
+  it("makes paths absolute", () => {
+    const config = loadConfig({ CASTOR_DATA_DIR: "rel/data", CASTOR_SIGNING_KEY_FILE: "keys/k.pem" });
+    assert.equal(config.dataDir, resolve("rel/data"));
+    assert.equal(config.signingKeyFile, resolve("keys/k.pem"));
+  });
+
+  describe("listen address and public URL", () => {
+    it("derives the public URL from the listen address, bracketing IPv6", () => {
+      assert.equal(loadConfig({ CASTOR_LISTEN: "localhost:9000" }).publicUrl, "http://localhost:9000");
+      const v6 = loadConfig({ CASTOR_LISTEN: "[::1]:9000" });
+      assert.equal(v6.listenHost, "::1");
+      assert.equal(v6.publicUrl, "http://[::1]:9000");
+    });
+
+    it("leaves the public URL to the bound port when listening on port 0", () => {
+      const config = loadConfig({ CASTOR_LISTEN: "127.0.0.1:0" });
+      assert.equal(config.listenPort, 0);
+      assert.equal(config.publicUrl, null);
+      assert.equal(publicUrlForBoundPort(config, 43210), "http://127.0.0.1:43210");
+      assert.equal(listenUrl("::1", 5), "http://[::1]:5");
+    });
+
+    it("prefers an explicit public URL over the bound port", () => {
+      const config = loadConfig({ CASTOR_LISTEN: "127.0.0.1:0", CASTOR_PUBLIC_URL: "https://cas.example.com/" });
+      assert.equal(config.publicUrl, "https://cas.example.com");
+      assert.equal(publicUrlForBoundPort(config, 43210), "https://cas.example.com");
+    });
+
+    it("keeps a path in the public URL and strips trailing slashes", () => {
+      assert.equal(loadConfig({ CASTOR_PUBLIC_URL: "https://example.com/cas//" }).publicUrl, "https://example.com/cas");
+    });
+
+    it("requires a public URL on a wildcard address", () => {
+      rejects({ CASTOR_LISTEN: "0.0.0.0:8080" }, /CASTOR_PUBLIC_URL is required .*0\.0\.0\.0/);
+      rejects({ CASTOR_LISTEN: "[::]:8080" }, /CASTOR_PUBLIC_URL is required/);
+      assert.equal(loadConfig({ CASTOR_LISTEN: "0.0.0.0:8080", CASTOR_PUBLIC_URL: "http://cas.local:8080" }).publicUrl, "http://cas.local:8080");
+    });
+
+    for (const bad of ["8080", "host:", ":8080", "host:65536", "host:123456", "[1.2.3.4]:80", "a b:80", "host:-1", "http://host:80"]) {
+      it(`rejects CASTOR_LISTEN=${JSON.stringify(bad)}`, () => rejects({ CASTOR_LISTEN: bad }, /^CASTOR_LISTEN must be host:port/));
+    }
+
+    for (const [bad, pattern] of [
+      ["not a url", /absolute http\(s\) URL/],
+      ["ftp://example.com", /http or https/],
+      ["https://example.com/?a=1", /query string or fragment/],
+      ["https://example.com/#x", /query string or fragment/],
+      ["https://user:pw@example.com", /credentials/],
+    ] as const) {
+      it(`rejects CASTOR_PUBLIC_URL=${JSON.stringify(bad)}`, () => rejects({ CASTOR_PUBLIC_URL: bad }, pattern));
+    }
+  });
+
+  describe("numbers", () => {
+    it("accepts any TTL of at least one second", () => {
+      assert.equal(loadConfig({ CASTOR_TOKEN_TTL: "1" }).tokenTtlSeconds, 1);
+      assert.equal(loadConfig({ CASTOR_TRANSFER_URL_TTL: "86400" }).transferUrlTtlSeconds, 86400);
+    });
+
+    for (const bad of ["0", "-1", "1.5", "abc", "1e3", " 5", "99999999999999999999"]) {
+      it(`rejects CASTOR_TOKEN_TTL=${JSON.stringify(bad)}`, () => rejects({ CASTOR_TOKEN_TTL: bad }, /^CASTOR_TOKEN_TTL must be a whole number ≥ 1/));
+    }
+
+    it("names the setting of a bad body cap", () => {
+      rejects({ CASTOR_MAX_XORB_BYTES: "0" }, /^CASTOR_MAX_XORB_BYTES/);
+      rejects({}, /^CASTOR_MAX_SHARD_BYTES/, { "max-shard-bytes": "big" });
+    });
+  });
+
+  describe("secrets and backends", () => {
+    it("requires secrets of at least 32 characters", () => {
+      rejects({ CASTOR_URL_KEY: "short" }, /^CASTOR_URL_KEY must be at least 32 characters/);
+      rejects({ CASTOR_DEDUP_KEY_SEED: "s".repeat(31) }, /^CASTOR_DEDUP_KEY_SEED/);
+      const config = loadConfig({ CASTOR_URL_KEY: SECRET, CASTOR_DEDUP_KEY_SEED: SECRET });
+      assert.equal(config.urlKey, SECRET);
+      assert.equal(config.dedupKeySeed, SECRET);
+    });
+
+    it("accepts only PostgreSQL database URLs", () => {
+      assert.equal(loadConfig({ CASTOR_DATABASE_URL: "postgres://u@h/db" }).databaseUrl, "postgres://u@h/db");
+      rejects({ CASTOR_DATABASE_URL: "mysql://u@h/db" }, /postgres:\/\//);
+    });
+
+    it("builds the S3 settings from the bucket and checks their combinations", () => {
+      const config = loadConfig({ CASTOR_S3_BUCKET: "b", CASTOR_S3_ENDPOINT: "http://127.0.0.1:7480", CASTOR_S3_PREFIX: "/x/" });
+      assert.deepEqual(config.s3, {
+        endpoint: "http://127.0.0.1:7480",
+        bucket: "b",
+        region: "us-east-1",
+        accessKeyId: null,
+        secretAccessKey: null,
+        prefix: "x/",
+        forcePathStyle: true,
+      });
+      rejects({ CASTOR_S3_ENDPOINT: "http://127.0.0.1:7480" }, /CASTOR_S3_BUCKET is not/);
+      rejects({ CASTOR_TRANSFER_MODE: "presigned" }, /needs the S3 blob store/);
+      rejects({ CASTOR_S3_BUCKET: "b", CASTOR_S3_FORCE_PATH_STYLE: "maybe" }, /true or false/);
+    });
+
+    it("checks enumerated settings", () => {
+      assert.equal(loadConfig({ CASTOR_V2_RECONSTRUCTION: "501" }).v2Reconstruction, "501");
+      rejects({ CASTOR_V2_RECONSTRUCTION: "off" }, /^CASTOR_V2_RECONSTRUCTION must be one of on, 501/);
+      rejects({ CASTOR_LOG_LEVEL: "loud" }, /^CASTOR_LOG_LEVEL/);
+      rejects({ CASTOR_TRANSFER_MODE: "direct" }, /^CASTOR_TRANSFER_MODE/);
+    });
+  });
+});

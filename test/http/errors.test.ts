@@ -1,0 +1,125 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import type { FastifyInstance, LightMyRequestResponse } from "fastify";
+import { createHttpApp } from "../../src/http/app.js";
+import { HttpError } from "../../src/http/errors.js";
+import { createLogger } from "../../src/http/logging.js";
+
+const logLines: Record<string, unknown>[] = [];
+let app: FastifyInstance;
+
+before(async () => {
+  app = createHttpApp({ logger: createLogger("info", { write: (line: string) => void logLines.push(JSON.parse(line)) }) });
+  app.post(
+    "/json",
+    { bodyLimit: 64, schema: { body: { type: "object", required: ["name"], properties: { name: { type: "string" } } } } },
+    async (request) => ({ got: request.body }),
+  );
+  app.get(
+    "/query",
+    {
+      schema: {
+        querystring: { type: "object", required: ["n"], properties: { n: { type: "integer", minimum: 1 } } },
+        headers: { type: "object", properties: { "x-want": { type: "string" } } },
+      },
+    },
+    async (request) => ({ query: request.query }),
+  );
+  app.get("/teapot", async () => {
+    throw new HttpError(418, "This endpoint brews tea only: ask for tea", { "x-extra": "1" });
+  });
+  app.get("/boom", async () => {
+    throw new Error("database password is hunter2");
+  });
+  await app.ready();
+});
+
+after(async () => {
+  await app.close();
+});
+
+function assertJsonError(response: LightMyRequestResponse, status: number, pattern: RegExp): string {
+  assert.equal(response.statusCode, status, response.body);
+  assert.match(response.headers["content-type"] as string, /^application\/json/);
+  const body = response.json();
+  assert.deepEqual(Object.keys(body), ["error"], response.body);
+  assert.match(body.error, pattern);
+  assert.ok(response.headers["x-request-id"]);
+  return body.error;
+}
+
+describe("error answers", () => {
+  it("404s an unknown route as JSON, without echoing the query", async () => {
+    const error = assertJsonError(await app.inject({ method: "GET", url: "/no/such/thing?signature=SECRET" }), 404, /^No endpoint answers GET \/no\/such\/thing: check the method and the path/);
+    assert.doesNotMatch(error, /SECRET/);
+    assertJsonError(await app.inject({ method: "DELETE", url: "/json" }), 404, /DELETE \/json/);
+  });
+
+  it("400s malformed JSON and an empty JSON body", async () => {
+    assertJsonError(
+      await app.inject({ method: "POST", url: "/json", headers: { "content-type": "application/json" }, payload: "{not json" }),
+      400,
+      /^The body is not valid JSON .*: fix the JSON document/,
+    );
+    assertJsonError(
+      await app.inject({ method: "POST", url: "/json", headers: { "content-type": "application/json" }, payload: "" }),
+      400,
+      /^The body is empty but Content-Type says application\/json/,
+    );
+  });
+
+  it("400s a body or query that fails its schema, naming the field", async () => {
+    assertJsonError(await app.inject({ method: "POST", url: "/json", payload: { other: 1 } }), 400, /^Invalid request: body must have required property 'name'/);
+    assertJsonError(await app.inject({ method: "GET", url: "/query?n=0" }), 400, /^Invalid request: querystring\/n must be >= 1/);
+  });
+
+  it("ignores unknown query parameters and headers", async () => {
+    const response = await app.inject({
+      method: "GET",
+      url: "/query?n=3&create_pr=1&whatever=x",
+      headers: { "x-xet-session-id": "abc", "user-agent": "hf_xet/1.6.0", "x-want": "yes" },
+    });
+    assert.equal(response.statusCode, 200, response.body);
+    assert.equal(response.json().query.n, 3);
+  });
+
+  it("413s a body over the route's limit, naming the limit", async () => {
+    assertJsonError(await app.inject({ method: "POST", url: "/json", payload: { name: "x".repeat(100) } }), 413, /larger than the 64-byte limit of POST \/json/);
+  });
+
+  it("415s an unsupported content type", async () => {
+    assertJsonError(
+      await app.inject({ method: "POST", url: "/json", headers: { "content-type": "text/csv" }, payload: "a,b" }),
+      415,
+      /^POST \/json does not accept a body of Content-Type "text\/csv"/,
+    );
+  });
+
+  it("400s a path that is not validly percent-encoded", async () => {
+    assertJsonError(await app.inject({ method: "GET", url: "/query/%zz" }), 400, /not validly percent-encoded/);
+  });
+
+  it("sends an HttpError's status, message and headers", async () => {
+    const response = await app.inject({ method: "GET", url: "/teapot" });
+    assertJsonError(response, 418, /^This endpoint brews tea only/);
+    assert.equal(response.headers["x-extra"], "1");
+  });
+
+  it("500s an unexpected error without leaking it, and logs it under the request id", async () => {
+    logLines.length = 0;
+    const response = await app.inject({ method: "GET", url: "/boom" });
+    const error = assertJsonError(response, 500, /^Internal server error \(request id ([^)]+)\): this is a bug in castor; the server log has the details$/);
+    assert.doesNotMatch(response.body, /hunter2|at |Error:/);
+    assert.ok(error.includes(response.headers["x-request-id"] as string));
+    const logged = logLines.find((line) => line.level === 50 && line.reqId === response.headers["x-request-id"]);
+    assert.ok(logged, "the error is logged");
+    assert.match(JSON.stringify(logged), /hunter2/, "the log keeps the real cause for the operator");
+  });
+
+  it("reuses a plain incoming request id and replaces an odd one", async () => {
+    const reused = await app.inject({ method: "GET", url: "/nothing", headers: { "x-request-id": "lb-1234.abc" } });
+    assert.equal(reused.headers["x-request-id"], "lb-1234.abc");
+    const replaced = await app.inject({ method: "GET", url: "/nothing", headers: { "x-request-id": "two words\u0001" } });
+    assert.match(replaced.headers["x-request-id"] as string, /^[0-9a-f-]{36}$/);
+  });
+});

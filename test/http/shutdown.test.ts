@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { connect, type Socket } from "node:net";
+import { describe, it } from "node:test";
+import type { FastifyInstance } from "fastify";
+import { createHttpApp } from "../../src/http/app.js";
+import { createLogger } from "../../src/http/logging.js";
+
+/** An app with a route that waits until the test releases it. */
+async function startApp(): Promise<{ app: FastifyInstance; port: number; entered: Promise<void>; release: () => void }> {
+  const app = createHttpApp({ logger: createLogger("silent") });
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let entered!: () => void;
+  const enteredPromise = new Promise<void>((resolve) => (entered = resolve));
+  app.get("/slow", async () => {
+    entered();
+    await released;
+    return { done: true };
+  });
+  app.get("/fast", async () => ({ fast: true }));
+  await app.listen({ host: "127.0.0.1", port: 0 });
+  const address = app.server.address();
+  assert.ok(address !== null && typeof address === "object");
+  return { app, port: address.port, entered: enteredPromise, release };
+}
+
+function openSocket(port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1");
+    socket.once("connect", () => resolve(socket));
+    socket.once("error", reject);
+  });
+}
+
+/** Everything the server sends until it closes the connection. */
+function readUntilClosed(socket: Socket): Promise<string> {
+  let text = "";
+  socket.setEncoding("utf8").on("data", (chunk: string) => (text += chunk));
+  return new Promise((resolve, reject) => {
+    socket.once("close", () => resolve(text));
+    socket.once("error", reject);
+  });
+}
+
+function settledWithin<T>(promise: Promise<T>, ms: number): Promise<boolean> {
+  return Promise.race([promise.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ms))]);
+}
+
+describe("graceful close", () => {
+  it("stops accepting, finishes the request in progress with Connection: close, then resolves", async () => {
+    const { app, port, entered, release } = await startApp();
+    const socket = await openSocket(port);
+    const answer = readUntilClosed(socket);
+    socket.write("GET /slow HTTP/1.1\r\nHost: castor\r\n\r\n");
+    await entered;
+
+    const closed = app.close();
+    try {
+      while (app.server.listening) await new Promise((resolve) => setTimeout(resolve, 5));
+      await assert.rejects(openSocket(port), { code: "ECONNREFUSED" });
+      assert.equal(await settledWithin(closed, 200), false, "close waits for the request in progress");
+    } finally {
+      release();
+    }
+    const response = await answer;
+    assert.match(response, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.match(response, /\r\nconnection: close\r\n/i);
+    assert.match(response, /\{"done":true\}$/);
+    assert.equal(await settledWithin(closed, 2000), true);
+  });
+
+  it("serves a request that was only partly received when closing began, and does not linger on keep-alive", async () => {
+    const { app, port } = await startApp();
+    const socket = await openSocket(port);
+    const answer = readUntilClosed(socket);
+    socket.write("GET /fast HTTP/1.1\r\nHost: cas");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+
+    const closed = app.close();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    socket.write("tor\r\n\r\n");
+
+    const response = await answer;
+    assert.match(response, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.match(response, /\r\nconnection: close\r\n/i);
+    assert.match(response, /\{"fast":true\}$/);
+    assert.equal(await settledWithin(closed, 2000), true, "close does not wait for the 72 s keep-alive timeout");
+  });
+
+  it("closes a connection whose request completes after closing began, even when its answer went out before", async () => {
+    const { app, port } = await startApp();
+    const socket = await openSocket(port);
+    const answer = readUntilClosed(socket);
+    // A GET with a body: fastify answers at once, while the body is still arriving.
+    socket.write("GET /fast HTTP/1.1\r\nHost: castor\r\nContent-Length: 10\r\n\r\n01234");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+
+    const closed = app.close();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.equal(await settledWithin(closed, 0), false);
+    socket.write("56789");
+
+    const response = await answer;
+    assert.match(response, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.equal(await settledWithin(closed, 2000), true, "the connection was reaped once idle");
+  });
+});
