@@ -5,17 +5,26 @@
  * progress finish, and only then are the stores closed.
  */
 import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import type { DestinationStream, Logger } from "pino";
 import { CasTokenIssuer, CasTokenVerifier } from "./auth/cas-token.js";
 import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
 import { listenUrl, publicUrlForBoundPort, type CastorConfig } from "./config.js";
+import { HmacTransferUrls } from "./auth/transfer-url.js";
+import { DedupService } from "./cas/dedup.js";
+import { ShardRegistrationService } from "./cas/shard-registration.js";
+import { XorbIngestService } from "./cas/xorb-ingest.js";
 import { HubService } from "./hub/index.js";
 import { buildCastorApp } from "./http/app.js";
 import { createLogger } from "./http/logging.js";
 import { openMetadataStore } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
+import { FsBlobStore } from "./storage/fs.js";
+
+/** Folder of the embedded blob store inside the data dir. */
+export const BLOBS_DIR_NAME = "blobs";
 
 export interface StartOptions {
   /** Where log lines go; stdout by default. */
@@ -50,13 +59,24 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       if (boundPublicUrl === null) throw new Error("the public URL is not known before the server has bound its port");
       return boundPublicUrl;
     };
-    const app = buildCastorApp({
+    const blobs = await FsBlobStore.open(join(config.dataDir, BLOBS_DIR_NAME));
+    // Uploads cut short by a crash left temp files; nothing else writes here yet.
+    const swept = await blobs.sweepTemp();
+    if (swept > 0) logger.info({ swept }, `removed ${swept} temporary file(s) left by an interrupted upload`);
+    const app = await buildCastorApp({
       logger,
       store,
       hub: new HubService(store),
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
       verifier: new CasTokenVerifier(keys.jwtPublicKey),
       publicUrl,
+      blobs,
+      xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: config.maxXorbBytes }),
+      shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: config.maxShardBytes }),
+      dedup: new DedupService({ metadata: store, dedupKeySeed: keys.dedupKeySeed }),
+      transferUrls: new HmacTransferUrls({ key: keys.urlKey, publicUrl, ttlSeconds: config.transferUrlTtlSeconds }),
+      transferUrlTtlSeconds: config.transferUrlTtlSeconds,
+      v2Reconstruction: config.v2Reconstruction,
     });
     const boundPort = await listen(app, config);
     boundPublicUrl = publicUrlForBoundPort(config, boundPort);

@@ -6,12 +6,22 @@
  */
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
+import type { HmacTransferUrls } from "../auth/transfer-url.js";
+import type { DedupService } from "../cas/dedup.js";
+import type { ShardRegistrationService } from "../cas/shard-registration.js";
+import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
+import type { BlobStore } from "../storage/blob-store.js";
 import { registerCasAuth } from "./cas-auth.js";
+import { registerDedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
 import { registerHealthRoutes } from "./health.js";
 import { registerHubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
+import { registerReconstructionRoutes } from "./reconstruction-routes.js";
+import { registerShardRoutes } from "./shard-routes.js";
+import { registerTransferRoutes } from "./transfer-routes.js";
+import { registerXorbRoutes } from "./xorb-routes.js";
 
 export interface HttpAppOptions {
   /** A pino logger (see `createLogger`); fastify derives one child per request from it. */
@@ -72,12 +82,32 @@ export interface CastorAppDeps extends HttpAppOptions {
   verifier: CasTokenVerifier;
   /** The base URL handed out as `casUrl`; a function because with port 0 it is known only after binding. */
   publicUrl: () => string;
+  blobs: BlobStore;
+  xorbs: XorbIngestService;
+  shards: ShardRegistrationService;
+  dedup: DedupService;
+  transferUrls: HmacTransferUrls;
+  /** `config.transferUrlTtlSeconds`: the lifetime of the URLs `transferUrls` signs. */
+  transferUrlTtlSeconds: number;
+  /** `config.v2Reconstruction`. */
+  v2Reconstruction: "on" | "501";
 }
 
-export function buildCastorApp(deps: CastorAppDeps): FastifyInstance {
+/** The whole castor HTTP surface: hub token operation, health probes and the CAS routes. */
+export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstance> {
   const app = createHttpApp(deps);
   registerCasAuth(app, deps.verifier);
   registerHealthRoutes(app, deps.store);
   registerHubTokenRoutes(app, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
+  await registerXorbRoutes(app, { xorbs: deps.xorbs });
+  await registerShardRoutes(app, { shards: deps.shards, repos: deps.store });
+  await registerDedupRoutes(app, { dedup: deps.dedup });
+  await registerReconstructionRoutes(app, {
+    store: deps.store,
+    signer: deps.transferUrls,
+    transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
+    v2Reconstruction: deps.v2Reconstruction,
+  });
+  await registerTransferRoutes(app, { blobs: deps.blobs, transferUrls: deps.transferUrls });
   return app;
 }

@@ -8,6 +8,7 @@ import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { loadConfig } from "../../src/config.js";
 import { buildCastorApp } from "../../src/http/app.js";
+import { casDepsForTest } from "../helpers/app.js";
 import { createLogger } from "../../src/http/logging.js";
 import { HubService } from "../../src/hub/index.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
@@ -42,13 +43,14 @@ before(async () => {
   await hub.revokeToken(revoked.token.id);
   secrets.revoked = revoked.secret;
 
-  app = buildCastorApp({
+  app = await buildCastorApp({
     logger: createLogger("info", { write: (line: string) => void logText.push(line) }),
     store,
     hub,
     issuer: new CasTokenIssuer(privateKey, TTL),
     verifier,
     publicUrl: () => PUBLIC_URL,
+    ...(await casDepsForTest(store, dataDir, () => PUBLIC_URL)),
   });
   await app.ready();
 });
@@ -202,13 +204,14 @@ describe("health probes", () => {
   it("503s /readyz when the metadata store is unreachable, while /healthz stays 200", async () => {
     const closedStore = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
     await closedStore.close();
-    const probeApp = buildCastorApp({
+    const probeApp = await buildCastorApp({
       logger: createLogger("silent"),
       store: closedStore,
       hub: new HubService(closedStore),
       issuer: new CasTokenIssuer(privateKey, TTL),
       verifier,
       publicUrl: () => PUBLIC_URL,
+      ...(await casDepsForTest(closedStore, dataDir, () => PUBLIC_URL)),
     });
     try {
       const ready = await probeApp.inject({ method: "GET", url: "/readyz" });

@@ -1,0 +1,612 @@
+/**
+ * File reconstruction planning (XET-PROTOCOL.md §5.5, §8; interface ops 1 and 2), pure: no I/O.
+ *
+ * 1. `parseRangeHeader` + `resolveFileRange`: the `Range` header → a byte range of the file
+ *    (§8.2). Numbers stay `bigint` until clamped to the file size (clients send ends near 2^64).
+ * 2. `prepareXorb` / `prepareFile`: immutable metadata records turned, once, into prefix arrays
+ *    (per-chunk serialized ends E and uncompressed ends U; per-term file offsets), so a request
+ *    never walks a xorb's chunks: cutting the first and last term is a binary search.
+ * 3. `planReconstruction`: the terms of the range (§8.3) and, per xorb, the chunk ranges to
+ *    fetch, merged only where they overlap or touch (§8.4) — never across a gap, whose bytes
+ *    may belong to other files.
+ * 4. `renderV2` / `renderV1`: the JSON bodies (§8.5, §8.6), with exactly the interface's fields,
+ *    signing one URL per V2 entry / V1 range.
+ *
+ * The JSON is written by hand rather than through a response schema: every value is a number,
+ * a 64-digit hex string or a signed URL (escaped with JSON.stringify), and a 10 GiB file has
+ * hundreds of entries, where generic serialization costs several times more. The fragments of
+ * a cached file's whole terms are rendered once and kept (PlannedTerm, FetchRange), and bodies
+ * are pure ASCII, so encoding them is a copy.
+ */
+import { hashEquals, hashToHex, type Hash } from "../format/hash.js";
+import type { FileRecord, XorbRecord } from "../metadata/cas.js";
+
+/** An inclusive byte range, as an HTTP Range header names it (interface §2.1 ByteRange). */
+export interface ByteRange {
+  start: number;
+  end: number;
+}
+
+/**
+ * What the planner needs from transfer URLs; `TransferUrlSigner` of src/auth/transfer-url.ts
+ * has this shape.
+ */
+export interface RangeUrlSigner {
+  /** A URL authorising GETs of exactly these byte ranges (inclusive ends, ascending, disjoint) of the xorb. */
+  sign(xorbHash: Hash, ranges: readonly ByteRange[]): string;
+  /**
+   * Optional: the same URL already written as `jsonUrlLiteral` writes it. A signer that
+   * remembers URLs (ReusingUrlSigner) remembers this form too, which spares the renderers one
+   * JSON escape per entry — a large share of a 10 GiB file's response time.
+   */
+  signAsJson?(xorbHash: Hash, ranges: readonly ByteRange[]): string;
+}
+
+export type ReconstructionErrorCode =
+  /** The Range header is not one `bytes=` range (HTTP 400). */
+  | "malformed_range"
+  /** The range is valid but selects nothing of the file (HTTP 416). */
+  | "unsatisfiable_range"
+  /** Stored records contradict each other (a bug or a damaged database; HTTP 500). */
+  | "inconsistent_records";
+
+export class ReconstructionError extends Error {
+  override readonly name = "ReconstructionError";
+  constructor(
+    readonly code: ReconstructionErrorCode,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Range header (§8.2)
+
+export type RangeSpec =
+  /** No header: the whole file. */
+  | { kind: "whole" }
+  /** `bytes=first-last`, last inclusive. */
+  | { kind: "closed"; first: bigint; last: bigint }
+  /** `bytes=first-`. */
+  | { kind: "open"; first: bigint }
+  /** `bytes=-length`: the last `length` bytes. */
+  | { kind: "suffix"; length: bigint };
+
+/**
+ * Digits accepted per number. u64 values have at most 20; anything beyond 40 is not a byte
+ * offset, and refusing it keeps BigInt parsing of a hostile header cheap.
+ */
+export const MAX_RANGE_DIGITS = 40;
+
+/** The unit is case-insensitive (RFC 9110 §14.1); one range only, as the interface says. */
+const RANGE_RE = /^bytes=(\d*)-(\d*)$/i;
+
+const RANGE_FORMS = "send one byte range: bytes=START-END (END inclusive), bytes=START- or bytes=-LENGTH";
+
+/** The parsed header; `undefined` (no header) is the whole file. ReconstructionError otherwise. */
+export function parseRangeHeader(value: string | undefined): RangeSpec {
+  if (value === undefined) return { kind: "whole" };
+  const text = value.trim();
+  const match = RANGE_RE.exec(text);
+  const shown = JSON.stringify(text.length > 100 ? `${text.slice(0, 100)}…` : text);
+  if (match === null) {
+    const why = /^bytes=.*,/i.test(text) ? "several ranges in one request are not supported" : "it is not a byte range";
+    throw new ReconstructionError("malformed_range", `Malformed Range header ${shown} (${why}): ${RANGE_FORMS}`);
+  }
+  const [, firstDigits, lastDigits] = match;
+  if (firstDigits.length > MAX_RANGE_DIGITS || lastDigits.length > MAX_RANGE_DIGITS) {
+    throw new ReconstructionError("malformed_range", `Malformed Range header ${shown} (a number has more than ${MAX_RANGE_DIGITS} digits): ${RANGE_FORMS}`);
+  }
+  if (firstDigits === "") {
+    if (lastDigits === "") throw new ReconstructionError("malformed_range", `Malformed Range header ${shown} (no number): ${RANGE_FORMS}`);
+    return { kind: "suffix", length: BigInt(lastDigits) };
+  }
+  const first = BigInt(firstDigits);
+  if (lastDigits === "") return { kind: "open", first };
+  const last = BigInt(lastDigits);
+  if (first > last) {
+    throw new ReconstructionError("unsatisfiable_range", `The Range bytes=${first}-${last} is unsatisfiable: its start is after its end`);
+  }
+  return { kind: "closed", first, last };
+}
+
+/** A byte range of a file, end EXCLUSIVE; `start === end` only for the empty file. */
+export interface FileByteRange {
+  start: number;
+  end: number;
+}
+
+/**
+ * The requested range clamped to a file of `size` bytes. A start at or past the end is
+ * unsatisfiable (416) — except start 0 of the empty file, which selects nothing and answers 200.
+ */
+export function resolveFileRange(spec: RangeSpec, size: number): FileByteRange {
+  const fileSize = BigInt(size);
+  let start: bigint;
+  let end: bigint;
+  switch (spec.kind) {
+    case "whole":
+      return { start: 0, end: size };
+    case "closed":
+      start = spec.first;
+      end = spec.last + 1n;
+      break;
+    case "open":
+      start = spec.first;
+      end = fileSize;
+      break;
+    case "suffix":
+      start = spec.length >= fileSize ? 0n : fileSize - spec.length;
+      end = fileSize;
+      break;
+  }
+  if (start >= fileSize) {
+    if (size === 0 && start === 0n) return { start: 0, end: 0 };
+    throw new ReconstructionError(
+      "unsatisfiable_range",
+      `The Range starts at byte ${start}, at or past the end of the file (${size} bytes): request a range that starts before byte ${size}`,
+    );
+  }
+  return { start: Number(start), end: Number(end < fileSize ? end : fileSize) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prepared (cached) forms of the immutable records
+
+export interface PreparedXorb {
+  readonly hash: Hash;
+  readonly hex: string;
+  /** E[i]: end offset of chunk i in the serialized xorb (§5.5). */
+  readonly serializedEnds: Uint32Array;
+  /** U[i]: uncompressed bytes of chunks [0, i]. */
+  readonly uncompressedEnds: Float64Array;
+  /** Memory held, for the cache's byte budget. */
+  readonly footprintBytes: number;
+}
+
+/** Per-object overhead assumed for cache accounting (headers, hidden classes, map entries). */
+const OBJECT_OVERHEAD_BYTES = 200;
+
+export function prepareXorb(record: XorbRecord): PreparedXorb {
+  const count = record.chunks.length;
+  const hex = hashToHex(record.hash);
+  if (count === 0) throw new ReconstructionError("inconsistent_records", `the stored xorb ${hex} has no chunks`);
+  const serializedEnds = new Uint32Array(count);
+  const uncompressedEnds = new Float64Array(count);
+  let previousEnd = 0;
+  let uncompressed = 0;
+  for (let i = 0; i < count; i++) {
+    const chunk = record.chunks[i];
+    // Every chunk has an 8-byte header, so serialized ends strictly increase.
+    if (!(chunk.serializedEnd > previousEnd)) {
+      throw new ReconstructionError("inconsistent_records", `the stored chunk table of xorb ${hex} is not ascending at chunk ${i}`);
+    }
+    previousEnd = serializedEnds[i] = chunk.serializedEnd;
+    uncompressed += chunk.uncompressedLength;
+    uncompressedEnds[i] = uncompressed;
+  }
+  return {
+    // A copy: the stored hash may be a view into the record's whole packed chunk table.
+    hash: new Uint8Array(record.hash),
+    hex,
+    serializedEnds,
+    uncompressedEnds,
+    footprintBytes: serializedEnds.byteLength + uncompressedEnds.byteLength + hex.length * 2 + OBJECT_OVERHEAD_BYTES,
+  };
+}
+
+export interface PreparedFile {
+  readonly hash: Hash;
+  readonly size: number;
+  /** The distinct xorbs of the file, in order of first appearance. */
+  readonly xorbs: readonly PreparedXorb[];
+  /** The file's terms, uncut; a request returns these objects for every term it keeps whole. */
+  readonly terms: readonly PlannedTerm[];
+  /** File offset where each term starts; entry `terms.length` is the file size. */
+  readonly termOffsets: Float64Array;
+  /** Memory held by the file, its rendered fragments included (its xorbs are accounted separately). */
+  readonly footprintBytes: number;
+}
+
+/**
+ * Bytes a term may hold once requests have rendered it: the term object and its JSON, its
+ * whole-term fetch range with its descriptor and V1 fragments (~450 bytes measured, rounded up).
+ */
+const TERM_FOOTPRINT_BYTES = 600;
+
+/**
+ * Checks the file against its xorbs (every term inside its xorb, its stored length equal to
+ * the chunks' lengths, the size equal to the sum) — registration checked all of this, so a
+ * mismatch means a damaged database — and builds the per-term arrays.
+ */
+export function prepareFile(file: FileRecord, xorbsByHex: ReadonlyMap<string, PreparedXorb>): PreparedFile {
+  const termCount = file.terms.length;
+  const name = `file ${hashToHex(file.hash)}`;
+  const terms = new Array<PlannedTerm>(termCount);
+  const termOffsets = new Float64Array(termCount + 1);
+  const xorbs: PreparedXorb[] = [];
+  const seen = new Set<PreparedXorb>();
+  let offset = 0;
+  let previous: PreparedXorb | null = null;
+  for (let k = 0; k < termCount; k++) {
+    const term = file.terms[k];
+    // Consecutive terms usually share a xorb: skip the hex conversion and lookup for repeats.
+    const xorb: PreparedXorb = previous !== null && hashEquals(previous.hash, term.xorbHash) ? previous : xorbOfTerm(xorbsByHex, term.xorbHash, k, name);
+    previous = xorb;
+    const { chunkStart: a, chunkEnd: b } = term;
+    const chunkCount = xorb.serializedEnds.length;
+    if (!(a < b && b <= chunkCount)) {
+      throw new ReconstructionError("inconsistent_records", `term ${k} of ${name} covers chunks [${a}, ${b}) outside xorb ${xorb.hex} (${chunkCount} chunks)`);
+    }
+    const length = xorb.uncompressedEnds[b - 1] - (a === 0 ? 0 : xorb.uncompressedEnds[a - 1]);
+    if (length !== term.unpackedLength) {
+      throw new ReconstructionError(
+        "inconsistent_records",
+        `term ${k} of ${name} records ${term.unpackedLength} bytes but chunks [${a}, ${b}) of xorb ${xorb.hex} hold ${length}`,
+      );
+    }
+    if (!seen.has(xorb)) {
+      seen.add(xorb);
+      xorbs.push(xorb);
+    }
+    terms[k] = new PlannedTerm(xorb, a, b, length);
+    termOffsets[k] = offset;
+    offset += length;
+  }
+  termOffsets[termCount] = offset;
+  if (offset !== file.size) {
+    throw new ReconstructionError("inconsistent_records", `${name} records ${file.size} bytes but its terms hold ${offset}`);
+  }
+  return {
+    hash: new Uint8Array(file.hash),
+    size: file.size,
+    xorbs,
+    terms,
+    termOffsets,
+    footprintBytes: termCount * (TERM_FOOTPRINT_BYTES + 8) + xorbs.length * 8 + OBJECT_OVERHEAD_BYTES,
+  };
+}
+
+function xorbOfTerm(xorbsByHex: ReadonlyMap<string, PreparedXorb>, xorbHash: Hash, k: number, name: string): PreparedXorb {
+  const hex = hashToHex(xorbHash);
+  const xorb = xorbsByHex.get(hex);
+  if (xorb === undefined) {
+    throw new ReconstructionError("inconsistent_records", `term ${k} of ${name} references xorb ${hex}, which has no stored record`);
+  }
+  return xorb;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Planning (§8.3, §8.4)
+
+/**
+ * A term of a reconstruction (interface §2.2): chunks [chunkStart, chunkEnd) of `xorb`. Its JSON
+ * and fetch range are built on first use and kept, so a cached file's whole terms are rendered
+ * once, not per request.
+ */
+export class PlannedTerm {
+  private renderedJson: string | undefined;
+  private ownFetchRange: FetchRange | undefined;
+
+  constructor(
+    readonly xorb: PreparedXorb,
+    readonly chunkStart: number,
+    /** Exclusive. */
+    readonly chunkEnd: number,
+    readonly unpackedLength: number,
+  ) {}
+
+  /** The CASReconstructionTerm object. */
+  get json(): string {
+    return (this.renderedJson ??= `{"hash":"${this.xorb.hex}","unpacked_length":${this.unpackedLength},"range":{"start":${this.chunkStart},"end":${this.chunkEnd}}}`);
+  }
+
+  /** The fetch range of exactly this term's chunks. */
+  get fetchRange(): FetchRange {
+    return (this.ownFetchRange ??= FetchRange.of(this.xorb, this.chunkStart, this.chunkEnd));
+  }
+}
+
+/**
+ * A fetch range of one xorb: chunks `[chunks.start, chunks.end)` in bytes
+ * `[bytes.start, bytes.end]`. JSON fragments are built on first use and kept.
+ */
+export class FetchRange {
+  private descriptor: string | undefined;
+  private v1Parts: [string, string] | undefined;
+
+  constructor(
+    readonly chunks: { readonly start: number; readonly end: number },
+    readonly bytes: ByteRange,
+  ) {}
+
+  /** Chunks [a, b) of `xorb`: bytes from the end of chunk a-1 through the last byte of chunk b-1 (§5.5). */
+  static of(xorb: PreparedXorb, a: number, b: number): FetchRange {
+    const ends = xorb.serializedEnds;
+    return new FetchRange({ start: a, end: b }, { start: a === 0 ? 0 : ends[a - 1], end: ends[b - 1] - 1 });
+  }
+
+  /** The V2 XorbRangeDescriptor object. */
+  get descriptorJson(): string {
+    return (this.descriptor ??= `{"chunks":{"start":${this.chunks.start},"end":${this.chunks.end}},"bytes":{"start":${this.bytes.start},"end":${this.bytes.end}}}`);
+  }
+
+  /** The V1 CASReconstructionFetchInfo object around its URL: `[before the URL, after it]`. */
+  get v1Json(): readonly [string, string] {
+    return (this.v1Parts ??= [
+      `{"range":{"start":${this.chunks.start},"end":${this.chunks.end}},"url":`,
+      `,"url_range":{"start":${this.bytes.start},"end":${this.bytes.end}}}`,
+    ]);
+  }
+}
+
+export interface XorbFetch {
+  readonly xorb: PreparedXorb;
+  /** Sorted by chunk start, pairwise separated by at least one chunk. */
+  readonly ranges: readonly FetchRange[];
+}
+
+export interface ReconstructionPlan {
+  readonly offsetIntoFirstRange: number;
+  readonly terms: readonly PlannedTerm[];
+  /** One entry per distinct xorb of `terms`, in order of first appearance. */
+  readonly fetches: readonly XorbFetch[];
+}
+
+export const EMPTY_PLAN: ReconstructionPlan = Object.freeze({ offsetIntoFirstRange: 0, terms: [], fetches: [] });
+
+/**
+ * The terms covering `range` (end exclusive, already clamped by `resolveFileRange`) and the
+ * merged fetch ranges. Work is O(returned terms · log) — terms are found and cut by binary
+ * search over the prepared arrays.
+ */
+export function planReconstruction(file: PreparedFile, range: FileByteRange): ReconstructionPlan {
+  const { start: rangeStart, end: rangeEnd } = range;
+  if (rangeStart >= rangeEnd) return EMPTY_PLAN;
+  if (!(rangeStart >= 0 && rangeEnd <= file.size)) {
+    throw new RangeError(`range [${rangeStart}, ${rangeEnd}) is not within the file's ${file.size} bytes`);
+  }
+  const offsets = file.termOffsets;
+  const termCount = file.terms.length;
+  // First term ending after rangeStart (whole terms ending at or before it are skipped), and
+  // the first term starting at or after rangeEnd (not returned).
+  const firstTerm = firstIndexAbove(offsets, 1, termCount + 1, rangeStart) - 1;
+  const endTerm = firstIndexAtLeast(offsets, firstTerm + 1, termCount, rangeEnd);
+
+  const terms: PlannedTerm[] = file.terms.slice(firstTerm, endTerm);
+  let firstKeptByte = offsets[firstTerm];
+  const first = terms[0];
+  if (firstKeptByte < rangeStart) {
+    // Drop the leading chunks that end at or before rangeStart.
+    const ends = first.xorb.uncompressedEnds;
+    const base = first.chunkStart === 0 ? 0 : ends[first.chunkStart - 1];
+    const a = firstIndexAbove(ends, first.chunkStart, first.chunkEnd, rangeStart - firstKeptByte + base);
+    firstKeptByte += (a === 0 ? 0 : ends[a - 1]) - base;
+    terms[0] = cutTerm(first, a, first.chunkEnd);
+  }
+  const lastIndex = terms.length - 1;
+  if (offsets[endTerm] > rangeEnd) {
+    // Drop the trailing chunks that start at or after rangeEnd: chunk c > a starts at
+    // lastStart + U[c-1] - U[a-1], so the first dropped one follows the first U[j] reaching the end.
+    const last = terms[lastIndex];
+    const lastStart = lastIndex === 0 ? firstKeptByte : offsets[endTerm - 1];
+    const ends = last.xorb.uncompressedEnds;
+    const base = last.chunkStart === 0 ? 0 : ends[last.chunkStart - 1];
+    const b = firstIndexAtLeast(ends, last.chunkStart, last.chunkEnd - 1, rangeEnd - lastStart + base) + 1;
+    terms[lastIndex] = cutTerm(last, last.chunkStart, b);
+  }
+  // A file whose terms all use different xorbs (the usual layout of a large file) needs no merging.
+  const fetches = file.xorbs.length === termCount ? oneFetchPerTerm(terms) : mergeFetchRanges(terms);
+  return { offsetIntoFirstRange: rangeStart - firstKeptByte, terms, fetches };
+}
+
+function cutTerm(term: PlannedTerm, a: number, b: number): PlannedTerm {
+  if (a === term.chunkStart && b === term.chunkEnd) return term;
+  const ends = term.xorb.uncompressedEnds;
+  return new PlannedTerm(term.xorb, a, b, ends[b - 1] - (a === 0 ? 0 : ends[a - 1]));
+}
+
+/** Smallest i in [lo, hi) with values[i] > limit, or hi. */
+function firstIndexAbove(values: ArrayLike<number>, lo: number, hi: number, limit: number): number {
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (values[mid] > limit) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/** Smallest i in [lo, hi) with values[i] >= limit, or hi. */
+function firstIndexAtLeast(values: ArrayLike<number>, lo: number, hi: number, limit: number): number {
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (values[mid] >= limit) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/**
+ * Per xorb, the terms' chunk ranges sorted by start and merged while the next one starts at or
+ * before the current end (overlapping or adjacent). Ranges with a gap between them stay apart.
+ */
+export function mergeFetchRanges(terms: readonly PlannedTerm[]): XorbFetch[] {
+  const spansByXorb = new Map<PreparedXorb, number[]>();
+  for (const term of terms) {
+    const spans = spansByXorb.get(term.xorb);
+    if (spans === undefined) spansByXorb.set(term.xorb, [term.chunkStart, term.chunkEnd]);
+    else spans.push(term.chunkStart, term.chunkEnd);
+  }
+  const fetches: XorbFetch[] = [];
+  for (const [xorb, spans] of spansByXorb) {
+    if (spans.length === 2) {
+      fetches.push({ xorb, ranges: [FetchRange.of(xorb, spans[0], spans[1])] });
+      continue;
+    }
+    const order: number[] = [];
+    for (let i = 0; i < spans.length; i += 2) order.push(i);
+    order.sort((x, y) => spans[x] - spans[y] || spans[x + 1] - spans[y + 1]);
+    const ranges: FetchRange[] = [];
+    let a = spans[order[0]];
+    let b = spans[order[0] + 1];
+    for (let i = 1; i < order.length; i++) {
+      const nextA = spans[order[i]];
+      const nextB = spans[order[i] + 1];
+      if (nextA <= b) {
+        if (nextB > b) b = nextB;
+      } else {
+        ranges.push(FetchRange.of(xorb, a, b));
+        a = nextA;
+        b = nextB;
+      }
+    }
+    ranges.push(FetchRange.of(xorb, a, b));
+    fetches.push({ xorb, ranges });
+  }
+  return fetches;
+}
+
+/** When no xorb appears twice among the terms, each term is its own fetch: no grouping needed. */
+function oneFetchPerTerm(terms: readonly PlannedTerm[]): XorbFetch[] {
+  const fetches: XorbFetch[] = new Array(terms.length);
+  for (let i = 0; i < terms.length; i++) {
+    const term = terms[i];
+    fetches[i] = { xorb: term.xorb, ranges: [term.fetchRange] };
+  }
+  return fetches;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering (§8.5, §8.6)
+
+/**
+ * Clients and proxies commonly cap a URL and a header value at 8 KiB; production splits
+ * entries at about this size too (§8.5).
+ */
+export const MAX_V2_URL_CHARS = 8192;
+export const MAX_V2_RANGE_HEADER_CHARS = 8192;
+
+export interface V2Limits {
+  /** Longest URL of one entry. */
+  maxUrlChars: number;
+  /** Longest `bytes=a-b,c-d,…` value of one entry (what a multi-range GET sends). */
+  maxRangeHeaderChars: number;
+}
+
+const DEFAULT_V2_LIMITS: V2Limits = { maxUrlChars: MAX_V2_URL_CHARS, maxRangeHeaderChars: MAX_V2_RANGE_HEADER_CHARS };
+
+const RANGE_UNIT_PREFIX = "bytes=";
+
+function termsJson(plan: ReconstructionPlan): string {
+  let out = "";
+  for (let i = 0; i < plan.terms.length; i++) out += (i === 0 ? "" : ",") + plan.terms[i].json;
+  return out;
+}
+
+/**
+ * The V2 body (QueryReconstructionResponseV2), pure ASCII. Each xorb's ranges go into as few
+ * entries as the limits allow — one signed URL each — split where the multi-range header value
+ * or the URL would exceed its limit.
+ */
+export function renderV2(plan: ReconstructionPlan, signer: RangeUrlSigner, limits: V2Limits = DEFAULT_V2_LIMITS): string {
+  const entries = new EntryWriter(signer, limits);
+  let xorbs = "";
+  for (let f = 0; f < plan.fetches.length; f++) {
+    const { xorb, ranges } = plan.fetches[f];
+    xorbs += (f === 0 ? '"' : ',"') + xorb.hex + '":[' + entries.write(xorb, ranges) + "]";
+  }
+  return `{"offset_into_first_range":${plan.offsetIntoFirstRange},"terms":[${termsJson(plan)}],"xorbs":{${xorbs}}}`;
+}
+
+/**
+ * Packs ranges greedily into entries whose `bytes=…` value fits a budget. The URL's length is
+ * the signer's business and known only after signing; when one comes out too long, the budget
+ * shrinks in proportion (for the rest of the response, since the signer's encoding does not
+ * change) and the entry is signed again — about one extra signature per response, and only for
+ * xorbs with hundreds of ranges.
+ */
+class EntryWriter {
+  private rangeBudget: number;
+
+  constructor(
+    private readonly signer: RangeUrlSigner,
+    private readonly limits: V2Limits,
+  ) {
+    this.rangeBudget = limits.maxRangeHeaderChars;
+  }
+
+  write(xorb: PreparedXorb, ranges: readonly FetchRange[]): string {
+    if (ranges.length === 1) {
+      return '{"url":' + signedJson(this.signer, xorb.hash, [ranges[0].bytes]) + ',"ranges":[' + ranges[0].descriptorJson + "]}";
+    }
+    let out = "";
+    let first = 0;
+    while (first < ranges.length) {
+      let chars = RANGE_UNIT_PREFIX.length + rangeChars(ranges[first]);
+      let end = first + 1;
+      while (end < ranges.length && chars + 1 + rangeChars(ranges[end]) <= this.rangeBudget) {
+        chars += 1 + rangeChars(ranges[end]);
+        end++;
+      }
+      const group = ranges.slice(first, end);
+      const url = this.signer.sign(xorb.hash, group.map((range) => range.bytes));
+      if (url.length > this.limits.maxUrlChars && group.length > 1) {
+        this.rangeBudget = Math.min(chars - 1, Math.floor((chars * this.limits.maxUrlChars * 0.95) / url.length));
+        continue;
+      }
+      let descriptors = "";
+      for (let i = 0; i < group.length; i++) descriptors += (i === 0 ? "" : ",") + group[i].descriptorJson;
+      out += (out === "" ? "" : ",") + '{"url":' + jsonUrlLiteral(url) + ',"ranges":[' + descriptors + "]}";
+      first = end;
+    }
+    return out;
+  }
+}
+
+/** Characters of `start-end` in a Range header value. */
+function rangeChars(range: FetchRange): number {
+  return digitCount(range.bytes.start) + 1 + digitCount(range.bytes.end);
+}
+
+function digitCount(value: number): number {
+  let digits = 1;
+  while (value >= 10) {
+    value = Math.floor(value / 10);
+    digits++;
+  }
+  return digits;
+}
+
+const NON_ASCII = /[^\x00-\x7f]/;
+const NON_ASCII_ALL = /[^\x00-\x7f]/g;
+
+/**
+ * A URL as a JSON string literal, in ASCII (non-ASCII as \uXXXX escapes) so that bodies are
+ * pure ASCII and can be encoded as Latin-1, a plain copy. WHATWG-serialized URLs are ASCII
+ * already; the escape is a guard against a signer that is not.
+ */
+export function jsonUrlLiteral(url: string): string {
+  const quoted = JSON.stringify(url);
+  return NON_ASCII.test(quoted) ? quoted.replace(NON_ASCII_ALL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`) : quoted;
+}
+
+function signedJson(signer: RangeUrlSigner, xorbHash: Hash, ranges: readonly ByteRange[]): string {
+  return signer.signAsJson !== undefined ? signer.signAsJson(xorbHash, ranges) : jsonUrlLiteral(signer.sign(xorbHash, ranges));
+}
+
+/** The V1 body (QueryReconstructionResponse), pure ASCII: one signed URL per merged range. */
+export function renderV1(plan: ReconstructionPlan, signer: RangeUrlSigner): string {
+  let fetchInfo = "";
+  for (let f = 0; f < plan.fetches.length; f++) {
+    const { xorb, ranges } = plan.fetches[f];
+    let entries = "";
+    for (let i = 0; i < ranges.length; i++) {
+      const range = ranges[i];
+      const [beforeUrl, afterUrl] = range.v1Json;
+      entries += (i === 0 ? "" : ",") + beforeUrl + signedJson(signer, xorb.hash, [range.bytes]) + afterUrl;
+    }
+    fetchInfo += (f === 0 ? '"' : ',"') + xorb.hex + '":[' + entries + "]";
+  }
+  return `{"offset_into_first_range":${plan.offsetIntoFirstRange},"terms":[${termsJson(plan)}],"fetch_info":{${fetchInfo}}}`;
+}

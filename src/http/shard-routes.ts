@@ -1,0 +1,247 @@
+/**
+ * Shard upload (interface operation 5, XET-PROTOCOL.md §6.8, §9.3, §9.4):
+ *
+ *     POST /v1/shards   write scope   body: the shard → {"result": 1} new / {"result": 0} known
+ *     POST /shards      the same (hf_xet of 2025-09…11)
+ *     POST /v2/shards   write scope   body: the shard → 200 NDJSON progress + terminal frame
+ *
+ * The files of the shard are linked to the token's repository. Bodies arrive raw (no
+ * Content-Type needed, see raw-body.ts), capped at the service's `maxShardBytes` (413).
+ *
+ * `/v2/shards` answers errors found before the stream starts (token, repository, body size,
+ * broken connection) with their normal status codes; from then on everything is a frame:
+ * `{"type":"validating","verified":N,"total":M}` as validation advances, re-sent as a
+ * heartbeat while it is slow (so clients can keep a read timeout), `{"type":"committing",…}`
+ * while storing, and a terminal `{"type":"result","result":0|1}` or
+ * `{"type":"error","message":…,"retryable":…}` — retryable only for server-side failures.
+ * A stream that ends without a terminal frame is an error for the client (xet-core), which is
+ * what a crash looks like.
+ *
+ * Register with `await registerShardRoutes(app, deps)` after `registerCasAuth`.
+ */
+import { PassThrough } from "node:stream";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { ShardRejectedError, type ShardProgress, type ShardRegistrationService } from "../cas/shard-registration.js";
+import { hashToHex } from "../format/hash.js";
+import type { MetadataStore } from "../metadata/store.js";
+import { casAccessOf } from "./cas-auth.js";
+import { ERROR_BODY_SCHEMA, HttpError } from "./errors.js";
+import { acceptRawBodies, bodyPieces, declaredLengthOf, settleUnreadBody } from "./raw-body.js";
+
+export interface ShardRouteDeps {
+  shards: Pick<ShardRegistrationService, "register" | "maxShardBytes">;
+  /** Resolves the token's repository to the numeric id files are linked to. */
+  repos: Pick<MetadataStore, "getRepo">;
+  /** How often `/v2/shards` re-sends the last progress frame while validating. */
+  heartbeatIntervalMs?: number;
+}
+
+/** Production re-sends about every 20 s; a little less keeps clients with a 30 s read timeout safe. */
+export const DEFAULT_HEARTBEAT_INTERVAL_MS = 15_000;
+/** Progress frames between heartbeats are sent at most this often. */
+const PROGRESS_FRAME_INTERVAL_MS = 1_000;
+
+export const NDJSON_CONTENT_TYPE = "application/x-ndjson";
+
+const V1_PATHS = ["/v1/shards", "/shards"] as const;
+
+const RESULT_RESPONSE_SCHEMA = {
+  200: {
+    type: "object",
+    required: ["result"],
+    additionalProperties: false,
+    properties: { result: { type: "integer", enum: [0, 1] } },
+  },
+  "4xx": ERROR_BODY_SCHEMA,
+} as const;
+
+export async function registerShardRoutes(app: FastifyInstance, deps: ShardRouteDeps): Promise<void> {
+  const heartbeatIntervalMs = deps.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
+  if (!(heartbeatIntervalMs > 0)) throw new RangeError(`heartbeatIntervalMs must be positive, got ${heartbeatIntervalMs}`);
+  const routeOptions = { config: { casScope: "write" as const }, bodyLimit: deps.shards.maxShardBytes };
+
+  await app.register(async (scope) => {
+    acceptRawBodies(scope);
+
+    for (const path of V1_PATHS) {
+      scope.post(path, { ...routeOptions, schema: { response: RESULT_RESPONSE_SCHEMA } }, async (request, reply) => {
+        const { repoId, body } = await receiveUpload(request, deps);
+        const aborted = abortOnClientGone(reply);
+        try {
+          const outcome = await deps.shards.register(body, { repoId, signal: aborted.signal });
+          logRegistration(request, outcome);
+          return { result: outcome.inserted ? 1 : 0 };
+        } catch (error) {
+          if (error instanceof ShardRejectedError) {
+            logRejection(request, error);
+            throw new HttpError(error.status, `Shard rejected: ${error.message}`);
+          }
+          // Nobody will read the answer; a 4xx keeps it out of the internal-error log.
+          if (aborted.signal.aborted) throw new HttpError(400, "The client closed the connection before the shard was registered: nothing was registered");
+          throw error;
+        }
+      });
+    }
+
+    scope.post("/v2/shards", routeOptions, async (request, reply) => {
+      const { repoId, body } = await receiveUpload(request, deps);
+      const frames = new NdjsonFrames(heartbeatIntervalMs);
+      const aborted = abortOnClientGone(reply);
+      reply.raw.once("close", () => frames.close());
+      void deps.shards
+        .register(body, {
+          repoId,
+          signal: aborted.signal,
+          onProgress: (progress) => frames.progress(progress),
+          onCommitting: (stage) => frames.send({ type: "committing", stage }),
+        })
+        .then(
+          (outcome) => {
+            logRegistration(request, outcome);
+            frames.finish({ type: "result", result: outcome.inserted ? 1 : 0 });
+          },
+          (error: unknown) => {
+            if (aborted.signal.aborted) {
+              request.log.info("shard upload abandoned by the client during validation; nothing registered");
+              frames.close();
+            } else if (error instanceof ShardRejectedError) {
+              logRejection(request, error);
+              frames.finish({ type: "error", message: `Shard rejected: ${error.message}`, retryable: false });
+            } else {
+              request.log.error({ err: error }, "shard registration failed with an internal error");
+              frames.finish({
+                type: "error",
+                message: `castor could not register the shard because of a server-side failure (request id ${request.id}): upload it again`,
+                retryable: true,
+              });
+            }
+          },
+        );
+      // Streamed as written, never compressed: clients read frame by frame.
+      return reply
+        .code(200)
+        .type(NDJSON_CONTENT_TYPE)
+        .header("cache-control", "no-cache")
+        .header("x-accel-buffering", "no")
+        .send(frames.stream);
+    });
+  });
+}
+
+/**
+ * Everything an upload needs before validation: the repository its files go to (checked
+ * before the body is read, so a refused upload is not received) and the whole body, which the
+ * shard format requires (its sections are read sequentially and cross-referenced).
+ */
+async function receiveUpload(request: FastifyRequest, deps: ShardRouteDeps): Promise<{ repoId: number; body: Uint8Array }> {
+  try {
+    const repoId = await uploadRepoId(request, deps);
+    return { repoId, body: await readWholeBody(request) };
+  } catch (error) {
+    throw settleUnreadBody(request, error);
+  }
+}
+
+async function uploadRepoId(request: FastifyRequest, deps: ShardRouteDeps): Promise<number> {
+  const { repo } = casAccessOf(request);
+  const record = await deps.repos.getRepo(repo.type, repo.id);
+  // Not 404: on 404 xet-core silently retries /v2/shards as /v1/shards.
+  if (record === null) {
+    throw new HttpError(403, `The access token names the repository ${repo.type}:${repo.id}, which does not exist on this server (any more): create it or get a token for another repository`);
+  }
+  return record.id;
+}
+
+/**
+ * The body in one buffer. With a Content-Length (already checked against the cap) the buffer
+ * is allocated once and filled, so the body is never held twice.
+ */
+async function readWholeBody(request: FastifyRequest): Promise<Uint8Array> {
+  const declared = declaredLengthOf(request);
+  if (declared !== undefined) {
+    const body = Buffer.allocUnsafe(declared);
+    let at = 0;
+    for await (const piece of bodyPieces(request)) {
+      // The HTTP parser never delivers more than Content-Length; checked anyway, it is cheap.
+      if (at + piece.length > declared) throw new HttpError(400, `The request body is longer than its Content-Length of ${declared} bytes`, { connection: "close" });
+      body.set(piece, at);
+      at += piece.length;
+    }
+    return body.subarray(0, at);
+  }
+  const pieces: Buffer[] = [];
+  for await (const piece of bodyPieces(request)) pieces.push(piece);
+  return Buffer.concat(pieces);
+}
+
+/** Aborts when the response closes before it finished: the client went away. */
+function abortOnClientGone(reply: FastifyReply): AbortController {
+  const controller = new AbortController();
+  reply.raw.once("close", () => {
+    if (!reply.raw.writableFinished) controller.abort(new Error("the client closed the connection"));
+  });
+  return controller;
+}
+
+function logRegistration(request: FastifyRequest, outcome: { inserted: boolean; shardHash: Uint8Array; files: number; dedupEntries: number }): void {
+  request.log.info(
+    { shard: hashToHex(outcome.shardHash), inserted: outcome.inserted, files: outcome.files, dedupEntries: outcome.dedupEntries },
+    "shard upload",
+  );
+}
+
+function logRejection(request: FastifyRequest, error: ShardRejectedError): void {
+  request.log.info({ code: error.code, reason: error.message }, "shard upload rejected");
+}
+
+type Frame =
+  | { type: "validating"; verified: number; total: number }
+  | { type: "committing"; stage: "uploading" | "syncing" }
+  | { type: "result"; result: 0 | 1 }
+  | { type: "error"; message: string; retryable: boolean };
+
+/** The NDJSON side of `/v2/shards`: one JSON object per `\n`-terminated line, plus heartbeats. */
+class NdjsonFrames {
+  readonly stream = new PassThrough();
+  private lastProgress: string | null = null;
+  private lastProgressSentAt = 0;
+  private readonly heartbeat: NodeJS.Timeout;
+
+  constructor(heartbeatIntervalMs: number) {
+    this.heartbeat = setInterval(() => {
+      if (this.lastProgress !== null) this.write(this.lastProgress);
+    }, heartbeatIntervalMs);
+  }
+
+  progress({ verified, total }: ShardProgress): void {
+    const line = JSON.stringify({ type: "validating", verified, total } satisfies Frame);
+    this.lastProgress = line;
+    const now = Date.now();
+    // The first frame goes out at once: it tells the client the shard parsed and how big it is.
+    if (now - this.lastProgressSentAt < PROGRESS_FRAME_INTERVAL_MS && verified !== 0) return;
+    this.lastProgressSentAt = now;
+    this.write(line);
+  }
+
+  send(frame: Frame): void {
+    this.write(JSON.stringify(frame));
+  }
+
+  /** Writes the terminal frame and ends the stream. */
+  finish(frame: Frame): void {
+    clearInterval(this.heartbeat);
+    this.send(frame);
+    if (!this.stream.destroyed) this.stream.end();
+  }
+
+  /** Stops the heartbeat (the response closed, or no terminal frame can be sent). */
+  close(): void {
+    clearInterval(this.heartbeat);
+    if (!this.stream.destroyed && !this.stream.writableEnded) this.stream.end();
+  }
+
+  private write(line: string): void {
+    if (this.stream.destroyed || this.stream.writableEnded) return;
+    this.stream.write(`${line}\n`);
+  }
+}

@@ -1,0 +1,135 @@
+/**
+ * The transfer route: xorb byte ranges behind signed URLs (XET-PROTOCOL §8.7, DESIGN §4.2).
+ *
+ *     GET  /v1/transfer/{xorb}?x=…&r=…&s=…   Range: bytes=s-e | bytes=s1-e1,s2-e2,…
+ *     HEAD /v1/transfer/{xorb}?x=…&r=…&s=…   the same checks and headers, no body
+ *
+ * No Authorization header: real clients send none, and one that is sent is ignored — the URL
+ * authorises itself (src/auth/transfer-url.ts). Answers:
+ *
+ * - 206 with the bytes (`Content-Range: bytes s-e/<stored size>`) for one range; 206
+ *   `multipart/byteranges` streamed part by part (src/http/multipart.ts) for the full list.
+ * - 403 for everything that is the URL's fault: altered, expired, no Range header, or a Range
+ *   that is not exactly one signed range or the whole signed list. Both clients react to 403
+ *   by asking the reconstruction API for fresh URLs, which is the right recovery for all of these.
+ * - 404 when the xorb is not stored.
+ * - 416 (`Content-Range: bytes * /<size>`) when a requested signed range ends beyond the stored
+ *   object. The URL is genuine, so fresh URLs would fail the same way; 416 tells the client
+ *   to stop instead of re-querying in a loop, and points operators at inconsistent metadata.
+ *
+ * Only bytes inside the requested signed ranges are ever read. Responses are never compressed
+ * (`Cache-Control: no-transform` asks proxies not to either): the bytes are xorb chunks that
+ * clients parse by offset, and the Content-Length is part of the contract.
+ *
+ * Logs: the request line carries the path without the query (logging.ts); nothing here logs
+ * the URL, the signature or the Range header.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { Readable } from "node:stream";
+import { selectRequestedRanges, TransferUrlError, type ByteRange, type TransferUrlVerifier } from "../auth/transfer-url.js";
+import { blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore } from "../storage/blob-store.js";
+import { HttpError } from "./errors.js";
+import { multipartByteRanges } from "./multipart.js";
+
+export interface TransferRouteDeps {
+  /** Where xorbs are stored (`xorbs/<hex>` keys). */
+  blobs: BlobStore;
+  /** Verifies the signed URLs (an `HmacTransferUrls` with the server's URL key). */
+  transferUrls: TransferUrlVerifier;
+}
+
+export const TRANSFER_ROUTE = "/v1/transfer/:xorb";
+
+interface TransferPlan {
+  key: BlobKey;
+  xorbHex: string;
+  ranges: readonly ByteRange[];
+  size: number;
+}
+
+export async function registerTransferRoutes(app: FastifyInstance, deps: TransferRouteDeps): Promise<void> {
+  const { blobs, transferUrls } = deps;
+
+  /** Everything short of reading bytes: the URL, the Range header, the stored size. */
+  async function plan(request: FastifyRequest): Promise<TransferPlan> {
+    let xorbHex: string;
+    let ranges: readonly ByteRange[];
+    try {
+      const verified = transferUrls.verify(request.url);
+      xorbHex = verified.xorbHex;
+      ranges = selectRequestedRanges(verified.ranges, request.headers.range);
+    } catch (error) {
+      if (error instanceof TransferUrlError) throw new HttpError(403, error.message);
+      throw error;
+    }
+    const key = blobKeyFromHex("xorbs", xorbHex);
+    const size = await blobs.size(key);
+    if (size === null) throw notStored(xorbHex);
+    const last = ranges[ranges.length - 1];
+    if (last.end >= size) throw unsatisfiable(xorbHex, last, size);
+    return { key, xorbHex, ranges, size };
+  }
+
+  /** A signed range as a BlobStore read, with its errors mapped as `plan` maps them. */
+  async function open(transfer: TransferPlan, range: ByteRange): Promise<Readable> {
+    try {
+      return await blobs.read(transfer.key, { offset: range.start, length: range.end - range.start + 1 });
+    } catch (error) {
+      // The object vanished or shrank between size() and read(): answer as if seen in plan().
+      if (isBlobStoreError(error, "not_found")) throw notStored(transfer.xorbHex);
+      if (isBlobStoreError(error, "range_not_satisfiable")) throw unsatisfiable(transfer.xorbHex, range, transfer.size);
+      throw error;
+    }
+  }
+
+  /** Sets the 206 headers; returns the multipart body when there are several ranges. */
+  function describe(reply: FastifyReply, transfer: TransferPlan) {
+    reply.code(206).header("accept-ranges", "bytes").header("cache-control", "no-transform");
+    if (transfer.ranges.length === 1) {
+      const [range] = transfer.ranges;
+      reply
+        .header("content-type", "application/octet-stream")
+        .header("content-range", `bytes ${range.start}-${range.end}/${transfer.size}`)
+        .header("content-length", String(range.end - range.start + 1));
+      return null;
+    }
+    const multipart = multipartByteRanges({
+      ranges: transfer.ranges,
+      totalSize: transfer.size,
+      openPart: (range) => open(transfer, range),
+    });
+    reply.header("content-type", multipart.contentType).header("content-length", String(multipart.contentLength));
+    return multipart.body;
+  }
+
+  // HEAD is declared explicitly (fastify's automatic HEAD would run the GET handler and open
+  // the blob only to drop its bytes).
+  app.get(TRANSFER_ROUTE, { exposeHeadRoute: false }, async (request, reply) => {
+    const transfer = await plan(request);
+    // A single range is opened before any header is set, so a failure still gets a clean error
+    // response; multipart parts open as the body is read.
+    const singleBody = transfer.ranges.length === 1 ? await open(transfer, transfer.ranges[0]) : null;
+    const multipartBody = describe(reply, transfer);
+    return reply.send(singleBody ?? multipartBody);
+  });
+
+  app.head(TRANSFER_ROUTE, async (request, reply) => {
+    const transfer = await plan(request);
+    const multipartBody = describe(reply, transfer);
+    // Built only for its headers; it opened nothing.
+    multipartBody?.destroy();
+    return reply.send();
+  });
+}
+
+function notStored(xorbHex: string): HttpError {
+  return new HttpError(404, `Xorb ${xorbHex} is not stored on this server: its file may have been removed; request fresh URLs from the reconstruction API`);
+}
+
+function unsatisfiable(xorbHex: string, range: ByteRange, size: number): HttpError {
+  return new HttpError(
+    416,
+    `The signed range ${range.start}-${range.end} lies beyond the end of xorb ${xorbHex} (${size} bytes): the server's records disagree with the stored object; report this to the server operator`,
+    { "content-range": `bytes */${size}` },
+  );
+}
