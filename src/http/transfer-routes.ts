@@ -13,9 +13,10 @@
  *   that is not exactly one signed range or the whole signed list. Both clients react to 403
  *   by asking the reconstruction API for fresh URLs, which is the right recovery for all of these.
  * - 404 when the xorb is not stored.
- * - 416 (`Content-Range: bytes * /<size>`) when a requested signed range ends beyond the stored
- *   object. The URL is genuine, so fresh URLs would fail the same way; 416 tells the client
- *   to stop instead of re-querying in a loop, and points operators at inconsistent metadata.
+ * - 416, with the unsatisfied form of Content-Range ("bytes", a star, a slash, the stored size),
+ *   when a requested signed range ends beyond the stored object. The URL is genuine, so fresh
+ *   URLs would fail the same way: 416 tells the client to stop instead of re-querying in a
+ *   loop, and points operators at inconsistent metadata.
  *
  * Only bytes inside the requested signed ranges are ever read. Responses are never compressed
  * (`Cache-Control: no-transform` asks proxies not to either): the bytes are xorb chunks that
