@@ -159,6 +159,21 @@ describe("compressChunk", () => {
     });
   }
 
+  it("round-trips constant and short-period chunks (long overlapping matches) through every scheme", () => {
+    for (const length of [33, 4096, 65_536, 65_537, MAX_CHUNK_UNCOMPRESSED_BYTES]) {
+      for (const period of [1, 2, 3, 4, 5, 8, 12, 100]) {
+        const data = new Uint8Array(length);
+        for (let i = 0; i < length; i++) data[i] = period === 1 ? 0 : ((i % period) * 53 + 7) & 0xff;
+        for (const scheme of [CompressionScheme.LZ4, CompressionScheme.ByteGrouping4LZ4]) {
+          const payload = compressChunk(data, scheme);
+          assert.ok(payload.length < length || length < 100, `period ${period} compresses`);
+          assert.equal(toHex(decompressChunk(scheme, payload, length)), toHex(data), `length ${length}, period ${period}, scheme ${scheme}`);
+          expectFormatError(() => decompressChunk(scheme, payload, length - 1), "decompressed_size_mismatch");
+        }
+      }
+    }
+  });
+
   it("returns the input itself for scheme None", () => {
     const data = logLines(100);
     assert.equal(compressChunk(data, CompressionScheme.None), data);

@@ -1,6 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { compressFrameSync, compressSync, decompressFrameSync } from "lz4-napi";
+import fc from "fast-check";
+import { compressFrameSync, compressSync, decompressFrameSync, uncompressSync } from "lz4-napi";
 import {
   decodeLz4Frame,
   encodeLz4Frame,
@@ -425,5 +426,225 @@ describe("decodeLz4Frame: sizes are bounded by the declared size", () => {
     const frame = encodeLz4Frame(splitmix64Bytes(5n, 2000));
     assert.ok(blocksOf(frame)[0].stored);
     expectFormatError(() => decodeLz4Frame(frame, 1999), "decompressed_size_mismatch");
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Hand-built raw blocks, to reach decoder paths that real encoders only hit on certain data.
+
+interface Sequence {
+  literals: Uint8Array;
+  /** Absent on the block's last, literals-only sequence. */
+  match?: { offset: number; length: number };
+}
+
+/** Encodes sequences as one raw LZ4 block (token, length bytes, literals, offset, length bytes). */
+function rawBlock(sequences: readonly Sequence[]): Uint8Array {
+  const bytes: number[] = [];
+  const pushExtraLength = (n: number) => {
+    for (; n >= 255; n -= 255) bytes.push(255);
+    bytes.push(n);
+  };
+  for (const { literals, match } of sequences) {
+    const matchCode = match === undefined ? 0 : match.length - 4;
+    bytes.push((Math.min(literals.length, 15) << 4) | Math.min(matchCode, 15));
+    if (literals.length >= 15) pushExtraLength(literals.length - 15);
+    for (const b of literals) bytes.push(b);
+    if (match !== undefined) {
+      bytes.push(match.offset & 0xff, match.offset >>> 8);
+      if (matchCode >= 15) pushExtraLength(matchCode - 15);
+    }
+  }
+  return Uint8Array.from(bytes);
+}
+
+/** What the sequences mean, written out naively one byte at a time (the test's own reference). */
+function expandSequences(sequences: readonly Sequence[]): Uint8Array {
+  const out: number[] = [];
+  for (const { literals, match } of sequences) {
+    for (const b of literals) out.push(b);
+    if (match !== undefined) for (let i = 0; i < match.length; i++) out.push(out[out.length - match.offset]);
+  }
+  return Uint8Array.from(out);
+}
+
+/** One independent compressed block in a frame with 256 KiB blocks (room for any chunk). */
+function singleBlockFrame(block: Uint8Array): Uint8Array {
+  const header = encodeLz4Frame(new Uint8Array(0), { blockMaxSize: 262_144 }).subarray(0, 7);
+  const frame = new Uint8Array(7 + 4 + block.length + 4);
+  frame.set(header, 0);
+  Buffer.from(frame.buffer).writeUInt32LE(block.length, 7);
+  frame.set(block, 11);
+  return frame;
+}
+
+/** lz4_flex (the reference client's decoder) on a raw block, given at most `room` bytes of output. */
+function lz4FlexDecode(block: Uint8Array, room: number): Buffer | FormatError {
+  const input = Buffer.alloc(4 + block.length);
+  input.writeUInt32LE(room, 0);
+  input.set(block, 4);
+  try {
+    return uncompressSync(input);
+  } catch (err) {
+    return new FormatError("bad_compression", String(err));
+  }
+}
+
+/**
+ * Byte offsets of the match offset fields of a block (test-side walker); on a corrupted block it
+ * stops at the first field that runs past the end.
+ */
+function matchOffsetPositions(block: Uint8Array): number[] {
+  const positions: number[] = [];
+  let at = 0;
+  while (at < block.length) {
+    const token = block[at++];
+    let literals = token >>> 4;
+    if (literals === 15) {
+      let extra = 255;
+      while (extra === 255 && at < block.length) literals += extra = block[at++];
+    }
+    at += literals;
+    if (at + 2 > block.length) break;
+    positions.push(at);
+    at += 2;
+    if ((token & 15) === 15) while (at < block.length && block[at++] === 255);
+  }
+  return positions;
+}
+
+const seedBytes = (length: number, salt: number) => Uint8Array.from({ length }, (_, i) => (i * 37 + salt * 11 + 1) & 0xff || 1);
+
+describe("decodeLz4Frame: overlapping matches (runs) on the JavaScript path", () => {
+  it("decodes runs of every short period and length exactly as lz4_flex does", () => {
+    for (const offset of [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255]) {
+      for (const length of [4, 19, 32, 33, 34, 64, 65, 100, 1000, 4097, 65_000, 131_000]) {
+        const sequences: Sequence[] = [
+          { literals: seedBytes(offset, offset), match: { offset, length } },
+          { literals: seedBytes(5, 99) },
+        ];
+        const expected = expandSequences(sequences);
+        const block = rawBlock(sequences);
+        assert.ok(block.length < LZ4_NATIVE_BLOCK_MIN_BYTES, `offset ${offset} length ${length} stays on the JS path`);
+        const decoded = decodeLz4Frame(singleBlockFrame(block), expected.length);
+        sameBytes(decoded, expected);
+        sameBytes(decoded, lz4FlexDecode(block, expected.length) as Buffer);
+      }
+    }
+  });
+
+  it("decodes chunks of zeros and short repeating patterns from real encoders", () => {
+    for (const period of [1, 2, 3, 10, 300]) {
+      const data = new Uint8Array(131_072);
+      for (let i = 0; i < data.length; i++) data[i] = period === 1 ? 0 : (i % period) * 7 + 1;
+      for (const blockMaxSize of [65_536, 262_144] as const) {
+        for (const linkedBlocks of [false, true]) {
+          const frame = encodeLz4Frame(data, { blockMaxSize, linkedBlocks });
+          assert.ok(blocksOf(frame).every((b) => b.dataLength < LZ4_NATIVE_BLOCK_MIN_BYTES));
+          sameBytes(decodeLz4Frame(frame, data.length), data);
+        }
+      }
+    }
+  });
+
+  it("stops a run that would pass the declared size, and one reaching before the block", () => {
+    const run: Sequence[] = [{ literals: seedBytes(3, 1), match: { offset: 3, length: 5000 } }, { literals: seedBytes(5, 2) }];
+    expectFormatError(() => decodeLz4Frame(singleBlockFrame(rawBlock(run)), 4000), "decompressed_size_mismatch", /only 4000 bytes/);
+    const reachesBack: Sequence[] = [{ literals: seedBytes(3, 1), match: { offset: 4, length: 5000 } }, { literals: seedBytes(5, 2) }];
+    expectFormatError(() => decodeLz4Frame(singleBlockFrame(rawBlock(reachesBack)), 5008), "bad_compression", /before its window/);
+  });
+});
+
+describe("decodeLz4Frame: match offset 0 is rejected on every path", () => {
+  // lz4_flex rejects offset 0. liblz4 1.9.2 (npm `lz4`) accepts it and copies whatever the output
+  // buffer held, so a server using it would store chunks the reference client cannot decode.
+  for (const literalCount of [20, 1500]) {
+    const path = literalCount < LZ4_NATIVE_BLOCK_MIN_BYTES ? "JavaScript" : "native";
+    it(`rejects an offset-0 match in a ${path}-path block`, () => {
+      const sequences = (offset: number): Sequence[] => [
+        { literals: seedBytes(literalCount, 3), match: { offset, length: 40 } },
+        { literals: seedBytes(12, 4) },
+      ];
+      const valid = rawBlock(sequences(1));
+      assert.equal(valid.length >= LZ4_NATIVE_BLOCK_MIN_BYTES, path === "native");
+      const size = literalCount + 40 + 12;
+      sameBytes(decodeLz4Frame(singleBlockFrame(valid), size), expandSequences(sequences(1)));
+      expectFormatError(() => decodeLz4Frame(singleBlockFrame(rawBlock(sequences(0))), size), "bad_compression");
+      assert.ok(lz4FlexDecode(rawBlock(sequences(0)), size) instanceof FormatError);
+    });
+  }
+});
+
+describe("property: the block decoder accepts exactly what lz4_flex accepts", () => {
+  const chunkLike = fc.oneof(
+    fc.uint8Array({ maxLength: 2000 }),
+    fc
+      .record({
+        // Short inputs compress below LZ4_NATIVE_BLOCK_MIN_BYTES (the JavaScript path), long ones above it.
+        length: fc.oneof(fc.integer({ min: 1, max: 3000 }), fc.integer({ min: 1, max: 131_072 })),
+        alphabet: fc.integer({ min: 1, max: 30 }),
+        seed: fc.nat(),
+      })
+      .map(({ length, alphabet, seed }) => {
+        const out = new Uint8Array(length);
+        let state = seed;
+        for (let i = 0; i < length; i++) {
+          state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0;
+          // Runs of one letter make long overlapping matches; mixed letters make short sequences.
+          out[i] = (state >>> 28) < 3 ? out[Math.max(0, i - 1)] : 0x61 + ((state >>> 16) % alphabet);
+        }
+        return out;
+      }),
+  );
+  type BlockMutation = { kind: "flip" | "set"; at: number; value: number } | { kind: "truncate"; at: number } | { kind: "zero-offset"; which: number };
+  const blockMutation: fc.Arbitrary<BlockMutation> = fc.oneof(
+    fc.record({ kind: fc.constantFrom("flip" as const, "set" as const), at: fc.nat(), value: fc.nat({ max: 255 }) }),
+    fc.record({ kind: fc.constant("truncate" as const), at: fc.nat() }),
+    fc.record({ kind: fc.constant("zero-offset" as const), which: fc.nat() }),
+  );
+
+  function applyMutation(block: Uint8Array, m: BlockMutation): Uint8Array {
+    if (block.length === 0) return block;
+    const copy = Uint8Array.from(block);
+    switch (m.kind) {
+      case "flip":
+        copy[m.at % copy.length] ^= 1 << (m.value & 7);
+        return copy;
+      case "set":
+        copy[m.at % copy.length] = m.value;
+        return copy;
+      case "truncate":
+        return copy.subarray(0, m.at % copy.length);
+      case "zero-offset": {
+        const positions = matchOffsetPositions(copy).filter((p) => p + 1 < copy.length);
+        if (positions.length === 0) return copy;
+        const at = positions[m.which % positions.length];
+        copy[at] = 0;
+        copy[at + 1] = 0;
+        return copy;
+      }
+    }
+  }
+
+  it("same verdict and same bytes on valid and corrupted blocks, on both decoding paths", () => {
+    fc.assert(
+      fc.property(chunkLike, fc.array(blockMutation, { maxLength: 2 }), fc.integer({ min: -3, max: 3 }), (data, mutations, sizeDelta) => {
+        let block: Uint8Array = compressSync(Buffer.from(data)).subarray(4);
+        for (const m of mutations) block = applyMutation(block, m);
+        const declared = Math.max(0, data.length + sizeDelta);
+        const reference = lz4FlexDecode(block, declared);
+        const referenceAccepts = !(reference instanceof FormatError) && reference.length === declared;
+        let decoded: Uint8Array | FormatError;
+        try {
+          decoded = decodeLz4Frame(singleBlockFrame(block), declared);
+        } catch (err) {
+          if (!(err instanceof FormatError)) throw err;
+          decoded = err;
+        }
+        assert.equal(!(decoded instanceof FormatError), referenceAccepts, decoded instanceof FormatError ? decoded.message : "accepted");
+        if (referenceAccepts) sameBytes(decoded as Uint8Array, reference as Buffer);
+      }),
+      { numRuns: 300 },
+    );
   });
 });
