@@ -4,7 +4,7 @@
 // files or folders: `npm test -- test/format`. The scale-out suite (test/scaleout) needs
 // PostgreSQL and an S3 endpoint (`scripts/services.sh start`), so it runs only when named.
 import { spawnSync } from "node:child_process";
-import { readdirSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 
 const SCALEOUT_DIR = join("test", "scaleout");
@@ -24,6 +24,12 @@ function collect(path, out, explicit) {
 }
 
 const roots = process.argv.slice(2);
+for (const root of roots) {
+  if (!existsSync(root)) {
+    console.error(`no such test file or folder: ${root}`);
+    process.exit(2);
+  }
+}
 const files = (roots.length ? roots : ["test"]).flatMap((root) => {
   const explicit = root.replace(/\/+$/, "").startsWith(SCALEOUT_DIR);
   return collect(root, [], explicit);

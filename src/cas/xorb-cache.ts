@@ -187,14 +187,15 @@ function xorbKey(hex: string): string {
 }
 
 /**
- * Reuse window of a signed URL: a tenth of its lifetime, at most a minute, so every URL handed
+ * Reuse window of a signed URL: a twentieth of its lifetime, at most 30 s. A reconstruction
+ * answer holding the URL may in turn be served again for the same window, so every URL handed
  * out keeps at least 90% of its lifetime (clients re-query on 403 anyway).
  */
 export function urlReuseMsFor(transferUrlTtlSeconds: number): number {
-  return Math.min(MAX_URL_REUSE_MS, Math.floor((transferUrlTtlSeconds * 1000) / 10));
+  return Math.min(MAX_URL_REUSE_MS, Math.floor((transferUrlTtlSeconds * 1000) / 20));
 }
 
-export const MAX_URL_REUSE_MS = 60_000;
+export const MAX_URL_REUSE_MS = 30_000;
 
 /**
  * Signed URLs remembered per xorb. A file's terms use few range sets per xorb; a xorb shared by
