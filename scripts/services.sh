@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Starts or stops the services castor's scale-out mode runs on — PostgreSQL (metadata) and
+# Ceph RGW (S3-compatible blobs) — on 127.0.0.1, installing their Debian packages on a fresh
+# machine. Needs root (apt-get, daemons).
+#
+#   scripts/services.sh start   # install if needed, start, print `export CASTOR_TEST_…` lines
+#   scripts/services.sh env     # print the exports of the running services again
+#   scripts/services.sh stop    # stop both and remove their state
+#
+# Use: eval "$(scripts/services.sh start)". State lives under $CASTOR_SERVICES_DIR
+# (default /tmp/castor-services). Progress goes to stderr; stdout carries only the exports.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export CASTOR_SERVICES_DIR=${CASTOR_SERVICES_DIR:-/tmp/castor-services}
+services=(postgres ceph-rgw)
+
+case "${1:-}" in
+  start | env)
+    for service in "${services[@]}"; do bash "$here/services/$service.sh" "$1"; done ;;
+  stop)
+    status=0
+    for service in "${services[@]}"; do bash "$here/services/$service.sh" stop || status=$?; done
+    exit $status ;;
+  *)
+    echo "usage: $0 start|env|stop" >&2
+    exit 2 ;;
+esac
