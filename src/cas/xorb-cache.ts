@@ -1,7 +1,7 @@
 /**
  * The read path's in-memory caches. `RecordCache`: immutable metadata — prepared xorbs (chunk
  * prefix arrays) and prepared files (term arrays pointing at their xorbs) — in one LRU bounded
- * by bytes. `ReusingUrlSigner`: signed transfer URLs, reused for a small part of their lifetime.
+ * by bytes. `ReusingUrlSigner`: signed transfer URLs, reused for a twentieth of their lifetime.
  *
  * Xorb and file records are content-addressed, so a cached entry can never be stale; only the
  * *access* question (is this file in the token's repository?) can change, and it is not cached
@@ -199,8 +199,9 @@ export const MAX_URL_REUSE_MS = 30_000;
 
 /**
  * Signed URLs remembered per xorb. A file's terms use few range sets per xorb; a xorb shared by
- * many files may see more, and then the oldest are dropped. Bounds the memory to ~8 KiB per
- * prepared xorb alive.
+ * many files may see more, and then the oldest are dropped. Bounds the memory per prepared xorb
+ * alive to ~7 KiB for single-range URLs, 16 × 16 KiB (URL and its JSON form) for the rare
+ * multi-range URLs near 8 KiB.
  */
 export const SIGNED_URLS_PER_XORB = 16;
 
