@@ -83,7 +83,13 @@ export class CasTokenIssuer {
   }
 }
 
+/** Verified tokens remembered, so a client's stream of requests pays for one signature check. */
+export const VERIFIED_TOKEN_CACHE_ENTRIES = 10_000;
+
 export class CasTokenVerifier {
+  /** Token → its verified claims, oldest first (Map order); bounded, expiry re-checked on use. */
+  private readonly verified = new Map<string, CasTokenClaims>();
+
   constructor(
     private readonly publicKey: KeyObject,
     private readonly now: Clock = () => new Date(),
@@ -95,6 +101,21 @@ export class CasTokenVerifier {
    * one that set `exp`, and clients refresh 30–60 s early).
    */
   async verify(token: string): Promise<CasTokenClaims> {
+    const known = this.verified.get(token);
+    if (known !== undefined) {
+      if (Math.floor(this.now().getTime() / 1000) < known.exp) return known;
+      this.verified.delete(token);
+      throw new CasTokenError("expired", "the access token has expired");
+    }
+    const claims = await this.verifySignedToken(token);
+    if (this.verified.size >= VERIFIED_TOKEN_CACHE_ENTRIES) {
+      this.verified.delete(this.verified.keys().next().value as string);
+    }
+    this.verified.set(token, claims);
+    return claims;
+  }
+
+  private async verifySignedToken(token: string): Promise<CasTokenClaims> {
     if (token.length > MAX_CAS_TOKEN_CHARS || !/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(token)) {
       throw new CasTokenError("malformed", "the access token is not a JWT");
     }
@@ -148,12 +169,13 @@ function checkClaimShapes(payload: unknown): CasTokenClaims {
     (p.exp as number) > (p.iat as number) &&
     typeof p.jti === "string";
   if (!shapeOk) throw new CasTokenError("malformed", "the access token's claims are not those of a castor CAS token");
-  return {
-    repo: { type: repo!.type as RepoType, id: repo!.id as string },
+  // Frozen: the verifier hands the same object to every request made with this token.
+  return Object.freeze({
+    repo: Object.freeze({ type: repo!.type as RepoType, id: repo!.id as string }),
     rev: p.rev as string,
     scope: p.scope as CasScope,
     iat: p.iat as number,
     exp: p.exp as number,
     jti: p.jti as string,
-  };
+  });
 }

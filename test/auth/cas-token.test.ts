@@ -68,6 +68,27 @@ describe("CAS access tokens", () => {
     await refused(new CasTokenVerifier(publicKey, at(claims.exp + 3600)), token, "expired");
   });
 
+  it("enforces exp exactly for a token it has verified (and remembered) before", async () => {
+    const { token, claims } = await new CasTokenIssuer(privateKey, 2, () => T0).issue(REQUEST);
+    let now = new Date(T0.getTime());
+    const verifier = new CasTokenVerifier(publicKey, () => now);
+    assert.deepEqual(await verifier.verify(token), claims);
+    now = new Date(claims.exp * 1000 - 1);
+    assert.deepEqual(await verifier.verify(token), claims);
+    now = new Date(claims.exp * 1000);
+    await refused(verifier, token, "expired");
+    await refused(verifier, token, "expired");
+  });
+
+  it("hands out remembered claims that cannot be altered", async () => {
+    const { token } = await new CasTokenIssuer(privateKey, 60).issue(REQUEST);
+    const verifier = new CasTokenVerifier(publicKey);
+    const claims = await verifier.verify(token);
+    assert.throws(() => ((claims as { scope: string }).scope = "write"), TypeError);
+    assert.throws(() => ((claims.repo as { id: string }).id = "eve/other"), TypeError);
+    assert.equal((await verifier.verify(token)).repo.id, REQUEST.repo.id);
+  });
+
   it("refuses a token signed with another key", async () => {
     const other = generateKeyPairSync("ed25519").privateKey;
     const { token } = await new CasTokenIssuer(other, 60).issue(REQUEST);
