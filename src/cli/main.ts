@@ -22,8 +22,10 @@ Commands:
                                  create a hub token; prints it once
   token list                     list hub tokens (never their secrets)
   token revoke ID                revoke a hub token
-  upload --repo TYPE:NS/NAME FILE...      upload files, print their hashes
-  download --repo TYPE:NS/NAME HASH -o OUT  download a file by hash
+  upload --repo TYPE:NS/NAME [--revision R] FILE...
+                                 upload files, print their hashes
+  download --repo TYPE:NS/NAME HASH -o OUT [--range A-B]
+                                 download a file (or an inclusive byte range) by hash
 
 Options:
   -h, --help                     show this help
@@ -39,6 +41,8 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   repo: () => import("./repo.js"),
   revision: () => import("./revision.js"),
   token: () => import("./token.js"),
+  upload: () => import("./upload.js"),
+  download: () => import("./download.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {

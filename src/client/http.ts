@@ -1,0 +1,304 @@
+/**
+ * HTTP for castor's client: `fetch` with the retry rules of the reference client (xet-core):
+ * network errors, 5xx (except 501), 408 and 429 are transient and retried with exponential
+ * backoff and jitter (a `Retry-After` is honoured up to a cap); every other 4xx is final and
+ * becomes an `HttpStatusError` carrying the server's own `{"error": …}` message.
+ *
+ * Request bodies are whole `Uint8Array`s, so a retry simply sends them again. Bodies are read
+ * with explicit byte limits, because every length here comes from the network.
+ * URLs in messages lose their query string: transfer URLs carry signatures.
+ */
+import { STATUS_CODES } from "node:http";
+import { CastorClientError, HttpStatusError } from "./errors.js";
+
+export type FetchFunction = typeof globalThis.fetch;
+
+export interface RetryPolicy {
+  /** Attempts in total, the first included (≥ 1). */
+  maxAttempts: number;
+  /** Delay before the first retry; doubled for each further one. */
+  baseDelayMs: number;
+  /** Upper bound of one delay, `Retry-After` included. */
+  maxDelayMs: number;
+}
+
+export const DEFAULT_RETRY_POLICY: Readonly<RetryPolicy> = Object.freeze({ maxAttempts: 5, baseDelayMs: 200, maxDelayMs: 10_000 });
+
+export interface HttpRequest {
+  /** What the request is for, starting lowercase, for messages: "uploading xorb 1a2b…". */
+  what: string;
+  url: string;
+  method?: "GET" | "POST" | "HEAD";
+  headers?: Record<string, string>;
+  body?: Uint8Array;
+  /**
+   * Statuses handed back as a Response instead of failing — e.g. 404 for a dedup miss, 416 at
+   * the end of a file. A listed retryable status is handed back at once, not retried.
+   */
+  passStatuses?: readonly number[];
+  /** Extra advice appended to the message of a final error with this status. */
+  hints?: Readonly<Partial<Record<number, string>>>;
+  /** Override of the client's retry policy; `false` makes one attempt. */
+  retry?: Partial<RetryPolicy> | false;
+}
+
+export interface HttpClientOptions {
+  fetch?: FetchFunction;
+  retry?: Partial<RetryPolicy>;
+  /** For tests: how to wait between attempts. */
+  sleep?: (ms: number) => Promise<void>;
+  /** For tests: the jitter source, a number in [0, 1). */
+  random?: () => number;
+  userAgent?: string;
+}
+
+/** Longest server error text quoted in a message. */
+const MAX_QUOTED_ERROR_CHARS = 500;
+/** Error bodies are read only this far: the message is in the first bytes if anywhere. */
+const MAX_ERROR_BODY_BYTES = 16 * 1024;
+
+export function isRetryableStatus(status: number): boolean {
+  return status === 408 || status === 429 || (status >= 500 && status !== 501);
+}
+
+/** `scheme://host/path` of a URL, without its query (transfer URLs carry signatures there). */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.origin}${parsed.pathname}`;
+  } catch {
+    return url.replace(/[?#].*$/s, "");
+  }
+}
+
+const defaultSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class HttpClient {
+  readonly fetch: FetchFunction;
+  private readonly policy: RetryPolicy;
+  private readonly sleep: (ms: number) => Promise<void>;
+  private readonly random: () => number;
+  private readonly userAgent: string;
+
+  constructor(options: HttpClientOptions = {}) {
+    this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.policy = resolvePolicy(DEFAULT_RETRY_POLICY, options.retry);
+    this.sleep = options.sleep ?? defaultSleep;
+    this.random = options.random ?? Math.random;
+    this.userAgent = options.userAgent ?? "castor-client";
+  }
+
+  /**
+   * Sends the request, retrying transient failures. Resolves with a 2xx response or one whose
+   * status is in `passStatuses`; the caller must consume or cancel its body.
+   */
+  async request(request: HttpRequest): Promise<Response> {
+    const policy = request.retry === false ? { ...this.policy, maxAttempts: 1 } : resolvePolicy(this.policy, request.retry);
+    const pass = request.passStatuses ?? [];
+    const target = redactUrl(request.url);
+    for (let attempt = 1; ; attempt++) {
+      const last = attempt >= policy.maxAttempts;
+      let response: Response;
+      try {
+        response = await this.fetch(request.url, {
+          method: request.method ?? "GET",
+          headers: { "user-agent": this.userAgent, ...request.headers },
+          body: request.body,
+        });
+      } catch (error) {
+        if (last) throw networkError(request.what, target, error, attempt);
+        await this.sleep(this.backoff(policy, attempt, null));
+        continue;
+      }
+      if (response.ok || pass.includes(response.status)) return response;
+      if (!isRetryableStatus(response.status) || last) {
+        const serverMessage = await readErrorMessage(response);
+        throw statusError(request, target, response, serverMessage, attempt);
+      }
+      const retryAfter = parseRetryAfter(response.headers.get("retry-after"));
+      await discardBody(response);
+      await this.sleep(this.backoff(policy, attempt, retryAfter));
+    }
+  }
+
+  /** Exponential backoff with "equal jitter": half fixed, half random, so retries spread out. */
+  private backoff(policy: RetryPolicy, attempt: number, retryAfterMs: number | null): number {
+    const exponential = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** (attempt - 1));
+    const jittered = exponential / 2 + (exponential / 2) * this.random();
+    return Math.min(policy.maxDelayMs, Math.max(jittered, retryAfterMs ?? 0));
+  }
+}
+
+function resolvePolicy(base: RetryPolicy, override: Partial<RetryPolicy> | undefined): RetryPolicy {
+  const policy = { ...base, ...override };
+  if (!Number.isInteger(policy.maxAttempts) || policy.maxAttempts < 1) throw new RangeError("retry.maxAttempts must be an integer ≥ 1");
+  if (!(policy.baseDelayMs >= 0) || !(policy.maxDelayMs >= 0)) throw new RangeError("retry delays must be ≥ 0");
+  return policy;
+}
+
+/** `Retry-After` in milliseconds: delta-seconds or an HTTP date; null when absent or unreadable. */
+export function parseRetryAfter(value: string | null): number | null {
+  if (value === null) return null;
+  const trimmed = value.trim();
+  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
+  const date = Date.parse(trimmed);
+  return Number.isNaN(date) ? null : Math.max(0, date - Date.now());
+}
+
+function networkError(what: string, target: string, error: unknown, attempts: number): CastorClientError {
+  const cause = (error as { cause?: { code?: unknown; message?: unknown } } | null)?.cause;
+  const code = typeof cause?.code === "string" ? cause.code : null;
+  // fetch reports every failure as "fetch failed"; the cause says what happened.
+  const detail = code ?? (typeof cause?.message === "string" ? cause.message : error instanceof Error ? error.message : String(error));
+  const origin = (() => {
+    try {
+      return new URL(target).origin;
+    } catch {
+      return target;
+    }
+  })();
+  const advice =
+    code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN"
+      ? ` — is castor running there? Set the server address with --endpoint or CASTOR_ENDPOINT`
+      : "";
+  const tries = attempts > 1 ? ` (${attempts} attempts)` : "";
+  return new CastorClientError("network", `${what}: cannot reach ${origin}: ${detail}${tries}${advice}`, { cause: error });
+}
+
+function statusError(request: HttpRequest, target: string, response: Response, serverMessage: string | null, attempts: number): HttpStatusError {
+  // The standard phrase rather than the server's: HTTP/2 and some proxies send none.
+  const phrase = STATUS_CODES[response.status];
+  const statusText = phrase === undefined ? "" : ` ${phrase}`;
+  const said = serverMessage === null ? "" : `: ${serverMessage}`;
+  const tries = attempts > 1 ? ` after ${attempts} attempts` : "";
+  const hint = request.hints?.[response.status];
+  const message = `${request.what}: ${target} answered ${response.status}${statusText}${tries}${said}${hint ? ` (${hint})` : ""}`;
+  return new HttpStatusError(response.status, serverMessage, message);
+}
+
+/** The server's `{"error": "…"}` text, or the start of any other body; null when empty. */
+export async function readErrorMessage(response: Response): Promise<string | null> {
+  let text: string;
+  try {
+    text = new TextDecoder().decode(await readBodyUpTo(response, MAX_ERROR_BODY_BYTES));
+  } catch {
+    return null;
+  }
+  text = text.trim();
+  if (text === "") return null;
+  try {
+    const parsed = JSON.parse(text) as unknown;
+    if (parsed !== null && typeof parsed === "object" && typeof (parsed as { error?: unknown }).error === "string") {
+      return clip((parsed as { error: string }).error);
+    }
+  } catch {
+    // Not JSON: quote the text itself.
+  }
+  return clip(text.replace(/\s+/g, " "));
+}
+
+function clip(text: string): string {
+  return text.length > MAX_QUOTED_ERROR_CHARS ? `${text.slice(0, MAX_QUOTED_ERROR_CHARS)}…` : text;
+}
+
+/** Releases a response's connection without reading what is left of its body. */
+export async function discardBody(response: Response): Promise<void> {
+  try {
+    await response.body?.cancel();
+  } catch {
+    // Already consumed or errored: nothing to release.
+  }
+}
+
+/** Reads at most `limit` bytes of the body and drops the rest. */
+async function readBodyUpTo(response: Response, limit: number): Promise<Uint8Array> {
+  if (response.body === null) return new Uint8Array(0);
+  const reader = response.body.getReader();
+  const parts: Uint8Array[] = [];
+  let length = 0;
+  try {
+    while (length < limit) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      parts.push(value);
+      length += value.length;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  return Buffer.concat(parts).subarray(0, limit);
+}
+
+/**
+ * The whole body, refused with a `protocol` error once it passes `maxBytes` (checked against
+ * Content-Length before anything is read, and again while reading).
+ */
+export async function readBodyBounded(response: Response, maxBytes: number, what: string): Promise<Uint8Array> {
+  const declared = contentLengthOf(response);
+  if (declared !== null && declared > maxBytes) {
+    await discardBody(response);
+    throw new CastorClientError("protocol", `${what}: the server announced ${declared} bytes, more than the ${maxBytes} this answer may have`);
+  }
+  if (response.body === null) return new Uint8Array(0);
+  const parts: Uint8Array[] = [];
+  let length = 0;
+  const reader = response.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    length += value.length;
+    if (length > maxBytes) {
+      await reader.cancel().catch(() => undefined);
+      throw new CastorClientError("protocol", `${what}: the answer exceeds the ${maxBytes} bytes it may have`);
+    }
+    parts.push(value);
+  }
+  return parts.length === 1 ? parts[0] : Buffer.concat(parts, length);
+}
+
+/**
+ * Exactly `length` bytes into one buffer allocated up front (the caller has bounded `length`);
+ * a body of any other length is a `protocol` error.
+ */
+export async function readBodyExactly(response: Response, length: number, what: string): Promise<Uint8Array> {
+  const declared = contentLengthOf(response);
+  if (declared !== null && declared !== length) {
+    await discardBody(response);
+    throw new CastorClientError("protocol", `${what}: expected ${length} bytes, the server announced ${declared}`);
+  }
+  const out = new Uint8Array(length);
+  let filled = 0;
+  if (response.body !== null) {
+    const reader = response.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (filled + value.length > length) {
+        await reader.cancel().catch(() => undefined);
+        throw new CastorClientError("protocol", `${what}: the server sent more than the ${length} bytes requested`);
+      }
+      out.set(value, filled);
+      filled += value.length;
+    }
+  }
+  if (filled !== length) {
+    throw new CastorClientError("protocol", `${what}: the body ended after ${filled} of ${length} bytes`);
+  }
+  return out;
+}
+
+/** Parses a JSON body of at most `maxBytes`; a `protocol` error when it is not JSON. */
+export async function readJson(response: Response, maxBytes: number, what: string): Promise<unknown> {
+  const bytes = await readBodyBounded(response, maxBytes, what);
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes)) as unknown;
+  } catch {
+    throw new CastorClientError("protocol", `${what}: the answer is not JSON`);
+  }
+}
+
+function contentLengthOf(response: Response): number | null {
+  const header = response.headers.get("content-length");
+  if (header === null || !/^\d+$/.test(header.trim())) return null;
+  return Number(header.trim());
+}
