@@ -5,9 +5,9 @@ import { EXIT_OK, UsageError, parseCommandLine, runCommand } from "./args.js";
 const USAGE = `Usage: castor upload --repo TYPE:NS/NAME [--revision R] FILE…
 
 Uploads files, storing only chunks the server does not have yet, and registers them in the
-repository. Prints one line per file on stdout,
+repository. Prints one line per file on stdout (and nothing else there, so it pipes),
   <file hash>  <path>  (<size>, <new> new / <deduplicated> deduplicated)
-then a summary. The file hash is what 'castor download' takes.
+then a summary on stderr. The file hash is what 'castor download' takes.
 
   --repo TYPE:NS/NAME   the repository, e.g. model:alice/bert
   --revision R          branch, tag or commit (default: main)
@@ -50,7 +50,7 @@ export function run(argv: string[]): Promise<number> {
     for (const file of result.files) {
       process.stdout.write(`${file.fileHash}  ${file.path}  (${formatBytes(file.size)}, ${formatBytes(file.newBytes)} new / ${formatBytes(file.dedupedBytes)} deduplicated)\n`);
     }
-    process.stdout.write(`${summarize(result)}\n`);
+    process.stderr.write(`${summarize(result)}\n`);
     return EXIT_OK;
   });
 }
