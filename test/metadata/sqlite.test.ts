@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Worker } from "node:worker_threads";
 import Database from "better-sqlite3";
-import { ConfigError, loadConfig } from "../../src/config.js";
+import { loadConfig } from "../../src/config.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
@@ -19,6 +19,7 @@ import {
   MetadataSchemaError,
   SqliteMetadataStore,
 } from "../../src/metadata/sqlite.js";
+import { PostgresConnectionError } from "../../src/metadata/postgres.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
 
@@ -350,11 +351,12 @@ describe("openMetadataStore", () => {
     }
   });
 
-  it("says PostgreSQL is not supported yet for a postgres:// URL", async () => {
-    const config = loadConfig({ CASTOR_DATABASE_URL: "postgres://castor@127.0.0.1/castor" });
+  it("opens PostgreSQL (not SQLite) for a postgres:// URL, naming the server but never the password", async () => {
+    const config = loadConfig({ CASTOR_DATABASE_URL: "postgres://castor:s3cret-pw@127.0.0.1:1/castor" });
     await assert.rejects(openMetadataStore(config), (err: unknown) => {
-      assert.ok(err instanceof ConfigError);
-      assert.match(err.message, /CASTOR_DATABASE_URL.*not supported by this version/);
+      assert.ok(err instanceof PostgresConnectionError, String(err));
+      assert.match(err.message, /127\.0\.0\.1:1/);
+      assert.doesNotMatch(err.message, /s3cret-pw/);
       return true;
     });
   });

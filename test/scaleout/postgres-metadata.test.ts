@@ -1,0 +1,316 @@
+/**
+ * PostgresMetadataStore against a real PostgreSQL (CASTOR_TEST_DATABASE_URL, started by
+ * scripts/services/postgres.sh): the shared MetadataStore contract, then what only a shared
+ * server adds — concurrent migrations, registrations racing from two nodes, damaged rows.
+ * Every fixture gets a fresh database, dropped afterwards.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import pg from "pg";
+import { loadConfig } from "../../src/config.js";
+import { hashToHex, type Hash } from "../../src/format/hash.js";
+import type { FileRecord, ShardRegistration, XorbRecord } from "../../src/metadata/cas.js";
+import { openMetadataStore } from "../../src/metadata/open.js";
+import {
+  MIGRATIONS,
+  PostgresConnectionError,
+  PostgresMetadataStore,
+  PostgresSchemaError,
+} from "../../src/metadata/postgres.js";
+import { CorruptRecordError } from "../../src/metadata/store.js";
+import { runMetadataStoreContract } from "../contract/metadata-store.js";
+import { createTestDatabase, requireTestDatabaseUrl, type TestDatabase } from "../helpers/scaleout-postgres.js";
+
+// Fails the whole file, with instructions, when no PostgreSQL is configured.
+const adminUrl = requireTestDatabaseUrl();
+
+runMetadataStoreContract("PostgreSQL", async () => {
+  const database = await createTestDatabase(adminUrl);
+  try {
+    return {
+      store: await PostgresMetadataStore.open(database.url),
+      reopen: () => PostgresMetadataStore.open(database.url),
+      cleanup: () => database.drop(),
+    };
+  } catch (err) {
+    await database.drop();
+    throw err;
+  }
+});
+
+/** Runs `body` with a fresh database and a plain client on it, dropping both afterwards. */
+async function withDatabase(body: (database: TestDatabase, sql: pg.Client) => Promise<void>): Promise<void> {
+  const database = await createTestDatabase(adminUrl);
+  const sql = new pg.Client({ connectionString: database.url });
+  try {
+    await sql.connect();
+    await body(database, sql);
+  } finally {
+    await sql.end().catch(() => undefined);
+    await database.drop();
+  }
+}
+
+/** Opens `count` stores on one database at once; all are closed when `body` ends. */
+async function withStores(
+  database: TestDatabase,
+  count: number,
+  body: (stores: PostgresMetadataStore[]) => Promise<void>,
+): Promise<void> {
+  const opened = await Promise.allSettled(Array.from({ length: count }, () => PostgresMetadataStore.open(database.url)));
+  const stores = opened.flatMap((result) => (result.status === "fulfilled" ? [result.value] : []));
+  try {
+    for (const result of opened) if (result.status === "rejected") throw result.reason;
+    await body(stores);
+  } finally {
+    for (const store of stores) await store.close();
+  }
+}
+
+function hashOf(label: string): Hash {
+  return new Uint8Array(createHash("sha256").update(label).digest());
+}
+
+function makeXorb(label: string, count: number): XorbRecord {
+  const chunks = Array.from({ length: count }, (_, i) => ({
+    hash: hashOf(`${label}/chunk ${i}`),
+    uncompressedLength: 65_536,
+    serializedEnd: (i + 1) * 40_008,
+  }));
+  return { hash: hashOf(`xorb ${label}`), serializedLength: count * 40_008, uncompressedLength: count * 65_536, chunks };
+}
+
+function makeFile(label: string, xorb: XorbRecord, terms: number): FileRecord {
+  return {
+    hash: hashOf(`file ${label}`),
+    size: terms * 65_536,
+    terms: Array.from({ length: terms }, (_, k) => ({ xorbHash: xorb.hash, chunkStart: k, chunkEnd: k + 1, unpackedLength: 65_536 })),
+    sha256: hashOf(`sha ${label}`),
+  };
+}
+
+async function tableNames(sql: pg.Client): Promise<string[]> {
+  const { rows } = await sql.query<{ tablename: string }>(
+    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+  );
+  return rows.map((row) => row.tablename);
+}
+
+async function schemaVersion(sql: pg.Client): Promise<number> {
+  return (await sql.query<{ version: number }>("SELECT version FROM castor_schema")).rows[0].version;
+}
+
+describe("PostgresMetadataStore specifics", () => {
+  describe("migrations", () => {
+    it("creates the schema at the latest version; opening again changes nothing", async () => {
+      await withDatabase(async (database, sql) => {
+        await withStores(database, 1, async () => undefined);
+        assert.equal(await schemaVersion(sql), MIGRATIONS.length);
+        const tables = await tableNames(sql);
+        for (const table of ["repos", "revisions", "hub_tokens", "hub_token_repos", "xorbs", "files", "file_repos", "file_sha256", "shards", "dedup_chunks"]) {
+          assert.ok(tables.includes(table), `table ${table} exists`);
+        }
+
+        await withStores(database, 1, async ([store]) => {
+          const repo = await store.createRepo("model", "alice/kept");
+          await store.ping();
+          assert.deepEqual(await store.listRepos(), [repo]);
+        });
+        await withStores(database, 1, async ([store]) => {
+          assert.equal((await store.listRepos()).length, 1, "a second start keeps the data");
+        });
+        assert.equal(await schemaVersion(sql), MIGRATIONS.length);
+        assert.deepEqual(await tableNames(sql), tables);
+      });
+    });
+
+    it("lets four nodes open a fresh database at the same moment", async () => {
+      await withDatabase(async (database, sql) => {
+        await withStores(database, 4, async (stores) => {
+          assert.equal(await schemaVersion(sql), MIGRATIONS.length);
+          const repos = await Promise.all(stores.map((store, i) => store.createRepo("model", `alice/node-${i}`)));
+          const inCreationOrder = [...repos].sort((a, b) => a.id - b.id);
+          for (const store of stores) assert.deepEqual(await store.listRepos(), inCreationOrder);
+        });
+      });
+    });
+
+    it("refuses a database migrated by a newer castor, naming the fix", async () => {
+      await withDatabase(async (database, sql) => {
+        await withStores(database, 1, async () => undefined);
+        await sql.query("UPDATE castor_schema SET version = $1", [MIGRATIONS.length + 1]);
+        await assert.rejects(PostgresMetadataStore.open(database.url), (err: unknown) => {
+          assert.ok(err instanceof PostgresSchemaError);
+          assert.match(err.message, new RegExp(`schema version ${MIGRATIONS.length + 1}.*upgrade castor`));
+          assert.ok(err.message.includes(database.name), "the message names the database");
+          return true;
+        });
+      });
+    });
+  });
+
+  describe("two nodes writing at once", () => {
+    it("registers the same shard from two nodes at once: exactly one true, no error", async () => {
+      await withDatabase(async (database) => {
+        await withStores(database, 2, async ([first, second]) => {
+          const repo = await first.createRepo("model", "alice/raced");
+          const xorb = makeXorb("raced", 64);
+          await first.putXorb(xorb);
+          for (let round = 0; round < 5; round++) {
+            const files = Array.from({ length: 200 }, (_, i) => makeFile(`round ${round} file ${i}`, xorb, 1 + (i % 8)));
+            const registration: ShardRegistration = {
+              shardHash: hashOf(`shard ${round}`),
+              repoId: repo.id,
+              files,
+              dedupEntries: xorb.chunks.map((chunk) => ({ chunkHash: chunk.hash, xorbHash: hashOf(`holder ${round}`) })),
+            };
+            const results = await Promise.all([first.registerShard(registration), second.registerShard(registration)]);
+            assert.deepEqual(results.filter((isNew) => isNew), [true], `round ${round}: ${JSON.stringify(results)}`);
+            for (const file of [files[0], files[199]]) {
+              assert.deepEqual(await second.getFile(file.hash), file);
+              assert.deepEqual(await first.findFileBySha256(repo.id, file.sha256!), file.hash);
+            }
+          }
+          const oldestFirst = Array.from({ length: 5 }, (_, round) => hashOf(`holder ${round}`));
+          assert.deepEqual(await second.findDedupXorbs(xorb.chunks[10].hash, 10), oldestFirst, "each entry once, oldest first");
+        });
+      });
+    });
+
+    it("registers different shards sharing files and dedup entries in opposite orders without deadlock", async () => {
+      await withDatabase(async (database) => {
+        await withStores(database, 2, async ([first, second]) => {
+          const repoA = await first.createRepo("model", "alice/a");
+          const repoB = await first.createRepo("model", "bob/b");
+          const xorb = makeXorb("shared", 32);
+          await first.putXorb(xorb);
+          const files = Array.from({ length: 500 }, (_, i) => makeFile(`shared ${i}`, xorb, 2));
+          const entries = Array.from({ length: 2_000 }, (_, i) => ({ chunkHash: hashOf(`chunk ${i}`), xorbHash: xorb.hash }));
+          const forward: ShardRegistration = { shardHash: hashOf("forward"), repoId: repoA.id, files, dedupEntries: entries };
+          const backward: ShardRegistration = {
+            shardHash: hashOf("backward"),
+            repoId: repoB.id,
+            files: [...files].reverse(),
+            dedupEntries: [...entries].reverse(),
+          };
+          assert.deepEqual(await Promise.all([first.registerShard(forward), second.registerShard(backward)]), [true, true]);
+          for (const file of [files[0], files[250], files[499]]) {
+            assert.equal(await first.isFileInRepo(file.hash, repoA.id), true);
+            assert.equal(await first.isFileInRepo(file.hash, repoB.id), true);
+          }
+          assert.deepEqual(await second.findDedupXorbs(entries[1_234].chunkHash, 5), [xorb.hash]);
+        });
+      });
+    });
+
+    it("shows a 10,000-file registration on one node to the other, which repeats it as not new", async (t) => {
+      await withDatabase(async (database) => {
+        await withStores(database, 2, async ([first, second]) => {
+          const repoA = await first.createRepo("model", "alice/large");
+          const repoB = await second.createRepo("model", "bob/large");
+          const xorbs = Array.from({ length: 20 }, (_, i) => makeXorb(`large ${i}`, 64));
+          const files = Array.from({ length: 10_000 }, (_, i) => makeFile(`large ${i}`, xorbs[i % 20], 1 + (i % 16)));
+          const dedupEntries = xorbs.flatMap((xorb) => xorb.chunks.map((chunk) => ({ chunkHash: chunk.hash, xorbHash: xorb.hash })));
+          const registration: ShardRegistration = { shardHash: hashOf("large"), repoId: repoA.id, files, dedupEntries };
+
+          let started = performance.now();
+          assert.equal(await first.registerShard(registration), true);
+          t.diagnostic(`10,000 files (85,000 terms) + ${dedupEntries.length} dedup entries, new: ${(performance.now() - started).toFixed(0)} ms`);
+          started = performance.now();
+          assert.equal(await second.registerShard({ ...registration, repoId: repoB.id }), false);
+          t.diagnostic(`the same registration again from another node and repository: ${(performance.now() - started).toFixed(0)} ms`);
+
+          for (const i of [0, 3_333, 9_999]) {
+            assert.deepEqual(await second.getFile(files[i].hash), files[i]);
+            assert.equal(await first.isFileInRepo(files[i].hash, repoB.id), true);
+            assert.deepEqual(await first.findFileBySha256(repoB.id, files[i].sha256!), files[i].hash);
+          }
+        });
+      });
+    });
+  });
+
+  describe("damaged rows and bad settings", () => {
+    it("refuses stored integers beyond 2^53 and damaged tables with CorruptRecordError", async () => {
+      await withDatabase(async (database, sql) => {
+        await withStores(database, 1, async ([store]) => {
+          const xorb = makeXorb("damaged", 3);
+          await store.putXorb(xorb);
+          await sql.query("UPDATE xorbs SET serialized_length = 9007199254740993");
+          await assert.rejects(store.getXorbSize(xorb.hash), (err: unknown) => {
+            assert.ok(err instanceof CorruptRecordError);
+            assert.match(err.message, /9007199254740993.*damaged/);
+            return true;
+          });
+          // The schema's checks refuse such rows, so damage them the way a broken disk would: past the checks.
+          await sql.query("ALTER TABLE xorbs DROP CONSTRAINT xorbs_chunks_check");
+          await sql.query("UPDATE xorbs SET serialized_length = 5, chunks = '\\x00'::bytea || chunks");
+          await assert.rejects(store.getXorbs([xorb.hash]), CorruptRecordError, "a chunk table that is not whole records");
+
+          const repo = await store.createRepo("model", "alice/damaged");
+          const file = makeFile("damaged", xorb, 2);
+          await store.registerShard({ shardHash: hashOf("damaged shard"), repoId: repo.id, files: [file], dedupEntries: [] });
+          await sql.query("ALTER TABLE files DROP CONSTRAINT files_terms_check");
+          await sql.query("UPDATE files SET terms = substring(terms FROM 2)");
+          await assert.rejects(store.getFile(file.hash), (err: unknown) => {
+            assert.ok(err instanceof CorruptRecordError);
+            assert.ok(err.message.includes(hashToHex(file.hash)), "the message names the file");
+            return true;
+          });
+          await store.ping();
+        });
+      });
+    });
+
+    it("names the server and never the password when it cannot connect", async () => {
+      const url = "postgres://castor:s3cret-password@127.0.0.1:1/castor";
+      await assert.rejects(PostgresMetadataStore.open(url, { connectTimeoutMs: 2_000 }), (err: unknown) => {
+        assert.ok(err instanceof PostgresConnectionError);
+        assert.match(err.message, /127\.0\.0\.1:1\/castor.*CASTOR_DATABASE_URL/);
+        assert.ok(!err.message.includes("s3cret"), "the password stays out of the message");
+        return true;
+      });
+    });
+
+    it("refuses a pool size that is not a positive integer", async () => {
+      for (const poolSize of [0, -1, 2.5]) {
+        await assert.rejects(PostgresMetadataStore.open(adminUrl, { poolSize }), RangeError);
+      }
+    });
+
+    it("holds at most poolSize connections however many calls run at once", async () => {
+      await withDatabase(async (database, sql) => {
+        const store = await PostgresMetadataStore.open(database.url, { poolSize: 3 });
+        try {
+          assert.equal(store.poolSize, 3);
+          await Promise.all(Array.from({ length: 30 }, (_, i) => store.createRepo("model", `alice/pool-${i}`)));
+          const { rows } = await sql.query<{ connections: number }>(
+            "SELECT count(*)::integer AS connections FROM pg_stat_activity WHERE datname = $1 AND application_name = 'castor'",
+            [database.name],
+          );
+          assert.ok(rows[0].connections >= 1 && rows[0].connections <= 3, `${rows[0].connections} connections`);
+          assert.equal((await store.listRepos()).length, 30);
+        } finally {
+          await store.close();
+        }
+      });
+    });
+  });
+
+  describe("openMetadataStore", () => {
+    it("opens PostgreSQL when CASTOR_DATABASE_URL is set", async () => {
+      await withDatabase(async (database) => {
+        const store = await openMetadataStore(loadConfig({ CASTOR_DATABASE_URL: database.url }));
+        try {
+          assert.ok(store instanceof PostgresMetadataStore);
+          const repo = await store.createRepo("dataset", "alice/configured");
+          assert.deepEqual(await store.getRepo("dataset", "alice/configured"), repo);
+        } finally {
+          await store.close();
+          await store.close();
+        }
+      });
+    });
+  });
+});
