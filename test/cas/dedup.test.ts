@@ -1,8 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { after, before, beforeEach, describe, it } from "node:test";
+import { beforeEach, describe, it } from "node:test";
 import { DEDUP_KEY_LIFETIME_SECONDS, DedupKeyRing, DedupService, deriveDedupKey, utcDay } from "../../src/cas/dedup.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
@@ -11,6 +8,7 @@ import { parseFullShard, serializeUploadShard, type ParsedFullShard, type ShardF
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
+import { useFreshStores } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData } from "../helpers/vectors.js";
 
 const xorbVector = loadVector("xorb-small.json");
@@ -47,8 +45,7 @@ describe("dedup key derivation", () => {
   });
 });
 
-let root: string;
-let caseNumber = 0;
+const stores = useFreshStores("dedup");
 let metadata: SqliteMetadataStore;
 let blobs: FsBlobStore;
 let ingest: XorbIngestService;
@@ -56,18 +53,8 @@ let registration: ShardRegistrationService;
 let repoId: number;
 let now: Date;
 
-before(async () => {
-  root = await mkdtemp(join(tmpdir(), "castor-dedup-"));
-});
-
-after(async () => {
-  await rm(root, { recursive: true, force: true });
-});
-
 beforeEach(async () => {
-  const dir = join(root, String(caseNumber++));
-  blobs = await FsBlobStore.open(join(dir, "blobs"));
-  metadata = await SqliteMetadataStore.open(dir);
+  ({ blobs, metadata } = stores());
   ingest = new XorbIngestService({ blobs, metadata });
   registration = new ShardRegistrationService({ metadata, blobs, maxShardBytes: 1024 * 1024 });
   repoId = (await metadata.createRepo("model", "alice/bert")).id;

@@ -1,9 +1,6 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { after, before, beforeEach, describe, it } from "node:test";
+import { beforeEach, describe, it } from "node:test";
 import Database from "better-sqlite3";
 import { ShardRegistrationService, ShardRejectedError, type ShardProgress, type ShardRejectionCode } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
@@ -29,6 +26,7 @@ import type { CasMetadataStore } from "../../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
+import { useFreshStores } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, toHex } from "../helpers/vectors.js";
 
 const xorbVector = loadVector("xorb-small.json");
@@ -44,8 +42,7 @@ const FILE_B = hashFromHex(VECTOR_FILES[1].file_hash);
 const xetCoreVariant = () => fromHex(shardVector.xet_core_style_hex);
 const hfJsVariant = () => fromHex(shardVector.huggingface_js_style_hex);
 
-let root: string;
-let caseNumber = 0;
+const stores = useFreshStores("shard-registration");
 let blobs: FsBlobStore;
 let metadata: SqliteMetadataStore;
 let ingest: XorbIngestService;
@@ -53,18 +50,8 @@ let service: ShardRegistrationService;
 let alice: number;
 let bob: number;
 
-before(async () => {
-  root = await mkdtemp(join(tmpdir(), "castor-shard-registration-"));
-});
-
-after(async () => {
-  await rm(root, { recursive: true, force: true });
-});
-
 beforeEach(async () => {
-  const dir = join(root, String(caseNumber++));
-  blobs = await FsBlobStore.open(join(dir, "blobs"));
-  metadata = await SqliteMetadataStore.open(dir);
+  ({ blobs, metadata } = stores());
   ingest = new XorbIngestService({ blobs, metadata });
   service = new ShardRegistrationService({ metadata, blobs, maxShardBytes: 1024 * 1024 });
   alice = (await metadata.createRepo("model", "alice/bert")).id;

@@ -1,8 +1,7 @@
 import assert from "node:assert/strict";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, beforeEach, describe, it } from "node:test";
+import { beforeEach, describe, it } from "node:test";
 import { ChunkStreamEnd, XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { CompressionScheme, compressChunk } from "../../src/format/compression.js";
 import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
@@ -11,6 +10,7 @@ import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
+import { useFreshStores } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes } from "../helpers/vectors.js";
 
 const vector = loadVector("xorb-small.json");
@@ -18,25 +18,14 @@ const VECTOR_HASH = hashFromHex(vector.expected.xorb_hash);
 const VECTOR_BODY = fromHex(vector.body_hex);
 const VECTOR_WITH_FOOTER = fromHex(vector.with_footer_hex);
 
-let root: string;
+// A fresh pair of stores per test, so no test sees another's xorbs.
+const stores = useFreshStores("xorb-ingest");
 let blobs: FsBlobStore;
 let metadata: SqliteMetadataStore;
 let service: XorbIngestService;
 
-before(async () => {
-  root = await mkdtemp(join(tmpdir(), "castor-xorb-ingest-"));
-});
-
-after(async () => {
-  await rm(root, { recursive: true, force: true });
-});
-
-let caseNumber = 0;
 beforeEach(async () => {
-  // A fresh pair of stores per test, so no test sees another's xorbs.
-  const dir = join(root, String(caseNumber++));
-  blobs = await FsBlobStore.open(join(dir, "blobs"));
-  metadata = await SqliteMetadataStore.open(dir);
+  ({ blobs, metadata } = stores());
   service = new XorbIngestService({ blobs, metadata });
 });
 

@@ -1,0 +1,44 @@
+/**
+ * Fresh embedded stores for service-level tests: each test of the file gets its own empty fs
+ * blob store and SQLite metadata store in a temp folder, closed and removed afterwards.
+ */
+import { after, afterEach, before, beforeEach } from "node:test";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import { FsBlobStore } from "../../src/storage/fs.js";
+
+export interface TestStores {
+  dir: string;
+  blobs: FsBlobStore;
+  metadata: SqliteMetadataStore;
+}
+
+/**
+ * Registers the hooks and returns an accessor for the current test's stores. Call it at the
+ * top level of a test file, before the `beforeEach` hooks that build services on the stores.
+ */
+export function useFreshStores(name: string): () => TestStores {
+  let root = "";
+  let caseNumber = 0;
+  let current: TestStores | undefined;
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), `castor-${name}-`));
+  });
+  beforeEach(async () => {
+    const dir = join(root, String(caseNumber++));
+    current = { dir, blobs: await FsBlobStore.open(join(dir, "blobs")), metadata: await SqliteMetadataStore.open(dir) };
+  });
+  afterEach(async () => {
+    await current?.metadata.close();
+    current = undefined;
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+  return () => {
+    if (current === undefined) throw new Error("the fresh stores exist only while a test runs");
+    return current;
+  };
+}
