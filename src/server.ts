@@ -5,7 +5,6 @@
  * progress finish, and only then are the stores closed.
  */
 import { mkdir } from "node:fs/promises";
-import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import type { DestinationStream, Logger } from "pino";
@@ -21,10 +20,15 @@ import { buildCastorApp } from "./http/app.js";
 import { createLogger } from "./http/logging.js";
 import { openMetadataStore } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
-import { FsBlobStore } from "./storage/fs.js";
+import type { BlobStore } from "./storage/blob-store.js";
+import { openBlobStore } from "./storage/open.js";
 
-/** Folder of the embedded blob store inside the data dir. */
-export const BLOBS_DIR_NAME = "blobs";
+/**
+ * Staging files older than this are swept at start-up. With S3 other nodes share the bucket
+ * and may be uploading right now, so only clearly abandoned leftovers go; a fs data dir
+ * belongs to this one server, so everything left there is from a crash.
+ */
+const SHARED_STAGING_SWEEP_AGE_MS = 60 * 60 * 1000;
 
 export interface StartOptions {
   /** Where log lines go; stdout by default. */
@@ -52,6 +56,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
   const logger = createLogger(config.logLevel, options.logDestination);
   await mkdir(config.dataDir, { recursive: true });
   const store = await openMetadataStore(config);
+  let blobs: BlobStore | undefined;
   try {
     const keys = await loadOrCreateKeys(config);
     let boundPublicUrl: string | null = config.publicUrl;
@@ -59,10 +64,10 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       if (boundPublicUrl === null) throw new Error("the public URL is not known before the server has bound its port");
       return boundPublicUrl;
     };
-    const blobs = await FsBlobStore.open(join(config.dataDir, BLOBS_DIR_NAME));
-    // Uploads cut short by a crash left temp files; nothing else writes here yet.
-    const swept = await blobs.sweepTemp();
-    if (swept > 0) logger.info({ swept }, `removed ${swept} temporary file(s) left by an interrupted upload`);
+    blobs = await openBlobStore(config);
+    // Uploads cut short by a crash left staging files; nothing else writes here yet.
+    const swept = await blobs.sweepTemp(config.s3 ? { olderThanMs: SHARED_STAGING_SWEEP_AGE_MS } : {});
+    if (swept > 0) logger.info({ swept }, `removed ${swept} staging leftover(s) of interrupted uploads`);
     const app = await buildCastorApp({
       logger,
       store,
@@ -90,9 +95,10 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       keys,
       listenUrl: url,
       publicUrl: boundPublicUrl,
-      close: () => (closed ??= closeAll(app, store, logger)),
+      close: () => (closed ??= closeAll(app, store, blobs!, logger)),
     };
   } catch (error) {
+    blobs?.close?.();
     await store.close();
     throw error;
   }
@@ -115,11 +121,12 @@ async function listen(app: FastifyInstance, config: CastorConfig): Promise<numbe
   return (app.server.address() as AddressInfo).port;
 }
 
-async function closeAll(app: FastifyInstance, store: MetadataStore, logger: Logger): Promise<void> {
+async function closeAll(app: FastifyInstance, store: MetadataStore, blobs: BlobStore, logger: Logger): Promise<void> {
   logger.info("castor shutting down: finishing requests in progress");
   try {
     await app.close();
   } finally {
+    blobs.close?.();
     await store.close();
   }
   logger.info("castor stopped");

@@ -208,4 +208,6 @@ export interface BlobStore {
    * Called at start-up; returns how many were removed.
    */
   sweepTemp(options?: SweepOptions): Promise<number>;
+  /** Releases connections a backend holds (the S3 client); absent where there is nothing to release. */
+  close?(): void;
 }

@@ -1,0 +1,244 @@
+/**
+ * Client throughput on a 256 MiB random file, upload and download, in one run:
+ *
+ * - hf_xet 1.6.0 against castor (`castor serve`, its own process);
+ * - hf_xet against the do-nothing CAS (support/do-nothing-cas.ts: accepts everything,
+ *   validates nothing) — the ceiling the client itself imposes, so castor / do-nothing is what
+ *   castor's server costs hf_xet (target ≥ 0.8);
+ * - castor's own client (src/client) against castor, compared with hf_xet against castor
+ *   (target ≥ 0.8).
+ *
+ * Every upload goes to a server that has never seen the file (a fresh castor data dir, a fresh
+ * do-nothing CAS), so deduplication skips nothing, and every hf_xet run has a fresh
+ * HF_XET_CACHE, so nothing is served from the client's cache. hf_xet is timed inside Python
+ * around its one call (interpreter start-up excluded); castor's client around its `upload` /
+ * `download` call. Downloads are checked byte-exact (SHA-256) outside the timed sections.
+ *
+ * A round starts the three servers, then runs the three uploads back to back, then the three
+ * downloads (in reverse order every other round); rounds repeat while the time budget allows.
+ * Ratios are taken within a round, between transfers that ran one right after the other, so a
+ * burst of load from other processes on the 2 shared cores tends to hit both sides alike.
+ * All three clients must report the same file hash.
+ */
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { castorClientDownload, castorClientUpload, interopPython, startCastorFixture, type CastorFixture } from "../test/interop/harness.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, type BenchRow } from "./lib.js";
+import { startDoNothingCas } from "./support/do-nothing-cas.js";
+import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
+
+const GROUP = "clients";
+const FILE_BYTES = 256 * 1024 * 1024;
+const FILE_SEED = 256;
+const MAX_ROUNDS = 3;
+/** No new round starts after this much time, so the group stays around 3 minutes. */
+const ROUND_BUDGET_SECONDS = 110;
+
+const SERVER_RATIO_TARGET = 0.8;
+const CLIENT_RATIO_TARGET = 0.8;
+
+type Transfer = "upload" | "download";
+type Setup = "hf_xet → castor" | "hf_xet → do-nothing" | "castor client → castor";
+
+/** MB/s per setup and transfer, one entry per round. */
+type Rates = Record<Setup, Record<Transfer, number[]>>;
+
+export async function run(): Promise<BenchRow[]> {
+  const groupStarted = performance.now();
+  const scratch = await mkdtemp(join(tmpdir(), "castor-bench-clients-"));
+  try {
+    const source = join(scratch, "random-256MiB.bin");
+    const expectedSha256 = await writeRandomFile(source);
+    const hfXet = new TimedHfXet(await interopPython(), scratch);
+    const rates: Rates = {
+      "hf_xet → castor": { upload: [], download: [] },
+      "hf_xet → do-nothing": { upload: [], download: [] },
+      "castor client → castor": { upload: [], download: [] },
+    };
+    const check = new DownloadCheck(expectedSha256, scratch);
+
+    let rounds = 0;
+    while (rounds < MAX_ROUNDS && (rounds === 0 || (performance.now() - groupStarted) / 1000 < ROUND_BUDGET_SECONDS)) {
+      const contenders = await startContenders(hfXet, source);
+      try {
+        // Odd rounds run the setups in reverse order, so none always goes first (or last).
+        if (rounds % 2 === 1) contenders.reverse();
+        const fileHashes = new Set<string>();
+        for (const contender of contenders) {
+          const { seconds, fileHash } = await contender.upload();
+          fileHashes.add(fileHash);
+          rates[contender.setup].upload.push(megabytesPerSecond(FILE_BYTES, seconds));
+        }
+        // Every client must name the same file, or the comparison compares different work.
+        if (fileHashes.size !== 1) throw new Error(`the clients disagree on the file hash: ${[...fileHashes].join(", ")}`);
+        const [fileHash] = fileHashes;
+        for (const contender of contenders) {
+          const output = check.nextPath();
+          const seconds = await contender.download(fileHash, output);
+          await check.verify(output, contender.setup);
+          rates[contender.setup].download.push(megabytesPerSecond(FILE_BYTES, seconds));
+        }
+      } finally {
+        for (const contender of contenders) await contender.stop();
+      }
+      rounds++;
+    }
+
+    return report(rates, rounds);
+  } finally {
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
+
+function report(rates: Rates, rounds: number): BenchRow[] {
+  const rows: BenchRow[] = [];
+  const roundsNote = `256 MiB random file, best and median of ${rounds} round${rounds === 1 ? "" : "s"}`;
+  for (const setup of Object.keys(rates) as Setup[]) {
+    for (const transfer of ["upload", "download"] as const) {
+      const values = rates[setup][transfer];
+      rows.push(benchRow(GROUP, `${setup} ${transfer}`, Math.max(...values), "MB/s", { median: median(values), note: roundsNote }));
+    }
+  }
+  const ratioRow = (metric: string, numerators: readonly number[], denominators: readonly number[], atLeast: number, note: string) =>
+    // best ÷ best compares each side's least disturbed run; a best per-round ratio would favour
+    // rounds where load happened to hit the denominator.
+    benchRow(GROUP, metric, Math.max(...numerators) / Math.max(...denominators), "ratio", {
+      median: median(perRound(numerators, denominators)),
+      target: { atLeast },
+      note: `${note}; best ÷ best, median of per-round ratios`,
+    });
+  for (const transfer of ["upload", "download"] as const) {
+    const { [transfer]: onCastor } = rates["hf_xet → castor"];
+    const { [transfer]: onDoNothing } = rates["hf_xet → do-nothing"];
+    rows.push(ratioRow(`hf_xet ${transfer}: castor / do-nothing CAS`, onCastor, onDoNothing, SERVER_RATIO_TARGET, "what castor's server costs hf_xet"));
+  }
+  for (const transfer of ["upload", "download"] as const) {
+    const { [transfer]: castorClient } = rates["castor client → castor"];
+    const { [transfer]: hfXet } = rates["hf_xet → castor"];
+    rows.push(ratioRow(`${transfer} against castor: castor client / hf_xet`, castorClient, hfXet, CLIENT_RATIO_TARGET, "both against castor"));
+  }
+  return rows;
+}
+
+function perRound(numerators: readonly number[], denominators: readonly number[]): number[] {
+  return numerators.map((value, i) => value / denominators[i]);
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+/** One client against one server that has never seen the file. */
+interface Contender {
+  readonly setup: Setup;
+  /** Uploads the source file; `seconds` is the timed part. */
+  upload(): Promise<{ seconds: number; fileHash: string }>;
+  /** Downloads the file into `output`; returns the timed seconds. */
+  download(fileHash: string, output: string): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The three setups of a round, each with its own fresh server: all are started before any
+ * transfer, so the transfers compared in a ratio run back to back.
+ */
+async function startContenders(hfXet: TimedHfXet, source: string): Promise<Contender[]> {
+  const contenders: Contender[] = [];
+  try {
+    const castorForHfXet = await startCastorFixture();
+    contenders.push(hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => castorForHfXet.stop()));
+    const doNothing = await startDoNothingCas();
+    const doNothingTokens: XetTokenSource = { tokenUrl: doNothing.tokenUrl, hubToken: () => doNothing.hubToken };
+    contenders.push(hfXetContender("hf_xet → do-nothing", hfXet, source, doNothingTokens, () => doNothing.close()));
+    const castorForClient = await startCastorFixture();
+    contenders.push(castorClientContender(castorForClient, source));
+    return contenders;
+  } catch (error) {
+    for (const contender of contenders) await contender.stop();
+    throw error;
+  }
+}
+
+function hfXetContender(setup: Setup, hfXet: TimedHfXet, source: string, tokens: XetTokenSource, stop: () => Promise<void>): Contender {
+  return {
+    setup,
+    async upload() {
+      const { seconds, files } = await hfXet.upload(tokens, [source]);
+      if (files[0].size !== FILE_BYTES) throw new Error(`${setup}: hf_xet reported ${files[0].size} bytes for the ${FILE_BYTES}-byte file`);
+      return { seconds, fileHash: files[0].hash };
+    },
+    async download(fileHash, output) {
+      const { seconds } = await hfXet.download(tokens, [{ hash: fileHash, size: FILE_BYTES, path: output }]);
+      return seconds;
+    },
+    stop,
+  };
+}
+
+function castorClientContender(castor: CastorFixture, source: string): Contender {
+  return {
+    setup: "castor client → castor",
+    async upload() {
+      const started = performance.now();
+      const uploaded = await castorClientUpload(castor, source);
+      const seconds = (performance.now() - started) / 1000;
+      // Everything must have been sent: a dedup hit would flatter the client.
+      if (uploaded.newBytes !== FILE_BYTES) throw new Error(`castor's client stored ${uploaded.newBytes} of the ${FILE_BYTES} bytes as new`);
+      return { seconds, fileHash: uploaded.fileHash };
+    },
+    async download(fileHash, output) {
+      const started = performance.now();
+      await castorClientDownload(castor, fileHash, output);
+      return (performance.now() - started) / 1000;
+    },
+    stop: () => castor.stop(),
+  };
+}
+
+function castorTokens(castor: CastorFixture): XetTokenSource {
+  return { tokenUrl: (access) => castor.tokenUrl(access), hubToken: (access) => castor.hubTokens[access] };
+}
+
+/** Writes the deterministic file once; returns its SHA-256 (hex). */
+async function writeRandomFile(path: string): Promise<string> {
+  const bytes = deterministicRandomBytes(FILE_BYTES, FILE_SEED);
+  await writeFile(path, bytes);
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** Byte-exact checks of downloaded copies, each removed once checked (256 MiB apiece). */
+class DownloadCheck {
+  private count = 0;
+
+  constructor(
+    private readonly expectedSha256: string,
+    private readonly dir: string,
+  ) {}
+
+  nextPath(): string {
+    return join(this.dir, `download-${++this.count}.bin`);
+  }
+
+  async verify(path: string, what: string): Promise<void> {
+    try {
+      const hash = createHash("sha256");
+      let size = 0;
+      for await (const piece of createReadStream(path, { highWaterMark: 4 * 1024 * 1024 }) as AsyncIterable<Buffer>) {
+        size += piece.length;
+        hash.update(piece);
+      }
+      const sha256 = hash.digest("hex");
+      // A benchmark of a wrong download measures nothing: stop loudly.
+      if (size !== FILE_BYTES || sha256 !== this.expectedSha256) {
+        throw new Error(`${what}: the download has ${size} bytes with SHA-256 ${sha256}; the file has ${FILE_BYTES} bytes with SHA-256 ${this.expectedSha256}`);
+      }
+    } finally {
+      await rm(path, { force: true });
+    }
+  }
+}
