@@ -38,8 +38,12 @@ import {
 const TMP_DIR = "tmp";
 /** Published objects are immutable; read-only files make an accidental in-place edit fail loudly. */
 const BLOB_MODE = 0o444;
-/** Larger than the 64 KiB default: xorb ranges run to many MiB, and fewer reads cost less CPU. */
-const READ_HIGH_WATER_MARK = 256 * 1024;
+/**
+ * Far larger than the 64 KiB default: xorb ranges run to many MiB, and each read costs a
+ * read, a socket write and an event-loop turn. Measured serving hf_xet downloads on a loaded
+ * 2-core machine: 256 KiB reads gave 184–274 MB/s, 1 MiB 272–558 MB/s, 4 MiB no better.
+ */
+const READ_HIGH_WATER_MARK = 1024 * 1024;
 const FANOUT_RE = /^[0-9a-f]{2}$/;
 const HEX64_RE = /^[0-9a-f]{64}$/;
 
