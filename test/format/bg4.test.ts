@@ -44,6 +44,19 @@ describe("BG4 layout", () => {
     assert.deepEqual(bg4Regroup(bg4Split(data)), data);
   });
 
+  it("regroups word-aligned multiples of 16 (the word-wise path) exactly like the definition, aligned or not", () => {
+    for (const n of [16, 32, 48, 4096, 65_536, 131_072]) {
+      const original = splitmix64Bytes(BigInt(n), n);
+      const grouped = bg4Split(original);
+      const expected = new Uint8Array(n);
+      for (let i = 0; i < n; i++) expected[i] = grouped[(i % 4) * (n / 4) + Math.floor(i / 4)];
+      assert.deepEqual(bg4Regroup(grouped), expected, `aligned n=${n}`);
+      const shifted = new Uint8Array(n + 1);
+      shifted.set(grouped, 1);
+      assert.deepEqual(bg4Regroup(shifted.subarray(1)), expected, `unaligned n=${n}`);
+    }
+  });
+
   it("matches the BG4 chunk of xorb-small.json: LZ4-decoding it gives exactly bg4Split of the chunk data", () => {
     const xorb = loadVector("xorb-small.json");
     const chunk = xorb.expected.chunks[2];
