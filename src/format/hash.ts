@@ -103,7 +103,8 @@ export class KeyedHasher {
   hash(...parts: Uint8Array[]): Hash {
     const h = this.hasher;
     h.reset();
-    for (const part of parts) h.update(part);
+    // The binding is typed for Buffer; a Buffer view over the same memory costs no copy.
+    for (const part of parts) h.update(Buffer.isBuffer(part) ? part : Buffer.from(part.buffer, part.byteOffset, part.byteLength));
     return new Uint8Array(h.digestBuffer());
   }
 }
