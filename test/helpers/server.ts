@@ -2,12 +2,22 @@
  * Runs a REAL `castor serve` child process for end-to-end tests: 127.0.0.1 with a port the OS
  * picks, a fresh temporary data dir (unless one is given), every output line captured. Ready
  * when the server logs its "castor listening" line, which also tells the bound URL.
+ *
+ * Embedded by default (SQLite and blobs in the data dir). `scaleOut` runs the server on the
+ * scale-out backends instead — PostgreSQL, the S3 bucket and signing keys supplied by
+ * configuration, from the `CASTOR_TEST_*` environment that `scripts/services.sh start` prints:
+ * `scaleOut: true` gives the server a backend of its own (fresh database, fresh key prefix),
+ * removed when it stops; a `ScaleOutBackend` from `createScaleOutBackend()` is shared by every
+ * node started with it (the several-stateless-nodes deployment) and is the caller's to clean up.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtemp, rm } from "node:fs/promises";
+import { generateKeyPairSync, randomBytes } from "node:crypto";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { CastorFixture, CasToken } from "../interop/harness.js";
+import { runCastor } from "./cli.js";
 
 /** The `castor` command run from source, as the CLI tests run it. */
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
@@ -24,6 +34,13 @@ export interface ServerProcess {
   /** The URL the server hands out as casUrl. */
   publicUrl: string;
   dataDir: string;
+  /**
+   * Every CASTOR_* setting the server was started with. Admin commands given these reach the
+   * same stores: `runCastor(["repo", "create", …], { env: server.settings })`.
+   */
+  settings: Record<string, string>;
+  /** The scale-out backend the server runs on; null for the embedded default. */
+  scaleOut: ScaleOutBackend | null;
   child: ChildProcess;
   /** Everything written to stdout and stderr so far. */
   output(): string;
@@ -45,6 +62,92 @@ export interface StartServerOptions {
   /** Reuse this data dir (kept on stop); default: a fresh temp dir, removed on stop. */
   dataDir?: string;
   readyTimeoutMs?: number;
+  /**
+   * Run on PostgreSQL + S3 with configured keys: `true` = a backend of the server's own, dropped
+   * on stop; a `ScaleOutBackend` = shared with other nodes, left for its owner to clean up.
+   * Default: embedded.
+   */
+  scaleOut?: boolean | ScaleOutBackend;
+}
+
+/**
+ * What several castor nodes share when scaled out: one fresh PostgreSQL database, one fresh key
+ * prefix in the test bucket, and the signing key, URL key and dedup-key seed every node must
+ * hold alike (`CASTOR_SIGNING_KEY_FILE`, `CASTOR_URL_KEY`, `CASTOR_DEDUP_KEY_SEED`).
+ */
+export interface ScaleOutBackend {
+  /** The CASTOR_* settings every node gets (database, S3, keys). */
+  readonly env: Readonly<Record<string, string>>;
+  /** Name of the fresh database (`castor_test_<hex>`). */
+  readonly databaseName: string;
+  /** The fresh key prefix in the test bucket, `castor-test-<hex>/`. */
+  readonly s3Prefix: string;
+  /** The Ed25519 PEM file the nodes sign CAS access tokens with. */
+  readonly signingKeyFile: string;
+  /** Drops the database, deletes the prefix's objects and the key folder. Idempotent. */
+  cleanup(): Promise<void>;
+}
+
+/**
+ * Creates a fresh scale-out backend from the CASTOR_TEST_* environment; throws with the way to
+ * start the services when they are not configured (see `scaleOutUnavailable`).
+ */
+export async function createScaleOutBackend(): Promise<ScaleOutBackend> {
+  // Loaded here, not at the top: the embedded suite imports this file and needs neither the
+  // PostgreSQL driver nor the AWS SDK.
+  const [{ createTestDatabase }, { s3ServerSettings }] = await Promise.all([import("./scaleout-postgres.js"), import("./scaleout-s3.js")]);
+  const s3 = s3ServerSettings();
+  const database = await createTestDatabase();
+  let keysDir: string | undefined;
+  try {
+    keysDir = await mkdtemp(join(tmpdir(), "castor-scaleout-keys-"));
+    const signingKeyFile = join(keysDir, "jwt-signing-key.pem");
+    const pem = generateKeyPairSync("ed25519").privateKey.export({ type: "pkcs8", format: "pem" }).toString();
+    await writeFile(signingKeyFile, pem, { mode: 0o600 });
+    const env = {
+      CASTOR_DATABASE_URL: database.url,
+      ...s3.env,
+      CASTOR_SIGNING_KEY_FILE: signingKeyFile,
+      CASTOR_URL_KEY: randomBytes(32).toString("base64url"),
+      CASTOR_DEDUP_KEY_SEED: randomBytes(32).toString("base64url"),
+    };
+    const createdKeysDir = keysDir;
+    let cleaned: Promise<void> | undefined;
+    return {
+      env,
+      databaseName: database.name,
+      s3Prefix: s3.prefix,
+      signingKeyFile,
+      cleanup() {
+        cleaned ??= (async () => {
+          // All three even when one fails; the first failure is reported.
+          const results = await Promise.allSettled([database.drop(), s3.cleanup(), rm(createdKeysDir, { recursive: true, force: true })]);
+          const failed = results.find((result): result is PromiseRejectedResult => result.status === "rejected");
+          if (failed) throw failed.reason;
+        })();
+        return cleaned;
+      },
+    };
+  } catch (error) {
+    await Promise.allSettled([database.drop(), keysDir === undefined ? undefined : rm(keysDir, { recursive: true, force: true })]);
+    throw error;
+  }
+}
+
+/** Why scale-out servers cannot start here (the CASTOR_TEST_* variables missing), or null when they can. */
+export function scaleOutUnavailable(env: NodeJS.ProcessEnv = process.env): string | null {
+  // The names scaleout-postgres.ts and scaleout-s3.ts read, spelled out so that asking does not
+  // load either driver.
+  const missing = [
+    "CASTOR_TEST_DATABASE_URL",
+    "CASTOR_TEST_S3_ENDPOINT",
+    "CASTOR_TEST_S3_REGION",
+    "CASTOR_TEST_S3_ACCESS_KEY_ID",
+    "CASTOR_TEST_S3_SECRET_ACCESS_KEY",
+    "CASTOR_TEST_S3_BUCKET",
+  ].filter((name) => !env[name]);
+  if (missing.length === 0) return null;
+  return `${missing.join(", ")} ${missing.length === 1 ? "is" : "are"} not set: start PostgreSQL and Ceph RGW with \`eval "$(scripts/services.sh start)"\` in the same shell`;
 }
 
 /** The process exited (or hung) before it was ready; carries what it printed. */
@@ -59,10 +162,28 @@ export class ServerStartError extends Error {
 }
 
 export async function startCastorServer(options: StartServerOptions = {}): Promise<ServerProcess> {
+  const ownsBackend = options.scaleOut === true;
+  const scaleOut = options.scaleOut === true ? await createScaleOutBackend() : (options.scaleOut || null);
+  try {
+    return await startProcess(options, scaleOut, ownsBackend);
+  } catch (error) {
+    if (ownsBackend) await scaleOut?.cleanup();
+    throw error;
+  }
+}
+
+async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBackend | null, ownsBackend: boolean): Promise<ServerProcess> {
   const ownsDataDir = options.dataDir === undefined;
   const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), "castor-e2e-")));
+  const settings: Record<string, string> = {
+    CASTOR_DATA_DIR: dataDir,
+    CASTOR_LISTEN: "127.0.0.1:0",
+    CASTOR_LOG_LEVEL: "info",
+    ...scaleOut?.env,
+    ...options.env,
+  };
   const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
-  Object.assign(env, { CASTOR_DATA_DIR: dataDir, CASTOR_LISTEN: "127.0.0.1:0", CASTOR_LOG_LEVEL: "info" }, options.env);
+  Object.assign(env, settings);
 
   const child = spawn(process.execPath, ["--import", TSX, ENTRY, "serve", ...(options.args ?? [])], {
     env,
@@ -121,6 +242,8 @@ export async function startCastorServer(options: StartServerOptions = {}): Promi
     url: ready.listenUrl as string,
     publicUrl: ready.publicUrl as string,
     dataDir,
+    settings,
+    scaleOut,
     child,
     output: () => output,
     logLines: () => [...lines],
@@ -147,6 +270,7 @@ export async function startCastorServer(options: StartServerOptions = {}): Promi
         if (child.exitCode === null && child.signalCode === null) child.kill(signal);
         const status = await exited;
         if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
+        if (ownsBackend) await scaleOut?.cleanup();
         return status;
       })();
       return stopping;
@@ -164,4 +288,119 @@ export async function serveExpectingFailure(options: StartServerOptions = {}): P
     throw error;
   }
   throw new Error("castor serve started although it was expected to fail");
+}
+
+export interface HubFixtureOptions {
+  repoType: "model" | "dataset" | "space";
+  /** `namespace/name`. */
+  repoName: string;
+  /** Where clients reach castor (a proxy in front of several nodes); default the server's own URL. */
+  baseUrl?: string;
+}
+
+/**
+ * A repository with a read and a write hub token made by the real admin CLI on `server`'s
+ * stores, shaped as the interop harness's `CastorFixture` so its clients (`HfXetClient`, …) run
+ * against any server: an embedded one, a scale-out node, or a proxy in front of several. The
+ * blob-level helpers answer from the server's own stores (the data dir, or the S3 prefix).
+ * `stop()` stops `server` only.
+ */
+export async function hubFixture(server: ServerProcess, options: HubFixtureOptions): Promise<CastorFixture> {
+  const { repoType, repoName } = options;
+  const baseUrl = (options.baseUrl ?? server.url).replace(/\/+$/, "");
+  const repo = `${repoType}:${repoName}`;
+  const admin = async (args: string[]): Promise<string> => {
+    const result = await runCastor(args, { env: server.settings });
+    if (result.code !== 0) throw new Error(`castor ${args.join(" ")} failed (exit ${result.code}):\n${result.stderr}`);
+    return result.stdout;
+  };
+  const hubToken = async (access: "read" | "write") => {
+    const lastLine = (await admin(["token", "create", "--repo", repo, "--access", access])).trimEnd().split("\n").at(-1) ?? "";
+    if (!/^hf_[A-Za-z0-9_-]+$/.test(lastLine)) throw new Error(`castor token create printed no hub token on its last line: ${JSON.stringify(lastLine)}`);
+    return lastLine;
+  };
+  await admin(["repo", "create", repoType, repoName]);
+  const hubTokens = { read: await hubToken("read"), write: await hubToken("write") };
+  const tokenUrl = (access: "read" | "write") => `${baseUrl}/api/${repoType}s/${repoName}/xet-${access}-token/main`;
+  return {
+    server,
+    dataDir: server.dataDir,
+    hubTokens,
+    tokenUrl,
+    async casToken(access) {
+      const response = await fetch(tokenUrl(access), { headers: { authorization: `Bearer ${hubTokens[access]}` } });
+      const text = await response.text();
+      if (response.status !== 200) throw new Error(`the token operation answered ${response.status}: ${text}`);
+      const body = JSON.parse(text) as CasToken;
+      if (typeof body.accessToken !== "string" || typeof body.exp !== "number" || typeof body.casUrl !== "string") {
+        throw new Error(`the token operation answered an unexpected body: ${text}`);
+      }
+      return body;
+    },
+    async countStoredXorbs() {
+      if (server.scaleOut === null) {
+        const { readdir } = await import("node:fs/promises");
+        const root = join(server.dataDir, "blobs", "xorbs");
+        let count = 0;
+        for (const prefix of await readdir(root).catch(() => [] as string[])) {
+          count += (await readdir(join(root, prefix))).filter((name) => /^[0-9a-f]{64}$/.test(name)).length;
+        }
+        return count;
+      }
+      return (await listScaleOutXorbs(server.scaleOut)).length;
+    },
+    async lookupBySha256(sha256) {
+      const [{ loadConfig }, { openMetadataStore }, { hashToHex }] = await Promise.all([
+        import("../../src/config.js"),
+        import("../../src/metadata/open.js"),
+        import("../../src/format/hash.js"),
+      ]);
+      const store = await openMetadataStore(loadConfig(server.settings));
+      try {
+        const found = await store.getRepo(repoType, repoName);
+        if (found === null) throw new Error(`repository ${repo} is missing from the metadata store`);
+        const hash = await store.findFileBySha256(found.id, new Uint8Array(Buffer.from(sha256, "hex")));
+        if (hash === null) return null;
+        const file = await store.getFile(hash);
+        if (file === null) throw new Error(`castor indexes SHA-256 ${sha256} to ${hashToHex(hash)} but has no such file`);
+        return { hash: hashToHex(hash), size: file.size };
+      } finally {
+        await store.close();
+      }
+    },
+    requestLog(from = 0) {
+      return server
+        .logLines()
+        .slice(from)
+        .filter((line) => line.msg === "request")
+        .map((line) => ({ method: String(line.method), path: String(line.path), statusCode: Number(line.statusCode) }));
+    },
+    async stop() {
+      await server.stop();
+    },
+  };
+}
+
+/** The stored xorbs of a scale-out backend: hash (hex) and object size, read from the bucket itself. */
+export async function listScaleOutXorbs(backend: ScaleOutBackend): Promise<{ hex: string; size: number }[]> {
+  const [{ ListObjectsV2Command }, { s3TestClient }] = await Promise.all([import("@aws-sdk/client-s3"), import("./scaleout-s3.js")]);
+  const client = s3TestClient();
+  const bucket = backend.env.CASTOR_S3_BUCKET;
+  const prefix = `${backend.s3Prefix}xorbs/`;
+  try {
+    const found: { hex: string; size: number }[] = [];
+    let continuationToken: string | undefined;
+    do {
+      const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: continuationToken }));
+      for (const entry of page.Contents ?? []) {
+        // Listed as found, names that are not a hash included: a caller checking the names
+        // (or validating each object) then sees anything the store should never have published.
+        found.push({ hex: entry.Key?.slice(prefix.length) ?? "", size: entry.Size ?? -1 });
+      }
+      continuationToken = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (continuationToken !== undefined);
+    return found;
+  } finally {
+    client.destroy();
+  }
 }
