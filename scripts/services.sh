@@ -15,8 +15,18 @@ export CASTOR_SERVICES_DIR=${CASTOR_SERVICES_DIR:-/tmp/castor-services}
 services=(postgres ceph-rgw)
 
 case "${1:-}" in
-  start | env)
-    for service in "${services[@]}"; do bash "$here/services/$service.sh" "$1"; done ;;
+  start)
+    for service in "${services[@]}"; do
+      # A first start can trip over leftovers of an earlier run (a daemon that outlived its
+      # state, seen once with Ceph's OSD); one clean retry settles it.
+      bash "$here/services/$service.sh" start || {
+        echo "services: $service did not start; stopping it and trying once more" >&2
+        bash "$here/services/$service.sh" stop >&2 || true
+        bash "$here/services/$service.sh" start
+      }
+    done ;;
+  env)
+    for service in "${services[@]}"; do bash "$here/services/$service.sh" env; done ;;
   stop)
     status=0
     for service in "${services[@]}"; do bash "$here/services/$service.sh" stop || status=$?; done
