@@ -10,9 +10,10 @@ import type { FastifyInstance } from "fastify";
 import type { DestinationStream, Logger } from "pino";
 import { CasTokenIssuer, CasTokenVerifier } from "./auth/cas-token.js";
 import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
-import { listenUrl, publicUrlForBoundPort, type CastorConfig } from "./config.js";
+import { ConfigError, listenUrl, publicUrlForBoundPort, type CastorConfig } from "./config.js";
 import { HmacTransferUrls } from "./auth/transfer-url.js";
 import { DedupService } from "./cas/dedup.js";
+import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
 import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
 import { HubService } from "./hub/index.js";
@@ -22,6 +23,7 @@ import { openMetadataStore } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
 import type { BlobStore } from "./storage/blob-store.js";
 import { openBlobStore } from "./storage/open.js";
+import { S3BlobStore } from "./storage/s3.js";
 
 /**
  * Staging files older than this are swept at start-up. With S3 other nodes share the bucket
@@ -68,6 +70,12 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     // Uploads cut short by a crash left staging files; nothing else writes here yet.
     const swept = await blobs.sweepTemp(config.s3 ? { olderThanMs: SHARED_STAGING_SWEEP_AGE_MS } : {});
     if (swept > 0) logger.info({ swept }, `removed ${swept} staging leftover(s) of interrupted uploads`);
+    let presignedUrls: PresignedTransferUrls | undefined;
+    if (config.transferMode === "presigned") {
+      if (!(blobs instanceof S3BlobStore)) throw new ConfigError("CASTOR_TRANSFER_MODE=presigned needs the S3 blob store (set CASTOR_S3_BUCKET)");
+      presignedUrls = await PresignedTransferUrls.create(blobs, { ttlSeconds: config.transferUrlTtlSeconds });
+      logger.info("transfer URLs are presigned S3 GETs, one byte range each (CASTOR_TRANSFER_MODE=presigned)");
+    }
     const app = await buildCastorApp({
       logger,
       store,
@@ -80,6 +88,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: config.maxShardBytes }),
       dedup: new DedupService({ metadata: store, dedupKeySeed: keys.dedupKeySeed }),
       transferUrls: new HmacTransferUrls({ key: keys.urlKey, publicUrl, ttlSeconds: config.transferUrlTtlSeconds }),
+      presignedUrls,
       transferUrlTtlSeconds: config.transferUrlTtlSeconds,
       v2Reconstruction: config.v2Reconstruction,
     });

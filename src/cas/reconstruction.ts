@@ -40,6 +40,11 @@ export interface RangeUrlSigner {
    * JSON escape per entry — a large share of a 10 GiB file's response time.
    */
   signAsJson?(xorbHash: Hash, ranges: readonly ByteRange[]): string;
+  /**
+   * Optional: awaited before an answer is rendered. A signer whose key material can change
+   * (presigned S3 URLs follow rotating credentials) renews it here, so `sign` stays synchronous.
+   */
+  refresh?(): Promise<void>;
 }
 
 export type ReconstructionErrorCode =
@@ -492,9 +497,18 @@ export interface V2Limits {
   maxUrlChars: number;
   /** Longest `bytes=a-b,c-d,…` value of one entry (what a multi-range GET sends). */
   maxRangeHeaderChars: number;
+  /** Most ranges in one entry; default unbounded. 1 for URLs that serve one range each. */
+  maxRangesPerEntry?: number;
 }
 
 const DEFAULT_V2_LIMITS: V2Limits = { maxUrlChars: MAX_V2_URL_CHARS, maxRangeHeaderChars: MAX_V2_RANGE_HEADER_CHARS };
+
+/**
+ * One range per V2 entry, for signers whose URLs serve exactly one range (presigned S3 GETs:
+ * S3 answers no multi-range request). Safe for every client (§8.5): each entry is fetched with
+ * one single-range GET of exactly its range.
+ */
+export const SINGLE_RANGE_V2_LIMITS: V2Limits = Object.freeze({ ...DEFAULT_V2_LIMITS, maxRangesPerEntry: 1 });
 
 const RANGE_UNIT_PREFIX = "bytes=";
 
@@ -507,7 +521,7 @@ function termsJson(plan: ReconstructionPlan): string {
 /**
  * The V2 body (QueryReconstructionResponseV2), pure ASCII. Each xorb's ranges go into as few
  * entries as the limits allow — one signed URL each — split where the multi-range header value
- * or the URL would exceed its limit.
+ * or the URL would exceed its limit, or past `maxRangesPerEntry` ranges.
  */
 export function renderV2(plan: ReconstructionPlan, signer: RangeUrlSigner, limits: V2Limits = DEFAULT_V2_LIMITS): string {
   const entries = new EntryWriter(signer, limits);
@@ -537,15 +551,20 @@ class EntryWriter {
   }
 
   write(xorb: PreparedXorb, ranges: readonly FetchRange[]): string {
-    if (ranges.length === 1) {
-      return '{"url":' + signedJson(this.signer, xorb.hash, [ranges[0].bytes]) + ',"ranges":[' + ranges[0].descriptorJson + "]}";
+    if (ranges.length === 1 || this.limits.maxRangesPerEntry === 1) {
+      let out = "";
+      for (let i = 0; i < ranges.length; i++) {
+        out += (i === 0 ? '{"url":' : ',{"url":') + signedJson(this.signer, xorb.hash, [ranges[i].bytes]) + ',"ranges":[' + ranges[i].descriptorJson + "]}";
+      }
+      return out;
     }
+    const maxRanges = this.limits.maxRangesPerEntry ?? Number.POSITIVE_INFINITY;
     let out = "";
     let first = 0;
     while (first < ranges.length) {
       let chars = RANGE_UNIT_PREFIX.length + rangeChars(ranges[first]);
       let end = first + 1;
-      while (end < ranges.length && chars + 1 + rangeChars(ranges[end]) <= this.rangeBudget) {
+      while (end < ranges.length && end - first < maxRanges && chars + 1 + rangeChars(ranges[end]) <= this.rangeBudget) {
         chars += 1 + rangeChars(ranges[end]);
         end++;
       }

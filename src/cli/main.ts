@@ -26,6 +26,8 @@ Commands:
                                  upload files, print their hashes
   download --repo TYPE:NS/NAME HASH -o OUT [--range A-B]
                                  download a file (or an inclusive byte range) by hash
+  migrate --from DATA_DIR        copy an embedded data dir into the configured
+                                 PostgreSQL + S3 stores (safe to run again)
 
 Options:
   -h, --help                     show this help
@@ -43,6 +45,7 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   token: () => import("./token.js"),
   upload: () => import("./upload.js"),
   download: () => import("./download.js"),
+  migrate: () => import("./migrate.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {

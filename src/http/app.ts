@@ -8,6 +8,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
+import type { RangeUrlSigner } from "../cas/reconstruction.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
@@ -87,7 +88,12 @@ export interface CastorAppDeps extends HttpAppOptions {
   shards: ShardRegistrationService;
   dedup: DedupService;
   transferUrls: HmacTransferUrls;
-  /** `config.transferUrlTtlSeconds`: the lifetime of the URLs `transferUrls` signs. */
+  /**
+   * CASTOR_TRANSFER_MODE=presigned: reconstruction answers hand out these URLs (presigned S3
+   * GETs, one range per V2 entry) instead of `transferUrls`. Absent in the default proxy mode.
+   */
+  presignedUrls?: RangeUrlSigner;
+  /** `config.transferUrlTtlSeconds`: the lifetime of the transfer URLs handed out (`transferUrls`' or `presignedUrls`'). */
   transferUrlTtlSeconds: number;
   /** `config.v2Reconstruction`. */
   v2Reconstruction: "on" | "501";
@@ -104,7 +110,8 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   await registerDedupRoutes(app, { dedup: deps.dedup });
   await registerReconstructionRoutes(app, {
     store: deps.store,
-    signer: deps.transferUrls,
+    signer: deps.presignedUrls ?? deps.transferUrls,
+    singleRangeEntries: deps.presignedUrls !== undefined,
     transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
     v2Reconstruction: deps.v2Reconstruction,
   });

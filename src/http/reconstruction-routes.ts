@@ -16,6 +16,9 @@
  * RecordCache, signed URLs are reused for a twentieth of their lifetime (ReusingUrlSigner), and
  * an encoded answer for the same file, range and version is reused for as long (AnswerCache).
  *
+ * Transfer URLs are castor's own signed route by default; with CASTOR_TRANSFER_MODE=presigned
+ * they are presigned S3 GETs (src/cas/presigned-transfer.ts), one range per V2 entry.
+ *
  * Bodies are built by `renderV2`/`renderV1` with exactly the interface's fields (no response
  * schema: hand-built JSON is several times faster for the hundreds of entries of a large file)
  * and gzipped here, per route, when the client accepts it — other responses (transfers, dedup
@@ -33,7 +36,9 @@ import {
   renderV1,
   renderV2,
   resolveFileRange,
+  SINGLE_RANGE_V2_LIMITS,
   type RangeUrlSigner,
+  type V2Limits,
 } from "../cas/reconstruction.js";
 import { ByteBoundedLru, RecordCache, ReusingUrlSigner, urlReuseMsFor } from "../cas/xorb-cache.js";
 import { hashFromHex, isHashHex } from "../format/hash.js";
@@ -44,8 +49,13 @@ import { HttpError } from "./errors.js";
 export interface ReconstructionRouteDeps {
   /** Resolves the token's repository and answers the file ↔ repository question. */
   store: Pick<MetadataStore, "getRepo" | "isFileInRepo" | "getFile" | "getXorbs">;
-  /** Signs transfer URLs (`TransferUrlSigner` of src/auth/transfer-url.ts). */
+  /**
+   * Signs transfer URLs: castor's own (`HmacTransferUrls` of src/auth/transfer-url.ts), or
+   * presigned S3 GETs (`PresignedTransferUrls`, CASTOR_TRANSFER_MODE=presigned).
+   */
   signer: RangeUrlSigner;
+  /** V2 entries carry one range each: for a signer whose URLs serve one range (presigned S3 GETs). */
+  singleRangeEntries?: boolean;
   /**
    * `config.transferUrlTtlSeconds`, the lifetime of the signer's URLs. It sets how long a signed
    * URL, and then an encoded answer holding it, may be handed out again (`urlReuseMsFor`).
@@ -93,10 +103,18 @@ export async function registerReconstructionRoutes(app: FastifyInstance, deps: R
   const signer = new ReusingUrlSigner(deps.signer, reuseMs, now);
   const answers = new AnswerCache(deps.answerCacheBytes ?? DEFAULT_ANSWER_CACHE_BYTES, reuseMs, now);
   const options = { config: { casScope: "read" as const } };
+  const path: ReadPath = {
+    store: deps.store,
+    records,
+    signer,
+    refreshSigner: deps.signer.refresh?.bind(deps.signer),
+    v2Limits: deps.singleRangeEntries ? SINGLE_RANGE_V2_LIMITS : undefined,
+    answers,
+  };
 
   const handler = (version: Version) => async (request: FastifyRequest<{ Params: FileParams }>, reply: FastifyReply) => {
     reply.header("vary", "Accept-Encoding").header("cache-control", "no-store").type(JSON_CONTENT_TYPE);
-    const answer = await reconstruct(request, version, { store: deps.store, records, signer, answers });
+    const answer = await reconstruct(request, version, path);
     if (answer.body.length >= GZIP_MIN_BODY_BYTES && acceptsGzip(request.headers["accept-encoding"])) {
       // zlib runs on the thread pool, so the event loop keeps serving while a large body compresses.
       const gzipped = answer.gzipped ?? answers.addGzipped(answer, await gzipAsync(answer.body, { level: GZIP_LEVEL }));
@@ -122,6 +140,10 @@ interface ReadPath {
   store: ReconstructionRouteDeps["store"];
   records: RecordCache;
   signer: RangeUrlSigner;
+  /** The signer's `refresh`, awaited before rendering, when it has one. */
+  refreshSigner: (() => Promise<void>) | undefined;
+  /** Limits of V2 entries; the renderer's defaults when undefined. */
+  v2Limits: V2Limits | undefined;
   answers: AnswerCache;
 }
 
@@ -151,7 +173,8 @@ async function reconstruct(request: FastifyRequest<{ Params: FileParams }>, vers
   const cached = path.answers.get(key);
   if (cached !== undefined) return cached;
   const plan = planReconstruction(file, range);
-  const body = version === 2 ? renderV2(plan, path.signer) : renderV1(plan, path.signer);
+  if (path.refreshSigner !== undefined) await path.refreshSigner();
+  const body = version === 2 ? renderV2(plan, path.signer, path.v2Limits) : renderV1(plan, path.signer);
   // Encoded once here (sent as a string, it would be measured for Content-Length and then
   // encoded again by the socket); the renderers produce pure ASCII, so Latin-1 is exact.
   return path.answers.put(key, Buffer.from(body, "latin1"));

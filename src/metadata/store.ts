@@ -5,7 +5,8 @@
  * PostgreSQL implementation is.
  *
  * It has two halves: the hub (repositories, revisions, hub tokens), declared here, and the CAS
- * (xorbs, files, shards, dedup index), declared in cas.ts with the packed-table codecs.
+ * (xorbs, files, shards, dedup index), declared in cas.ts with the packed-table codecs; and
+ * the export/import methods `castor migrate` copies a store with (migration.ts).
  *
  * Rules every implementation keeps (the contract suite checks them):
  * - No caching: each call reads the database, so a write by another process (an admin command
@@ -18,8 +19,19 @@
  */
 
 import type { CasMetadataStore } from "./cas.js";
+import type { MetadataMigration } from "./migration.js";
 
 export type { CasMetadataStore, FileRecord, FileTerm, ShardRegistration, StoredChunk, XorbRecord } from "./cas.js";
+export type {
+  DatedFile,
+  DatedXorb,
+  DedupEntry,
+  ExportPage,
+  FileRepoLink,
+  MetadataMigration,
+  Sha256IndexEntry,
+  ShardRow,
+} from "./migration.js";
 
 export const REPO_TYPES = ["model", "dataset", "space"] as const;
 export type RepoType = (typeof REPO_TYPES)[number];
@@ -89,7 +101,7 @@ export class CorruptRecordError extends Error {
   override readonly name = "CorruptRecordError";
 }
 
-export interface MetadataStore extends CasMetadataStore {
+export interface MetadataStore extends CasMetadataStore, MetadataMigration {
   /** Creates the repository and its `main` branch atomically. AlreadyExistsError if present. */
   createRepo(type: RepoType, name: string): Promise<Repo>;
   getRepo(type: RepoType, name: string): Promise<Repo | null>;

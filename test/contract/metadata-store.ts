@@ -14,6 +14,7 @@ import {
   type NewHubToken,
 } from "../../src/metadata/store.js";
 import { runCasMetadataContract } from "./cas-metadata.js";
+import { runMigrationContract } from "./metadata-migration.js";
 
 export interface MetadataStoreFixture {
   store: MetadataStore;
@@ -311,5 +312,6 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
     });
 
     runCasMetadataContract(withStore);
+    runMigrationContract(open);
   });
 }
