@@ -54,6 +54,8 @@ const MiB = 1024 * 1024;
 /** 64 MiB of chunk data + an 8-byte header for each of up to 8,192 chunks + a footer allowance. */
 export const DEFAULT_MAX_XORB_BYTES = 64 * MiB + 8 * 8192 + 512 * 1024;
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
+/** SigV4 presigned URLs live at most 7 days. */
+export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
 
 /** Every setting castor reads, by environment name; the flag is derived from it. */
 export const SETTINGS = [
@@ -140,6 +142,12 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
   if (transferMode === "presigned" && s3 === null) {
     throw new ConfigError("CASTOR_TRANSFER_MODE=presigned needs the S3 blob store (set CASTOR_S3_BUCKET)");
   }
+  const transferUrlTtlSeconds = positiveInt("CASTOR_TRANSFER_URL_TTL", get("CASTOR_TRANSFER_URL_TTL") ?? "3600");
+  if (transferMode === "presigned" && transferUrlTtlSeconds > MAX_PRESIGNED_URL_TTL_SECONDS) {
+    throw new ConfigError(
+      `CASTOR_TRANSFER_URL_TTL must be at most ${MAX_PRESIGNED_URL_TTL_SECONDS} seconds (7 days, the longest a presigned S3 URL can live) with CASTOR_TRANSFER_MODE=presigned, got ${transferUrlTtlSeconds}`,
+    );
+  }
 
   return {
     dataDir,
@@ -149,7 +157,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     databaseUrl,
     s3,
     tokenTtlSeconds: positiveInt("CASTOR_TOKEN_TTL", get("CASTOR_TOKEN_TTL") ?? "3600"),
-    transferUrlTtlSeconds: positiveInt("CASTOR_TRANSFER_URL_TTL", get("CASTOR_TRANSFER_URL_TTL") ?? "3600"),
+    transferUrlTtlSeconds,
     signingKeyFile: get("CASTOR_SIGNING_KEY_FILE") ? resolve(get("CASTOR_SIGNING_KEY_FILE")!) : null,
     urlKey: secret("CASTOR_URL_KEY", get("CASTOR_URL_KEY")),
     dedupKeySeed: secret("CASTOR_DEDUP_KEY_SEED", get("CASTOR_DEDUP_KEY_SEED")),

@@ -147,6 +147,9 @@ describe("loadConfig", () => {
       });
       rejects({ CASTOR_S3_ENDPOINT: "http://127.0.0.1:7480" }, /CASTOR_S3_BUCKET is not/);
       rejects({ CASTOR_TRANSFER_MODE: "presigned" }, /needs the S3 blob store/);
+      const presigned = { CASTOR_S3_BUCKET: "b", CASTOR_TRANSFER_MODE: "presigned" };
+      assert.equal(loadConfig({ ...presigned, CASTOR_TRANSFER_URL_TTL: "604800" }).transferUrlTtlSeconds, 604800);
+      rejects({ ...presigned, CASTOR_TRANSFER_URL_TTL: "604801" }, /at most 604800 seconds .* presigned/);
       rejects({ CASTOR_S3_BUCKET: "b", CASTOR_S3_FORCE_PATH_STYLE: "maybe" }, /true or false/);
     });
 

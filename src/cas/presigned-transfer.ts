@@ -30,13 +30,13 @@
 import { createHash, createHmac } from "node:crypto";
 import { GetObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
-import { ConfigError } from "../config.js";
+import { ConfigError, MAX_PRESIGNED_URL_TTL_SECONDS } from "../config.js";
 import { hashToHex, ZERO_HASH, type Hash } from "../format/hash.js";
 import { blobKey, type BlobKey } from "../storage/blob-store.js";
 import type { ByteRange, RangeUrlSigner } from "./reconstruction.js";
 
 /** SigV4 presigned URLs live at most 7 days. */
-export const MAX_PRESIGNED_TTL_SECONDS = 7 * 24 * 60 * 60;
+export const MAX_PRESIGNED_TTL_SECONDS = MAX_PRESIGNED_URL_TTL_SECONDS;
 
 /** What presigning needs of the S3 blob store (`S3BlobStore` has this shape). */
 export interface PresignableStore {
