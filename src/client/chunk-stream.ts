@@ -7,6 +7,10 @@
  * the server needs; a downloader needs the decoded bytes, so the short walk is repeated here.
  * Every declared size is checked against the protocol limits and the bytes actually present
  * before it is used.
+ *
+ * `ChunkStreamDecoder` decodes while the range is still arriving: each chunk is decompressed
+ * and hashed as soon as its last byte is in, so that work overlaps the network instead of
+ * following it.
  */
 import {
   MAX_CHUNK_COMPRESSED_BYTES,
@@ -27,40 +31,125 @@ export interface DecodedChunks {
   uncompressedBytes: number;
 }
 
-export function decodeChunkStream(bytes: Uint8Array, expectedChunks: number, what: string): DecodedChunks {
-  const bad = (detail: string) => new CastorClientError("protocol", `${what}: ${detail}`);
-  const chunks: Uint8Array[] = [];
-  const hashes: Hash[] = [];
-  let uncompressedBytes = 0;
-  let at = 0;
-  while (at < bytes.length) {
-    const index = chunks.length;
-    if (index >= expectedChunks) throw bad(`${bytes.length - at} bytes follow the ${expectedChunks} chunks the range should hold`);
-    if (bytes.length - at < XORB_CHUNK_HEADER_BYTES) throw bad(`chunk ${index}'s header is cut off at byte ${at}`);
-    const version = bytes[at];
-    const compressedSize = bytes[at + 1] | (bytes[at + 2] << 8) | (bytes[at + 3] << 16);
-    const scheme = bytes[at + 4];
-    const uncompressedSize = bytes[at + 5] | (bytes[at + 6] << 8) | (bytes[at + 7] << 16);
-    if (version !== 0) throw bad(`chunk ${index} at byte ${at} has header version ${version}, expected 0`);
-    if (compressedSize > MAX_CHUNK_COMPRESSED_BYTES || uncompressedSize > MAX_CHUNK_UNCOMPRESSED_BYTES) {
-      throw bad(`chunk ${index} at byte ${at} declares ${compressedSize} compressed / ${uncompressedSize} uncompressed bytes, beyond the protocol limits`);
-    }
-    const payloadStart = at + XORB_CHUNK_HEADER_BYTES;
-    if (bytes.length - payloadStart < compressedSize) {
-      throw bad(`chunk ${index} at byte ${at} declares ${compressedSize} payload bytes, only ${bytes.length - payloadStart} remain`);
-    }
-    let data: Uint8Array;
+/**
+ * Incremental decoder over one buffer that is filled from the front: call `advance(filled)`
+ * whenever more bytes are in, `finish()` once the range is complete (or `fail(error)` if it
+ * never will be). Readers may use chunks as soon as they are decoded: `decodedCount`,
+ * `chunks[i]`, `hashes[i]`, and `whenDecoded(count)` to wait for more.
+ */
+export class ChunkStreamDecoder {
+  readonly chunks: Uint8Array[] = [];
+  readonly hashes: Hash[] = [];
+  private uncompressedBytes = 0;
+  /** Start of the first chunk not decoded yet. */
+  private at = 0;
+  private outcome: { error: unknown } | "finished" | null = null;
+  private waiters: { count: number; resolve: () => void; reject: (error: unknown) => void }[] = [];
+
+  constructor(
+    /** The range's buffer, filled by the caller from the front. */
+    readonly bytes: Uint8Array,
+    private readonly expectedChunks: number,
+    private readonly what: string,
+  ) {}
+
+  get decodedCount(): number {
+    return this.chunks.length;
+  }
+
+  /**
+   * Resolves once at least `count` chunks are decoded, or once the range is finished (the
+   * caller then checks `decodedCount`); rejects with the range's failure.
+   */
+  whenDecoded(count: number): Promise<void> {
+    if (this.outcome !== null && this.outcome !== "finished") return Promise.reject(this.outcome.error);
+    if (this.chunks.length >= count || this.outcome === "finished") return Promise.resolve();
+    return new Promise((resolve, reject) => this.waiters.push({ count, resolve, reject }));
+  }
+
+  /** Marks the range as failed: every waiter, present and future, gets `error`. */
+  fail(error: unknown): void {
+    if (this.outcome !== null) return;
+    this.outcome = { error };
+    for (const waiter of this.waiters.splice(0)) waiter.reject(error);
+  }
+
+  /** Decodes every chunk that lies wholly within `bytes[0, filled)`. */
+  advance(filled: number): void {
+    const before = this.chunks.length;
     try {
-      data = decompressChunk(scheme, bytes.subarray(payloadStart, payloadStart + compressedSize), uncompressedSize);
+      this.decodeUpTo(filled);
+    } finally {
+      if (this.chunks.length > before && this.waiters.length > 0) {
+        const count = this.chunks.length;
+        this.waiters = this.waiters.filter((waiter) => {
+          if (waiter.count > count) return true;
+          waiter.resolve();
+          return false;
+        });
+      }
+    }
+  }
+
+  private decodeUpTo(filled: number): void {
+    const bytes = this.bytes;
+    while (filled - this.at >= XORB_CHUNK_HEADER_BYTES) {
+      const at = this.at;
+      const index = this.chunks.length;
+      if (index >= this.expectedChunks) throw this.bad(`${bytes.length - at} bytes follow the ${this.expectedChunks} chunks the range should hold`);
+      const version = bytes[at];
+      const compressedSize = bytes[at + 1] | (bytes[at + 2] << 8) | (bytes[at + 3] << 16);
+      const scheme = bytes[at + 4];
+      const uncompressedSize = bytes[at + 5] | (bytes[at + 6] << 8) | (bytes[at + 7] << 16);
+      if (version !== 0) throw this.bad(`chunk ${index} at byte ${at} has header version ${version}, expected 0`);
+      if (compressedSize > MAX_CHUNK_COMPRESSED_BYTES || uncompressedSize > MAX_CHUNK_UNCOMPRESSED_BYTES) {
+        throw this.bad(`chunk ${index} at byte ${at} declares ${compressedSize} compressed / ${uncompressedSize} uncompressed bytes, beyond the protocol limits`);
+      }
+      const payloadStart = at + XORB_CHUNK_HEADER_BYTES;
+      if (bytes.length - payloadStart < compressedSize) {
+        throw this.bad(`chunk ${index} at byte ${at} declares ${compressedSize} payload bytes, only ${bytes.length - payloadStart} remain`);
+      }
+      if (filled - payloadStart < compressedSize) return;
+      let data: Uint8Array;
+      try {
+        data = decompressChunk(scheme, bytes.subarray(payloadStart, payloadStart + compressedSize), uncompressedSize);
+      } catch (error) {
+        if (isFormatError(error)) throw this.bad(`chunk ${index} at byte ${at}: ${error.message}`);
+        throw error;
+      }
+      this.chunks.push(data);
+      this.hashes.push(chunkHash(data));
+      this.uncompressedBytes += data.length;
+      this.at = payloadStart + compressedSize;
+    }
+  }
+
+  /** The decoded range, once `bytes` is complete; a `protocol` error if it is not whole chunks. */
+  finish(): DecodedChunks {
+    try {
+      this.advance(this.bytes.length);
+      if (this.at < this.bytes.length) {
+        if (this.chunks.length >= this.expectedChunks) {
+          throw this.bad(`${this.bytes.length - this.at} bytes follow the ${this.expectedChunks} chunks the range should hold`);
+        }
+        throw this.bad(`chunk ${this.chunks.length}'s header is cut off at byte ${this.at}`);
+      }
+      if (this.chunks.length !== this.expectedChunks) throw this.bad(`the range holds ${this.chunks.length} chunks, expected ${this.expectedChunks}`);
     } catch (error) {
-      if (isFormatError(error)) throw bad(`chunk ${index} at byte ${at}: ${error.message}`);
+      this.fail(error);
       throw error;
     }
-    chunks.push(data);
-    hashes.push(chunkHash(data));
-    uncompressedBytes += data.length;
-    at = payloadStart + compressedSize;
+    this.outcome = "finished";
+    for (const waiter of this.waiters.splice(0)) waiter.resolve();
+    return { chunks: this.chunks, hashes: this.hashes, uncompressedBytes: this.uncompressedBytes };
   }
-  if (chunks.length !== expectedChunks) throw bad(`the range holds ${chunks.length} chunks, expected ${expectedChunks}`);
-  return { chunks, hashes, uncompressedBytes };
+
+  private bad(detail: string): CastorClientError {
+    return new CastorClientError("protocol", `${this.what}: ${detail}`);
+  }
+}
+
+/** Decodes a complete range at once. */
+export function decodeChunkStream(bytes: Uint8Array, expectedChunks: number, what: string): DecodedChunks {
+  return new ChunkStreamDecoder(bytes, expectedChunks, what).finish();
 }

@@ -7,14 +7,19 @@
  *    rest of the download when V2 answers 404 or 501. A window shorter than asked for, or a
  *    416, is the end of the file.
  * 3. Each term needs one fetch range of its xorb. Ranges are fetched with single-range GETs
- *    (exactly one signed range per request, no multipart), at most `concurrency` at once and
- *    at most `bufferBytes` of them held ahead of the writer; a range several terms share is
- *    fetched once while it stays in that window. A 403 (expired URL) re-queries the window's
- *    reconstruction and retries with the fresh URL.
- * 4. Ranges are parsed chunk by chunk (8-byte headers), decompressed and hashed; terms are
- *    written in order — the first one from `offset_into_first_range`, the output cut at the
- *    requested end. A file output is written to a temporary file renamed into place on
- *    success and removed on failure.
+ *    (exactly one signed range per request, no multipart) read straight from the socket into
+ *    their buffer (`HttpClient.getInto`), at most `concurrency` at once and at most
+ *    `bufferBytes` of them held ahead of the writer — but
+ *    the next range is always fetched while the current one is written, so the network never
+ *    waits for the disk; a range several terms share is fetched once while it stays in that
+ *    window. A 403 (expired URL) re-queries the window's reconstruction and retries with the
+ *    fresh URL.
+ * 4. Ranges are parsed chunk by chunk (8-byte headers), each chunk decompressed and hashed as
+ *    soon as its bytes are in (while the rest of the range still arrives); terms are written in
+ *    order — the first one from `offset_into_first_range`, the output cut at the requested
+ *    end. A file output is written to a temporary file renamed into place on success and
+ *    removed on failure; its range buffers are reused once written, since a fresh multi-MiB
+ *    buffer costs more in page faults than filling it from the network.
  *
  * What is verified: every chunk decodes to its declared length and every term to its
  * `unpacked_length`. When the download covers the whole file, the file hash is recomputed
@@ -43,10 +48,10 @@ import {
   type MerkleEntry,
 } from "../format/index.js";
 import type { CasClient } from "./cas.js";
-import { decodeChunkStream, type DecodedChunks } from "./chunk-stream.js";
+import { ChunkStreamDecoder } from "./chunk-stream.js";
 import { Limiter } from "./concurrency.js";
 import { CastorClientError, HttpStatusError } from "./errors.js";
-import { discardBody, readBodyExactly, readJson } from "./http.js";
+import { discardBody, readJson } from "./http.js";
 import type { ProgressListener } from "./progress.js";
 
 export interface ByteRangeRequest {
@@ -67,7 +72,7 @@ export interface DownloadRunOptions {
   windowBytes?: number;
   /** Xorb ranges fetched at once; default 4. */
   concurrency?: number;
-  /** Fetched bytes held ahead of the writer (one range may exceed it); default 64 MiB. */
+  /** Fetched bytes held ahead of the writer (the range being written and the next one may exceed it); default 64 MiB. */
   bufferBytes?: number;
   /** End a stream output when done (default true; false for stdout). */
   endOutput?: boolean;
@@ -95,6 +100,10 @@ export const DEFAULT_BUFFER_BYTES = 64 * 1024 * 1024;
 const MAX_RECONSTRUCTION_JSON_BYTES = 64 * 1024 * 1024;
 /** Writes are grouped so one call never passes more buffers than an iovec takes. */
 const MAX_WRITE_PARTS = 512;
+/** Written bytes after which a file output is flushed to disk in the background. */
+const SYNC_EVERY_BYTES = 32 * 1024 * 1024;
+/** Ranges fetched ahead of the writer whatever their size: the next one overlaps the write. */
+const MIN_RANGES_AHEAD = 1;
 
 // ---------------------------------------------------------------------------------------------
 // The reconstruction answer, normalized from V1 or V2
@@ -211,6 +220,8 @@ function spanLength(span: FetchSpan): number {
 // Output
 
 interface Sink {
+  /** Whether a written buffer may be reused once `write` resolved (not so for streams, which may still hold it). */
+  readonly releasesWrittenBuffers: boolean;
   write(parts: Uint8Array[]): Promise<void>;
   /** Makes the output final (rename into place, end the stream). */
   commit(): Promise<void>;
@@ -236,8 +247,16 @@ async function fileSink(path: string): Promise<Sink> {
       await handle.close();
     }
   };
+  // The file is made durable before it is renamed into place. Flushing as the download goes
+  // (in the background, every SYNC_EVERY_BYTES) leaves the final sync only the last part: the
+  // disk works while the network does, instead of after it (~0.2 s for 256 MiB here).
+  let unsynced = 0;
+  let syncing: Promise<void> = Promise.resolve();
+  let syncFailure: unknown = null;
   return {
+    releasesWrittenBuffers: true,
     async write(parts) {
+      if (syncFailure !== null) throw syncFailure;
       for (let i = 0; i < parts.length; i += MAX_WRITE_PARTS) {
         const group = parts.slice(i, i + MAX_WRITE_PARTS);
         let expected = 0;
@@ -255,10 +274,19 @@ async function fileSink(path: string): Promise<Sink> {
             skip = 0;
           }
         }
+        unsynced += expected;
+      }
+      if (unsynced >= SYNC_EVERY_BYTES) {
+        unsynced = 0;
+        syncing = syncing.then(() => handle.datasync()).catch((error: unknown) => {
+          syncFailure ??= new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
+        });
       }
     },
     async commit() {
       try {
+        await syncing;
+        if (syncFailure !== null) throw syncFailure;
         await handle.sync();
         await close();
         await rename(temporary, path);
@@ -267,6 +295,7 @@ async function fileSink(path: string): Promise<Sink> {
       }
     },
     async abandon() {
+      await syncing;
       await close().catch(() => undefined);
       await unlink(temporary).catch(() => undefined);
     },
@@ -275,6 +304,7 @@ async function fileSink(path: string): Promise<Sink> {
 
 function streamSink(stream: Writable, endOutput: boolean): Sink {
   return {
+    releasesWrittenBuffers: false,
     async write(parts) {
       for (const part of parts) {
         if (!stream.write(part)) await once(stream, "drain");
@@ -303,6 +333,8 @@ export class DownloadRun {
   private bytesWritten = 0;
   /** Output size once known: from the range, or from the window that reaches the file's end. */
   private bytesTotal: number | null = null;
+  /** Range buffers, reused only when the sink lets go of written buffers. */
+  private buffers = new RangeBufferPool(false);
 
   constructor(
     private readonly cas: CasClient,
@@ -325,6 +357,7 @@ export class DownloadRun {
     if (!isZeroHash(expected)) await this.cas.tokens.get();
 
     const sink = typeof output === "string" ? await fileSink(output) : streamSink(output, this.options.endOutput ?? true);
+    this.buffers = new RangeBufferPool(sink.releasesWrittenBuffers);
     try {
       const verified = await this.transfer(hex, expected, sink);
       await sink.commit();
@@ -419,7 +452,7 @@ export class DownloadRun {
     onChunk: (hash: Hash, length: number) => void,
   ): Promise<number> {
     const { terms } = reconstruction;
-    const cache = new Map<string, { decoded: Promise<DecodedChunks>; uses: number; bytes: number }>();
+    const cache = new Map<string, RangeFetch>();
     let held = 0;
     let ahead = 0;
     const scheduleUpTo = (cursor: number) => {
@@ -431,11 +464,17 @@ export class DownloadRun {
           entry.uses++;
         } else {
           const bytes = spanLength(span);
-          if (ahead > cursor && held + bytes > this.bufferBytes) break;
-          const decoded = this.limiter.run(() => window.fetchSpan(span));
-          // Awaited in order below; this only keeps an early failure from being "unhandled".
-          decoded.catch(() => undefined);
-          cache.set(key, { decoded, uses: 1, bytes });
+          // Over the budget, still fetch the next range while the current one is written.
+          if (ahead > cursor && held + bytes > this.bufferBytes && cache.size > MIN_RANGES_AHEAD) break;
+          const buffer = this.buffers.take(bytes);
+          const decoder = new ChunkStreamDecoder(buffer, span.chunkEnd - span.chunkStart, describeSpan(span));
+          const done = this.limiter.run(() => window.fetchSpan(span, decoder)).catch((error: unknown) => {
+            decoder.fail(error);
+            throw error;
+          });
+          // Waited on through the decoder; this only keeps an early failure from being "unhandled".
+          done.catch(() => undefined);
+          cache.set(key, { buffer, decoder, done, uses: 1, bytes });
           held += bytes;
         }
         ahead++;
@@ -444,27 +483,35 @@ export class DownloadRun {
 
     let skip = reconstruction.offsetIntoFirstRange;
     let remaining = wanted;
+    let parts: Uint8Array[] = [];
+    const flush = async () => {
+      if (parts.length === 0) return;
+      const written = parts;
+      parts = [];
+      await sink.write(written);
+      for (const part of written) this.bytesWritten += part.length;
+      this.reportProgress();
+    };
     try {
       for (let cursor = 0; cursor < terms.length; cursor++) {
         scheduleUpTo(cursor);
         const term = terms[cursor];
         const key = spanKey(term.span);
         const entry = cache.get(key)!;
-        const decoded = await entry.decoded;
+        const { decoder } = entry;
         const from = term.chunkStart - term.span.chunkStart;
         const to = term.chunkEnd - term.span.chunkStart;
         let termBytes = 0;
-        for (let c = from; c < to; c++) termBytes += decoded.chunks[c].length;
-        if (termBytes !== term.unpackedLength) {
-          throw new CastorClientError(
-            "integrity",
-            `chunks ${term.chunkStart}..${term.chunkEnd} of xorb ${term.xorbHex} unpack to ${termBytes} bytes, the reconstruction says ${term.unpackedLength}`,
-          );
-        }
-        const parts: Uint8Array[] = [];
+        // Chunks are written as they are decoded, while the rest of their range still arrives.
         for (let c = from; c < to; c++) {
-          const chunk = decoded.chunks[c];
-          onChunk(decoded.hashes[c], chunk.length);
+          if (decoder.decodedCount <= c) {
+            await flush();
+            await decoder.whenDecoded(c + 1);
+            if (decoder.decodedCount <= c) throw new CastorClientError("protocol", `${describeSpan(term.span)}: the range ended before chunk ${c}`);
+          }
+          const chunk = decoder.chunks[c];
+          termBytes += chunk.length;
+          onChunk(decoder.hashes[c], chunk.length);
           if (remaining === 0) continue;
           if (skip >= chunk.length) {
             skip -= chunk.length;
@@ -475,48 +522,51 @@ export class DownloadRun {
           remaining -= part.length;
           parts.push(part);
         }
-        if (parts.length > 0) {
-          await sink.write(parts);
-          for (const part of parts) this.bytesWritten += part.length;
-          this.reportProgress();
+        if (termBytes !== term.unpackedLength) {
+          throw new CastorClientError(
+            "integrity",
+            `chunks ${term.chunkStart}..${term.chunkEnd} of xorb ${term.xorbHex} unpack to ${termBytes} bytes, the reconstruction says ${term.unpackedLength}`,
+          );
         }
+        await flush();
         if (--entry.uses === 0) {
           cache.delete(key);
           held -= entry.bytes;
+          // Written (and awaited) by every term that uses it: once its fetch is over, the buffer is free.
+          await entry.done;
+          this.buffers.give(entry.buffer);
         }
         if (remaining === 0) break;
       }
     } finally {
       // Fetches still running end before the window is left (their results are dropped).
-      await Promise.allSettled([...cache.values()].map((entry) => entry.decoded));
+      await Promise.allSettled([...cache.values()].map((entry) => entry.done));
     }
     return wanted - remaining;
   }
 
-  /** Fetches and decodes one range; called through the window, which knows the URLs. */
-  async fetchDecoded(span: FetchSpan, url: string): Promise<DecodedChunks | "expired"> {
-    const length = spanLength(span);
-    const what = `downloading chunks ${span.chunkStart}..${span.chunkEnd} of xorb ${span.xorbHex}`;
+  /**
+   * Fetches one range into its decoder's buffer, decoding as the bytes arrive; called through
+   * the window, which knows the URLs. "expired" (a 403) delivers no byte to the decoder.
+   */
+  async fetchDecoded(span: FetchSpan, url: string, decoder: ChunkStreamDecoder): Promise<"expired" | "done"> {
+    const what = describeSpan(span);
+    const buffer = decoder.bytes;
     // No Authorization header: transfer URLs authorise themselves and must not see the token.
-    const response = await this.cas.http.request({
-      what,
-      url,
-      headers: { range: `bytes=${span.byteStart}-${span.byteEnd}` },
-      passStatuses: [403],
-    });
-    if (response.status === 403) {
-      await discardBody(response);
-      return "expired";
-    }
-    const bytes = await readBodyExactly(response, length, what);
+    const { status } = await this.cas.http.getInto(
+      { what, url, headers: { range: `bytes=${span.byteStart}-${span.byteEnd}` }, passStatuses: [403] },
+      buffer,
+      (filled) => decoder.advance(filled),
+    );
+    if (status === 403) return "expired";
+    const decoded = decoder.finish();
     this.rangesFetched++;
-    this.bytesFetched += length;
-    const decoded = decodeChunkStream(bytes, span.chunkEnd - span.chunkStart, what);
+    this.bytesFetched += buffer.length;
     const hash = hashFromHex(span.xorbHex);
     if (hashEquals(xorbHash(decoded.chunks.map((chunk, i) => ({ hash: decoded.hashes[i], size: chunk.length }))), hash)) {
       this.xorbsVerified++;
     }
-    return decoded;
+    return "done";
   }
 
   /** Asks for the reconstruction of bytes [start, end]; null on 416 (start past the end). */
@@ -583,7 +633,7 @@ class ReconstructionWindow {
     return reconstruction;
   }
 
-  async fetchSpan(span: FetchSpan): Promise<DecodedChunks> {
+  async fetchSpan(span: FetchSpan, decoder: ChunkStreamDecoder): Promise<void> {
     const maxRefreshes = 2;
     for (let refreshes = 0; ; refreshes++) {
       const generation = this.generation;
@@ -591,8 +641,8 @@ class ReconstructionWindow {
       if (url === undefined) {
         throw new CastorClientError("protocol", `the refreshed reconstruction no longer lists chunks ${span.chunkStart}..${span.chunkEnd} of xorb ${span.xorbHex}`);
       }
-      const result = await this.run.fetchDecoded(span, url);
-      if (result !== "expired") return result;
+      const result = await this.run.fetchDecoded(span, url, decoder);
+      if (result !== "expired") return;
       if (refreshes >= maxRefreshes) {
         throw new HttpStatusError(403, null, `downloading chunks of xorb ${span.xorbHex}: the transfer URL was refused (403) even after ${maxRefreshes} fresh reconstructions`);
       }
@@ -620,6 +670,48 @@ class ReconstructionWindow {
     const urls = new Map<string, string>();
     for (const term of reconstruction.terms) urls.set(spanKey(term.span), term.span.url);
     this.urls = urls;
+  }
+}
+
+/** A range being fetched for a window: its buffer, decoded progressively, and how many terms still need it. */
+interface RangeFetch {
+  buffer: Uint8Array;
+  decoder: ChunkStreamDecoder;
+  /** Settles when the fetch is over (decoded whole, or failed). */
+  done: Promise<void>;
+  uses: number;
+  bytes: number;
+}
+
+function describeSpan(span: FetchSpan): string {
+  return `downloading chunks ${span.chunkStart}..${span.chunkEnd} of xorb ${span.xorbHex}`;
+}
+
+/**
+ * Buffers for fetched ranges, reused when `reuse` is set. Ranges from 1 MiB up get a pooled
+ * buffer of the next power-of-two size (only the bytes used are ever touched, so the rounding
+ * costs address space, not memory); smaller ones a fresh one, which malloc serves cheaply.
+ */
+class RangeBufferPool {
+  private static readonly MIN_POOLED_BYTES = 1024 * 1024;
+  private static readonly MAX_SPARE_PER_SIZE = 2;
+  private readonly spare = new Map<number, ArrayBuffer[]>();
+
+  constructor(private readonly reuse: boolean) {}
+
+  take(length: number): Uint8Array {
+    if (!this.reuse || length < RangeBufferPool.MIN_POOLED_BYTES) return new Uint8Array(length);
+    const size = 2 ** Math.ceil(Math.log2(length));
+    const buffer = this.spare.get(size)?.pop() ?? new ArrayBuffer(size);
+    return new Uint8Array(buffer, 0, length);
+  }
+
+  give(buffer: Uint8Array): void {
+    if (!this.reuse || buffer.length < RangeBufferPool.MIN_POOLED_BYTES) return;
+    const size = buffer.buffer.byteLength;
+    const list = this.spare.get(size) ?? [];
+    if (list.length < RangeBufferPool.MAX_SPARE_PER_SIZE && !list.includes(buffer.buffer as ArrayBuffer)) list.push(buffer.buffer as ArrayBuffer);
+    this.spare.set(size, list);
   }
 }
 

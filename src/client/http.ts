@@ -7,9 +7,15 @@
  * Request bodies are whole `Uint8Array`s, so a retry simply sends them again. Bodies are read
  * with explicit byte limits, because every length here comes from the network.
  * URLs in messages lose their query string: transfer URLs carry signatures.
+ *
+ * The bytes of a transfer avoid fetch (unless the client was given its own): xorb uploads go
+ * through `node:http` (`bulk`, node-transport.ts) and xorb ranges are read by `getInto`
+ * straight from the socket into their buffer (raw-range.ts), with the same retry rules.
  */
 import { STATUS_CODES } from "node:http";
 import { CastorClientError, HttpStatusError } from "./errors.js";
+import { NodeTransportError, nodeSend, readMessageInto, takeNodeBody } from "./node-transport.js";
+import { RawConnectionError, RawLengthMismatch, RawProtocolError, RawRangeClient, type RawRangeResult } from "./raw-range.js";
 
 export type FetchFunction = typeof globalThis.fetch;
 
@@ -40,6 +46,12 @@ export interface HttpRequest {
   hints?: Readonly<Partial<Record<number, string>>>;
   /** Override of the client's retry policy; `false` makes one attempt. */
   retry?: Partial<RetryPolicy> | false;
+  /**
+   * The request moves many bytes (a xorb upload, a xorb range): it goes through `node:http`
+   * (node-transport.ts), which costs a fraction of fetch's CPU per byte — unless the client
+   * was given its own `fetch`, which then carries every request.
+   */
+  bulk?: boolean;
 }
 
 export interface HttpClientOptions {
@@ -73,8 +85,20 @@ export function redactUrl(url: string): string {
 
 const defaultSleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** What `getInto` found: the status, after filling the buffer (2xx) or discarding the body (a pass status). */
+export interface GetIntoResult {
+  status: number;
+}
+
+/** One keep-alive pool for the process, as node:http's agents are: clients come and go, sockets stay few. */
+const sharedRawRanges = new RawRangeClient();
+
+type BulkSend = (url: string, init: { method: string; headers: Record<string, string>; body?: Uint8Array }) => Promise<Response>;
+
 export class HttpClient {
   readonly fetch: FetchFunction;
+  private readonly bulkSend: BulkSend | null;
+  private readonly rawRanges: RawRangeClient | null;
   private readonly policy: RetryPolicy;
   private readonly sleep: (ms: number) => Promise<void>;
   private readonly random: () => number;
@@ -82,6 +106,8 @@ export class HttpClient {
 
   constructor(options: HttpClientOptions = {}) {
     this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.bulkSend = options.fetch === undefined ? nodeSend : null;
+    this.rawRanges = options.fetch === undefined ? sharedRawRanges : null;
     this.policy = resolvePolicy(DEFAULT_RETRY_POLICY, options.retry);
     this.sleep = options.sleep ?? defaultSleep;
     this.random = options.random ?? Math.random;
@@ -100,11 +126,8 @@ export class HttpClient {
       const last = attempt >= policy.maxAttempts;
       let response: Response;
       try {
-        response = await this.fetch(request.url, {
-          method: request.method ?? "GET",
-          headers: { "user-agent": this.userAgent, ...request.headers },
-          body: request.body,
-        });
+        const init = { method: request.method ?? "GET", headers: { "user-agent": this.userAgent, ...request.headers }, body: request.body };
+        response = request.bulk && this.bulkSend !== null ? await this.bulkSend(request.url, init) : await this.fetch(request.url, init);
       } catch (error) {
         if (last) throw networkError(request.what, target, error, attempt);
         await this.sleep(this.backoff(policy, attempt, null));
@@ -119,6 +142,56 @@ export class HttpClient {
       await discardBody(response);
       await this.sleep(this.backoff(policy, attempt, retryAfter));
     }
+  }
+
+  /**
+   * A GET whose 2xx body is exactly `into.length` bytes, read into `into` (each new fill level
+   * reported to `onProgress`, whose throw aborts the read). A status in `passStatuses` is
+   * returned with its body discarded; anything else fails as `request` does.
+   *
+   * Plain-HTTP URLs are read by `RawRangeClient` straight from the socket into `into`; its
+   * connection failures before the body are retried like any other. Every other case — a
+   * custom fetch, https, a status or framing it does not read — goes through `request`.
+   */
+  async getInto(request: HttpRequest, into: Uint8Array, onProgress?: (filled: number) => void): Promise<GetIntoResult> {
+    if (this.rawRanges !== null) {
+      const policy = request.retry === false ? { ...this.policy, maxAttempts: 1 } : resolvePolicy(this.policy, request.retry);
+      const url = new URL(request.url);
+      const headers = { "user-agent": this.userAgent, ...request.headers };
+      for (let attempt = 1, staleRetried = false; ; attempt++) {
+        let result: RawRangeResult;
+        try {
+          result = await this.rawRanges.get(url, headers, into, onProgress);
+        } catch (error) {
+          if (error instanceof RawLengthMismatch) {
+            throw new CastorClientError("protocol", `${request.what}: expected ${into.length} bytes, the server announced ${error.announced}`);
+          }
+          if (error instanceof RawProtocolError) throw new CastorClientError("protocol", `${request.what}: ${error.message}`, { cause: error });
+          if (!(error instanceof RawConnectionError)) throw error;
+          if (!error.beforeBody) {
+            throw new CastorClientError("network", `${request.what}: the connection failed mid-body: ${describeNetworkFailure(error)}`, { cause: error });
+          }
+          // A keep-alive socket the server had just closed: try once more at once, on a new one.
+          if (error.reused && !staleRetried) {
+            staleRetried = true;
+            attempt--;
+            continue;
+          }
+          if (attempt >= policy.maxAttempts) throw networkError(request.what, redactUrl(request.url), error, attempt);
+          await this.sleep(this.backoff(policy, attempt, null));
+          continue;
+        }
+        if (result.kind === "complete") return { status: result.status };
+        break;
+      }
+    }
+    const response = await this.request({ ...request, bulk: true });
+    if (!response.ok) {
+      await discardBody(response);
+      return { status: response.status };
+    }
+    await readBodyInto(response, into, request.what, onProgress);
+    return { status: response.status };
   }
 
   /** Exponential backoff with "equal jitter": half fixed, half random, so retries spread out. */
@@ -148,7 +221,8 @@ export function parseRetryAfter(value: string | null): number | null {
 function networkError(what: string, target: string, error: unknown, attempts: number): CastorClientError {
   const cause = (error as { cause?: { code?: unknown; message?: unknown } } | null)?.cause;
   const code = typeof cause?.code === "string" ? cause.code : null;
-  // fetch reports every failure as "fetch failed"; the cause says what happened.
+  // fetch reports every failure as "fetch failed" (the node transport as "request failed");
+  // the cause says what happened.
   const detail = code ?? (typeof cause?.message === "string" ? cause.message : error instanceof Error ? error.message : String(error));
   const origin = (() => {
     try {
@@ -261,30 +335,55 @@ export async function readBodyBounded(response: Response, maxBytes: number, what
  * a body of any other length is a `protocol` error.
  */
 export async function readBodyExactly(response: Response, length: number, what: string): Promise<Uint8Array> {
+  const out = new Uint8Array(length);
+  await readBodyInto(response, out, what);
+  return out;
+}
+
+/**
+ * Exactly `into.length` bytes into `into`, reporting each new fill level to `onProgress` (a
+ * throw there aborts the read and is rethrown); a body of any other length is a `protocol`
+ * error, a connection lost mid-body a `network` one.
+ */
+export async function readBodyInto(response: Response, into: Uint8Array, what: string, onProgress?: (filled: number) => void): Promise<void> {
+  const length = into.length;
   const declared = contentLengthOf(response);
   if (declared !== null && declared !== length) {
     await discardBody(response);
     throw new CastorClientError("protocol", `${what}: expected ${length} bytes, the server announced ${declared}`);
   }
-  const out = new Uint8Array(length);
+  const tooLong = () => new CastorClientError("protocol", `${what}: the server sent more than the ${length} bytes requested`);
   let filled = 0;
-  if (response.body !== null) {
-    const reader = response.body.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      if (filled + value.length > length) {
-        await reader.cancel().catch(() => undefined);
-        throw new CastorClientError("protocol", `${what}: the server sent more than the ${length} bytes requested`);
+  const message = takeNodeBody(response);
+  if (message !== null) {
+    // The node transport's message, copied piece by piece with no stream or promise per piece.
+    try {
+      filled = await readMessageInto(message, into, tooLong, onProgress);
+    } catch (error) {
+      if (error instanceof NodeTransportError) {
+        throw new CastorClientError("network", `${what}: the connection failed mid-body: ${describeNetworkFailure(error)}`, { cause: error });
       }
-      out.set(value, filled);
-      filled += value.length;
+      throw error;
+    }
+  } else if (response.body !== null) {
+    const reader = response.body.getReader();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        if (filled + value.length > length) throw tooLong();
+        into.set(value, filled);
+        filled += value.length;
+        onProgress?.(filled);
+      }
+    } catch (error) {
+      await reader.cancel().catch(() => undefined);
+      throw error;
     }
   }
   if (filled !== length) {
     throw new CastorClientError("protocol", `${what}: the body ended after ${filled} of ${length} bytes`);
   }
-  return out;
 }
 
 /** Parses a JSON body of at most `maxBytes`; a `protocol` error when it is not JSON. */
@@ -295,6 +394,13 @@ export async function readJson(response: Response, maxBytes: number, what: strin
   } catch {
     throw new CastorClientError("protocol", `${what}: the answer is not JSON`);
   }
+}
+
+function describeNetworkFailure(error: unknown): string {
+  const cause = (error as { cause?: { code?: unknown; message?: unknown } } | null)?.cause;
+  if (typeof cause?.code === "string") return cause.code;
+  if (typeof cause?.message === "string") return cause.message;
+  return error instanceof Error ? error.message : String(error);
 }
 
 function contentLengthOf(response: Response): number | null {

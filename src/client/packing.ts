@@ -4,9 +4,9 @@
  * - `ChunkIndex`: where a chunk already lives — in a xorb built in this session (raw chunk
  *   hashes) or in a xorb the server reported through a global-dedup answer (chunk hashes keyed
  *   with that answer's footer key, §3.7);
- * - `XorbBuilder`: packs new chunks, each compressed with the best of None/LZ4/BG4 as it
- *   arrives, until the next one would pass 8,192 chunks or 64 MiB uncompressed, then seals
- *   them with `serializeXorb`;
+ * - `XorbBuilder`: packs new chunks, each compressed (`compressChunkBest`, or ahead of time by
+ *   the caller) and written into the xorb body as it arrives, until the next one would pass
+ *   8,192 chunks or the xorb's byte limit (64 MiB uncompressed at most);
  * - `FileBuilder`: a file's terms (consecutive chunks of one xorb form one term), the
  *   verification hash of each term over the RAW chunk hashes (which the uploader has because
  *   it holds the data), and the file hash;
@@ -18,23 +18,26 @@ import {
   CompressionScheme,
   KeyedHasher,
   MAX_XORB_CHUNKS,
+  MAX_CHUNK_UNCOMPRESSED_BYTES,
   MAX_XORB_UNCOMPRESSED_BYTES,
   SHARD_HEADER_BYTES,
   SHARD_RECORD_BYTES,
+  XORB_CHUNK_HEADER_BYTES,
   compressChunkBest,
   fileHash,
   hashEquals,
   hashToHex,
   isGlobalDedupEligible,
   isZeroHash,
-  serializeXorb,
   verificationHash,
+  xorbHash,
   type Hash,
   type MerkleEntry,
   type ParsedFullShard,
   type ShardContent,
   type ShardFile,
   type ShardXorb,
+  type XorbChunkInfo,
   type XorbInfo,
 } from "../format/index.js";
 
@@ -186,28 +189,41 @@ export interface SealedXorb {
 }
 
 interface PackedChunk {
-  payload: Uint8Array;
   scheme: CompressionScheme;
   uncompressedLength: number;
+  serializedEnd: number;
   flags: number;
 }
 
 /**
- * Collects new chunks for one xorb. Chunks are compressed on arrival and only the payload is
- * kept, so the caller's read buffers are never retained (an uncompressed payload that is a view
- * into one is copied).
+ * Collects new chunks for one xorb. Each chunk is compressed on arrival and written, header and
+ * payload, straight into the xorb's body buffer, so sealing copies nothing and the caller's read
+ * buffers are never retained.
+ *
+ * Why not `serializeXorb`: it re-derives every chunk hash (decoding each payload, then a BLAKE3
+ * pass over all the data) and copies every payload once more, which was a fifth of an upload's
+ * CPU. The packer already has the hashes, computed from the original bytes, and the xorb hash
+ * in the upload URL is derived from them: the server decodes every chunk and refuses a body
+ * that does not hash to that URL, so a payload that does not decode to its chunk can never be
+ * stored — checking it here as well would decode everything twice.
  */
 export class XorbBuilder {
   readonly handle: XorbHandle = new XorbHandle("session", null, [], null);
   private readonly chunks: PackedChunk[] = [];
+  private body: Uint8Array | null = null;
+  private bodyLength = 0;
   private uncompressed = 0;
-  private payloadBytes = 0;
 
+  /**
+   * @param allocateBody gives the body buffer, at least `capacity` bytes (any content: only
+   *   written bytes are sent) — lets the uploader reuse the bodies of xorbs already sent.
+   */
   constructor(
     private readonly limits: { maxChunks: number; maxUncompressedBytes: number } = {
       maxChunks: MAX_XORB_CHUNKS,
       maxUncompressedBytes: MAX_XORB_UNCOMPRESSED_BYTES,
     },
+    private readonly allocateBody: (capacity: number) => Uint8Array = (capacity) => new Uint8Array(Buffer.allocUnsafeSlow(capacity).buffer),
   ) {}
 
   get chunkCount(): number {
@@ -218,61 +234,92 @@ export class XorbBuilder {
     return this.uncompressed;
   }
 
-  /** Compressed bytes held so far (what sealing will serialize, headers aside). */
+  /** Serialized bytes held so far (chunk headers included). */
   get heldBytes(): number {
-    return this.payloadBytes;
+    return this.bodyLength;
   }
 
   canTake(length: number): boolean {
     return this.chunks.length < this.limits.maxChunks && this.uncompressed + length <= this.limits.maxUncompressedBytes;
   }
 
-  /** Appends a chunk (the caller checked `canTake`); returns its index in the xorb. */
-  add(data: Uint8Array, hash: Hash): number {
+  /**
+   * Appends a chunk (the caller checked `canTake`); returns its index in the xorb. `compressed`
+   * is `compressChunkBest(data)` if the caller already has it (e.g. from
+   * `compressChunkBestAsync`); otherwise it is computed here.
+   */
+  add(data: Uint8Array, hash: Hash, compressed?: { scheme: CompressionScheme; payload: Uint8Array }): number {
     if (!this.canTake(data.length)) throw new RangeError("the xorb is full: seal it and start another");
-    const best = compressChunkBest(data);
-    const payload = best.payload === data ? data.slice() : best.payload;
+    if (data.length > MAX_CHUNK_UNCOMPRESSED_BYTES) throw new RangeError(`a chunk has at most ${MAX_CHUNK_UNCOMPRESSED_BYTES} bytes, got ${data.length}`);
+    const { scheme, payload } = compressed ?? compressChunkBest(data);
+    if (payload.length > data.length || (scheme === CompressionScheme.None && payload.length !== data.length)) {
+      throw new RangeError(`chunk ${this.chunks.length}: a ${data.length}-byte chunk cannot have a ${payload.length}-byte payload`);
+    }
+    // Room for the largest possible xorb, taken once: payloads are never larger than their
+    // chunk, so the limits bound the body.
+    if (this.body === null) {
+      const capacity = this.limits.maxUncompressedBytes + XORB_CHUNK_HEADER_BYTES * this.limits.maxChunks;
+      this.body = this.allocateBody(capacity);
+      if (this.body.length < capacity) throw new RangeError(`a xorb body needs ${capacity} bytes, the allocator gave ${this.body.length}`);
+    }
+    const at = this.bodyLength;
+    writeChunkHeader(this.body, at, payload.length, scheme, data.length);
+    this.body.set(payload, at + XORB_CHUNK_HEADER_BYTES);
+    this.bodyLength = at + XORB_CHUNK_HEADER_BYTES + payload.length;
+    this.uncompressed += data.length;
     this.chunks.push({
-      payload,
-      scheme: best.scheme,
+      scheme,
       uncompressedLength: data.length,
+      serializedEnd: this.bodyLength,
       flags: isGlobalDedupEligible(hash) ? CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE : 0,
     });
     this.handle.chunkHashes.push(hash);
-    this.uncompressed += data.length;
-    this.payloadBytes += payload.length;
     return this.chunks.length - 1;
   }
 
-  /** Serializes the chunks and gives the handle its hash. */
+  /** Hands out the body and gives the handle its hash; the builder is then spent. */
   seal(): SealedXorb {
-    if (this.chunks.length === 0) throw new RangeError("an empty xorb cannot be sealed");
-    const { bytes, info } = serializeXorb(
-      this.chunks.map((chunk) => ({ payload: chunk.payload, scheme: chunk.scheme, uncompressedLength: chunk.uncompressedLength })),
-    );
-    // serializeXorb hashed the decoded payloads itself: agreement proves the packing lossless.
-    info.chunks.forEach((chunk, i) => {
-      if (!hashEquals(chunk.hash, this.handle.chunkHashes[i])) {
-        throw new Error(`xorb packing is broken: chunk ${i} decodes to ${hashToHex(chunk.hash)}, not ${hashToHex(this.handle.chunkHashes[i])}`);
-      }
+    if (this.chunks.length === 0 || this.body === null) throw new RangeError("an empty xorb cannot be sealed");
+    const hashes = this.handle.chunkHashes;
+    const hash = xorbHash(this.chunks.map((chunk, i) => ({ hash: hashes[i], size: chunk.uncompressedLength })));
+    let uncompressedEnd = 0;
+    const chunks: XorbChunkInfo[] = this.chunks.map((chunk, i) => {
+      uncompressedEnd += chunk.uncompressedLength;
+      return { hash: hashes[i], uncompressedLength: chunk.uncompressedLength, serializedEnd: chunk.serializedEnd, uncompressedEnd, scheme: chunk.scheme };
     });
-    this.handle.seal(info.hash);
+    const info: XorbInfo = { hash, chunks, serializedLength: this.bodyLength, uncompressedLength: uncompressedEnd, hasFooter: false };
+    this.handle.seal(hash);
     const block: ShardXorb = {
-      xorbHash: info.hash,
+      xorbHash: hash,
       flags: 0,
       numBytesInXorb: info.uncompressedLength,
       numBytesOnDisk: info.serializedLength,
-      chunks: info.chunks.map((chunk, i) => ({
+      chunks: chunks.map((chunk, i) => ({
         hash: chunk.hash,
         byteRangeStart: chunk.uncompressedEnd - chunk.uncompressedLength,
         unpackedBytes: chunk.uncompressedLength,
         flags: this.chunks[i].flags,
       })),
     };
+    const bytes = this.body.subarray(0, this.bodyLength);
+    this.body = null;
     this.chunks.length = 0;
     return { handle: this.handle, bytes, info, block };
   }
 }
+
+/** The 8-byte chunk header of XET-PROTOCOL.md §5.2: version 0, u24 sizes little-endian. */
+function writeChunkHeader(out: Uint8Array, at: number, compressedSize: number, scheme: number, uncompressedSize: number): void {
+  out[at] = 0;
+  out[at + 1] = compressedSize & 0xff;
+  out[at + 2] = (compressedSize >>> 8) & 0xff;
+  out[at + 3] = (compressedSize >>> 16) & 0xff;
+  out[at + 4] = scheme;
+  out[at + 5] = uncompressedSize & 0xff;
+  out[at + 6] = (uncompressedSize >>> 8) & 0xff;
+  out[at + 7] = (uncompressedSize >>> 16) & 0xff;
+}
+
 
 // ---------------------------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
  * Uploading files (XET-PROTOCOL.md §3–§7, interface §4.1 operations 3–5):
  *
  * 1. A write token from the hub (kept fresh by `TokenProvider`).
- * 2. Each file is read in pieces and cut by the streaming CDC `Chunker`, while its SHA-256 is
- *    computed on the same pieces; memory never holds the whole file.
+ * 2. Each file is read in 4 MiB batches of whole chunks (file-scan.ts: content-defined cuts
+ *    found by a WebAssembly gear scanner, chunk hashes, the SHA-256 on the same bytes); batch
+ *    buffers are reused, and memory never holds the whole file.
  * 3. Chunks gather in a small look-ahead window. The first chunk of every file and each chunk
  *    meeting the 1-in-1024 rule, unless already known, is asked about with
  *    `GET /v1/chunks/default/{hash}` (404 = miss; any other failure is also treated as a miss,
@@ -11,18 +12,22 @@
  *    key; its xorbs join the session's `ChunkIndex`. Only when the window's queries are
  *    answered is each chunk decided, so a hit also serves the chunks before it in the window.
  * 4. Known chunks become term pieces referencing their xorb; new chunks are packed into xorbs
- *    (≤ 64 MiB uncompressed, ≤ 8,192 chunks, best of None/LZ4/BG4 per chunk). A full xorb is
- *    sealed and uploaded in the background, at most `concurrency` at a time: the reader waits
- *    for a free slot, which bounds memory to a few xorbs.
+ *    (≤ 64 MiB uncompressed — less toward the end, see `newBuilder` — ≤ 8,192 chunks). Each
+ *    chunk not known on arrival starts compressing at once (`compressChunkBestAsync`: LZ4 on
+ *    libuv's thread pool, in parallel with the reading). A full xorb is sealed and uploaded in
+ *    the background through `node:http` (no body copies), at most `concurrency` at a time: the
+ *    reader waits for a free slot, which bounds memory to a few xorbs; the bodies of sent
+ *    xorbs are reused.
  * 5. When every file is read and every xorb acknowledged, ONE shard (more only past 64 MiB of
  *    records) registers all files — terms, one verification hash per term, the SHA-256 — and
  *    lists the new xorbs: `POST /v1/shards`.
  */
-import { createHash } from "node:crypto";
-import { open, stat } from "node:fs/promises";
+import { stat } from "node:fs/promises";
 import {
-  Chunker,
-  chunkHash,
+  HASH_BYTES,
+  MAX_XORB_CHUNKS,
+  MAX_XORB_UNCOMPRESSED_BYTES,
+  compressChunkBestAsync,
   hashToHex,
   isGlobalDedupEligible,
   parseFullShard,
@@ -33,6 +38,7 @@ import {
 import type { CasClient } from "./cas.js";
 import { Limiter, TaskPool } from "./concurrency.js";
 import { CastorClientError } from "./errors.js";
+import { ScanError, batchChunkBytes, scanFile, type ScannedBatch } from "./file-scan.js";
 import { readBodyBounded, readJson } from "./http.js";
 import { ChunkIndex, FileBuilder, XorbBuilder, hashMapKey, planShards, toShardFile, type BuiltFile, type SealedXorb } from "./packing.js";
 import type { ProgressListener } from "./progress.js";
@@ -73,8 +79,10 @@ export interface UploadRunOptions {
   concurrency?: number;
 }
 
-/** Read size: large pieces keep most chunks inside one piece, so they need no copy. */
-const READ_BYTES = 4 * 1024 * 1024;
+/** The smallest xorb `newBuilder` plans for the end of an upload. */
+const MIN_TAIL_XORB_BYTES = 8 * 1024 * 1024;
+/** Spare xorb bodies kept for reuse: a fresh 64 MiB buffer costs ~80 ms of page faults. */
+const MAX_SPARE_BODIES = 2;
 /** Chunks decided together once their dedup queries are answered. */
 const LOOKAHEAD_BYTES = 8 * 1024 * 1024;
 const DEDUP_QUERY_CONCURRENCY = 4;
@@ -86,11 +94,16 @@ export const DEFAULT_UPLOAD_CONCURRENCY = 4;
 interface PendingChunk {
   data: Uint8Array;
   hash: Hash;
+  /** Started on arrival for a chunk not known then, so it runs while later chunks are read. */
+  compressed: Promise<Compressed> | null;
 }
+
+type Compressed = Awaited<ReturnType<typeof compressChunkBestAsync>>;
 
 export class UploadRun {
   private readonly index = new ChunkIndex();
-  private builder = new XorbBuilder();
+  private readonly spareBodies: Uint8Array[] = [];
+  private builder: XorbBuilder;
   private readonly xorbBlocks: SealedXorb["block"][] = [];
   private readonly pool: TaskPool;
   private readonly dedupLimiter = new Limiter(DEDUP_QUERY_CONCURRENCY);
@@ -112,17 +125,19 @@ export class UploadRun {
     private readonly options: UploadRunOptions = {},
   ) {
     this.pool = new TaskPool(options.concurrency ?? DEFAULT_UPLOAD_CONCURRENCY);
+    this.builder = this.newBuilder();
   }
 
   async run(paths: readonly string[]): Promise<UploadResult> {
     if (paths.length === 0) throw new CastorClientError("usage", "no files to upload");
     const sizes = await Promise.all(paths.map(regularFileSize));
     this.bytesTotal = sizes.reduce((sum, size) => sum + size, 0);
+    this.builder = this.newBuilder();
     // Credentials are checked before any reading: a wrong token should not wait for 10 GB of chunking.
     await this.cas.tokens.get();
     try {
       const built: { path: string; file: BuiltFile; newBytes: number }[] = [];
-      for (const path of paths) built.push({ path, ...(await this.readFile(path)) });
+      for (const [i, path] of paths.entries()) built.push({ path, ...(await this.readFile(path, sizes[i])) });
       if (this.builder.chunkCount > 0) await this.sealAndSend();
       this.progress("uploading");
       await this.pool.drain();
@@ -153,72 +168,76 @@ export class UploadRun {
     }
   }
 
-  private async readFile(path: string): Promise<{ file: BuiltFile; newBytes: number }> {
+  private async readFile(path: string, size: number): Promise<{ file: BuiltFile; newBytes: number }> {
     const file = new FileBuilder();
-    const sha256 = createHash("sha256");
-    const chunker = new Chunker();
     let window: PendingChunk[] = [];
     let windowBytes = 0;
+    /** Batches whose chunks sit in the window: their buffers go back once it is decided. */
+    let windowBatches: ScannedBatch[] = [];
     let queries: Promise<void>[] = [];
     let newBytes = 0;
 
-    const admit = (data: Uint8Array) => {
-      const hash = chunkHash(data);
+    const admit = (data: Uint8Array, hash: Hash) => {
       const firstOfFile = file.chunkCount === 0 && window.length === 0;
       if ((firstOfFile || isGlobalDedupEligible(hash)) && !this.queried.has(hashMapKey(hash)) && !this.index.has(hash)) {
         this.queried.add(hashMapKey(hash));
         queries.push(this.queryGlobalDedup(hash));
       }
-      window.push({ data, hash });
+      let compressed: Promise<Compressed> | null = null;
+      if (!this.index.has(hash)) {
+        compressed = compressChunkBestAsync(data);
+        // Awaited when the chunk is packed; one that turns out known is simply dropped.
+        compressed.catch(() => undefined);
+      }
+      window.push({ data, hash, compressed });
       windowBytes += data.length;
     };
     const decideWindow = async () => {
       await Promise.all(queries);
       queries = [];
-      for (const { data, hash } of window) {
+      for (const { data, hash, compressed } of window) {
         let location = this.index.lookup(hash, file.lastLocation);
         if (location === null) {
           if (!this.builder.canTake(data.length)) await this.sealAndSend();
-          location = { xorb: this.builder.handle, index: this.builder.add(data, hash) };
+          const payload = await (compressed ?? compressChunkBestAsync(data));
+          location = { xorb: this.builder.handle, index: this.builder.add(data, hash, payload) };
           this.index.addSessionChunk(hash, location);
           newBytes += data.length;
         }
         file.addChunk(location, hash, data.length);
       }
+      // A compression started for a chunk that turned out known still reads its batch.
+      await Promise.allSettled(window.map((chunk) => chunk.compressed));
       window = [];
       windowBytes = 0;
+      // Every chunk of these batches is packed (copied) or deduplicated: no view of them is left.
+      for (const batch of windowBatches) scan.release(batch);
+      windowBatches = [];
     };
 
-    let handle;
+    const scan = scanFile(path, size);
     try {
-      handle = await open(path, "r");
-    } catch (error) {
-      throw ioError(path, error);
-    }
-    try {
-      for (;;) {
-        // A fresh buffer per read: the chunker hands out views into it, kept until decided.
-        const buffer = new Uint8Array(READ_BYTES);
-        let bytesRead: number;
-        try {
-          ({ bytesRead } = await handle.read(buffer, 0, READ_BYTES, null));
-        } catch (error) {
-          throw ioError(path, error);
+      for await (const batch of scan) {
+        const chunkBytes = batchChunkBytes(batch);
+        let start = 0;
+        for (let i = 0; i < batch.ends.length; i++) {
+          const end = batch.ends[i];
+          // The hash may be kept (index, shard): a view of the batch's hash array, which unlike
+          // its byte buffer is never reused.
+          admit(batch.bytes.subarray(start, end), batch.hashes.subarray(i * HASH_BYTES, (i + 1) * HASH_BYTES));
+          start = end;
         }
-        if (bytesRead === 0) break;
-        const piece = buffer.subarray(0, bytesRead);
-        sha256.update(piece);
-        for (const chunk of chunker.update(piece)) admit(chunk);
+        windowBatches.push(batch);
         if (windowBytes >= LOOKAHEAD_BYTES) await decideWindow();
-        this.bytesDone += bytesRead;
+        this.bytesDone += chunkBytes;
         this.progress("reading", path);
       }
-    } finally {
-      await handle.close();
+      await decideWindow();
+      return { file: file.finish(shardSha256FromDigest(await scan.sha256())), newBytes };
+    } catch (error) {
+      if (error instanceof ScanError) throw ioError(path, error);
+      throw error;
     }
-    for (const chunk of chunker.finish()) admit(chunk);
-    await decideWindow();
-    return { file: file.finish(shardSha256FromDigest(sha256.digest())), newBytes };
   }
 
   /** Asks the server whether it stores `hash`; a hit adds the answer's xorbs to the index. */
@@ -250,15 +269,33 @@ export class UploadRun {
 
   private async sealAndSend(): Promise<void> {
     const sealed = this.builder.seal();
-    this.builder = new XorbBuilder();
+    this.builder = this.newBuilder();
     this.xorbBlocks.push(sealed.block);
-    await this.pool.submit(() => this.sendXorb(sealed));
+    await this.pool.submit(async () => {
+      await this.sendXorb(sealed);
+      // The request is answered: nothing reads the body any more.
+      if (this.spareBodies.length < MAX_SPARE_BODIES) this.spareBodies.push(new Uint8Array(sealed.bytes.buffer));
+    });
+  }
+
+  /**
+   * Xorbs are 64 MiB until the bytes left to read would fill fewer than two, then half of what
+   * is left (at least 8 MiB): the server still has to take the last xorb after the reading is
+   * done, so a small last xorb shortens that tail (~0.25 s for 64 MiB here).
+   */
+  private newBuilder(): XorbBuilder {
+    const left = Math.max(0, this.bytesTotal - this.bytesDone);
+    const maxUncompressedBytes = Math.min(MAX_XORB_UNCOMPRESSED_BYTES, Math.max(MIN_TAIL_XORB_BYTES, Math.ceil(left / 2)));
+    return new XorbBuilder({ maxChunks: MAX_XORB_CHUNKS, maxUncompressedBytes }, (capacity) => {
+      const spare = this.spareBodies.pop();
+      return spare !== undefined && spare.length >= capacity ? spare : new Uint8Array(capacity);
+    });
   }
 
   private async sendXorb(xorb: SealedXorb): Promise<void> {
     const hex = hashToHex(xorb.info.hash);
     const what = `uploading xorb ${hex}`;
-    const response = await this.cas.request({ what, method: "POST", path: `/v1/xorbs/default/${hex}`, body: xorb.bytes });
+    const response = await this.cas.request({ what, method: "POST", path: `/v1/xorbs/default/${hex}`, body: xorb.bytes, bulk: true });
     const body = await readJson(response, MAX_SMALL_JSON_BYTES, what);
     const inserted = (body as { was_inserted?: unknown } | null)?.was_inserted;
     if (typeof inserted !== "boolean") throw new CastorClientError("protocol", `${what}: the answer has no boolean was_inserted`);

@@ -14,6 +14,7 @@ import {
 import {
   CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE,
   CompressionScheme,
+  compressChunkBest,
   ZERO_HASH,
   chunkHash,
   fileHash,
@@ -119,6 +120,38 @@ describe("XorbBuilder", () => {
 
   it("refuses to seal an empty xorb", () => {
     assert.throws(() => new XorbBuilder().seal(), RangeError);
+  });
+
+  it("packs a payload compressed beforehand as given, and refuses one larger than its chunk", () => {
+    const text = makeData(65_536, 1, 0);
+    const compressed = compressChunkBest(text);
+    const builder = new XorbBuilder();
+    builder.add(text, chunkHash(text), compressed);
+    const { bytes, info } = builder.seal();
+    assert.equal(info.chunks[0].scheme, compressed.scheme);
+    assert.deepEqual(Buffer.from(bytes.subarray(8)), Buffer.from(compressed.payload));
+    assert.equal(hashToHex(validateXorb(bytes, { expectedHash: info.hash }).hash), hashToHex(info.hash));
+
+    const random = splitmix64Bytes(11n, 1000);
+    assert.throws(() => new XorbBuilder().add(random, chunkHash(random), { scheme: CompressionScheme.LZ4, payload: new Uint8Array(1001) }), RangeError);
+    assert.throws(() => new XorbBuilder().add(random, chunkHash(random), { scheme: CompressionScheme.None, payload: random.subarray(1) }), RangeError);
+  });
+
+  it("writes into the body buffer its allocator hands out, sized for the largest xorb its limits allow", () => {
+    const asked: number[] = [];
+    const given = new Uint8Array(10_000).fill(0xee);
+    const builder = new XorbBuilder({ maxChunks: 4, maxUncompressedBytes: 5_000 }, (capacity) => {
+      asked.push(capacity);
+      return given;
+    });
+    const chunks = distinctChunks(2, 1_000);
+    for (const chunk of chunks) builder.add(chunk, chunkHash(chunk));
+    const { bytes, info } = builder.seal();
+    assert.deepEqual(asked, [5_000 + 8 * 4]);
+    assert.equal(bytes.buffer, given.buffer, "no copy: the body is a view of the given buffer");
+    assert.equal(bytes.length, info.serializedLength);
+    assert.equal(hashToHex(validateXorb(bytes, { expectedHash: info.hash }).hash), hashToHex(info.hash));
+    assert.throws(() => new XorbBuilder(undefined, () => new Uint8Array(10)).add(chunks[0], chunkHash(chunks[0])), RangeError);
   });
 });
 

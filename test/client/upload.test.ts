@@ -205,6 +205,33 @@ describe("upload against an in-memory CAS", () => {
     assert.equal(cas.calls.filter((c) => c === "POST /v1/shards").length, 0);
   });
 
+  it("compresses text on the thread pool into chunks the server validates, sending far fewer bytes", async () => {
+    const cas = memoryCas();
+    const text = Buffer.from(Array.from({ length: 80_000 }, (_, i) => `2025-06-${10 + (i % 20)} level=info id=${(i * 7919) % 100_003} ok\n`).join(""), "latin1");
+    const path = join(dir, "log.txt");
+    await writeFile(path, text);
+    const result = await clientFor(cas.fetch).upload([path]);
+    assert.equal(result.files[0].size, text.length);
+    assert.ok(result.xorbs.bytesSent < text.length / 2, `sent ${result.xorbs.bytesSent} of ${text.length}`);
+    assert.equal(result.files[0].fileHash, hashToHex(fileHash(splitIntoChunks(text).map((c) => ({ hash: chunkHash(c), size: c.length })))));
+  });
+
+  it("makes the xorbs smaller toward the end, so the server's last one is quick", async () => {
+    const cas = memoryCas();
+    const size = 40 * 1024 * 1024;
+    const path = join(dir, "forty");
+    await writeFile(path, pseudoRandom(9, size));
+    const result = await clientFor(cas.fetch).upload([path]);
+    const sizes = [...cas.xorbs.values()].map((x) => x.sizes.reduce((a, b) => a + b, 0));
+    assert.equal(result.xorbs.inserted, sizes.length);
+    assert.equal(sizes.reduce((a, b) => a + b, 0), size);
+    assert.ok(sizes.length >= 3, `xorbs of ${sizes.join(", ")} bytes`);
+    // Half of what is left, never above 64 MiB: the first takes at most 20 MiB of the 40.
+    assert.ok(sizes[0] <= size / 2, `first xorb ${sizes[0]}`);
+    assert.ok(sizes.at(-1)! < sizes[0], `last xorb ${sizes.at(-1)} is smaller than the first ${sizes[0]}`);
+    assert.ok(sizes.at(-1)! <= 8 * 1024 * 1024 + 131_072, `last xorb ${sizes.at(-1)}`);
+  });
+
   it("refuses missing files and directories before asking for a token", async () => {
     const cas = memoryCas();
     for (const path of [join(dir, "missing"), dir]) {

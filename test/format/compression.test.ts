@@ -1,12 +1,16 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { compressSync } from "lz4-napi";
+import { compressFrameSync, compressSync } from "lz4-napi";
+import { bg4Split } from "../../src/format/bg4.js";
 import {
+  bg4Recommended,
   compressChunk,
   compressChunkBest,
+  compressChunkBestAsync,
   CompressionScheme,
   decompressChunk,
   isCompressionScheme,
+  lz4SamplesIncompressible,
   MAX_CHUNK_COMPRESSED_BYTES,
   MAX_CHUNK_UNCOMPRESSED_BYTES,
 } from "../../src/format/compression.js";
@@ -234,5 +238,95 @@ describe("compressChunkBest", () => {
     xorb.chunk_inputs.forEach((input: { scheme: number }, index: number) => {
       assert.equal(check(fromHex(xorb.chunk_data_hex[index])).scheme, input.scheme);
     });
+  });
+});
+
+describe("bg4Recommended (xet-core's KL-divergence predictor)", () => {
+  it("says no for random bytes, text and constant data, yes for float tensors", () => {
+    assert.equal(bg4Recommended(splitmix64Bytes(21n, 65_536)), false);
+    assert.equal(bg4Recommended(logLines(65_536)), false);
+    assert.equal(bg4Recommended(new Uint8Array(65_536)), false);
+    assert.equal(bg4Recommended(floatSamples(16_384)), true);
+    const xorb = loadVector("xorb-small.json");
+    assert.equal(bg4Recommended(fromHex(xorb.chunk_data_hex[2])), true, "the vectors' BG4 chunk");
+  });
+
+  it("sees one skewed lane among random ones, and any alignment of it", () => {
+    const data = splitmix64Bytes(22n, 100_003);
+    for (let i = 3; i < data.length; i += 4) data[i] &= 0x01; // lane 3: popcount 0 or 1
+    assert.equal(bg4Recommended(data), true);
+    assert.equal(bg4Recommended(data.subarray(1)), true, "the skewed lane is now lane 2");
+  });
+
+  it("handles empty and tiny chunks", () => {
+    assert.equal(bg4Recommended(new Uint8Array(0)), false);
+    assert.equal(bg4Recommended(Uint8Array.of(0, 0xff, 0, 0xff, 0, 0xff, 0, 0xff)), true, "two lanes all 0, two all 8");
+    assert.equal(bg4Recommended(Uint8Array.of(7)), false);
+  });
+});
+
+describe("lz4SamplesIncompressible", () => {
+  it("is true only when no sample window compresses at all", () => {
+    assert.equal(lz4SamplesIncompressible(splitmix64Bytes(23n, 65_536)), true);
+    assert.equal(lz4SamplesIncompressible(logLines(65_536)), false);
+    assert.equal(lz4SamplesIncompressible(new Uint8Array(65_536)), false);
+    // One compressible stretch anywhere a window lands is enough to try the whole chunk.
+    const mixed = splitmix64Bytes(24n, 65_536);
+    mixed.fill(0, 40_000, 65_536);
+    assert.equal(lz4SamplesIncompressible(mixed), false);
+  });
+
+  it("never skips chunks below 16 KiB", () => {
+    assert.equal(lz4SamplesIncompressible(splitmix64Bytes(25n, 16_383)), false);
+  });
+});
+
+describe("compressChunkBestAsync", () => {
+  const inputs: [string, Uint8Array][] = [
+    ["empty", new Uint8Array(0)],
+    ["3 bytes", Uint8Array.of(1, 2, 3)],
+    ["1000 bytes of makeData", makeData(1000, 7, 13)],
+    ["64 KiB of log text", logLines(65_536)],
+    ["100,001 bytes of log text", logLines(100_001)],
+    ["128 KiB of float samples", floatSamples(32_768)],
+    ["128 KiB of random bytes", splitmix64Bytes(26n, MAX_CHUNK_UNCOMPRESSED_BYTES)],
+    ["64 KiB of zeros", new Uint8Array(65_536)],
+  ];
+
+  it("keeps the contract and makes compressChunkBest's choice, on views at any offset", async () => {
+    for (const [name, data] of inputs) {
+      for (const shift of [0, 1, 3]) {
+        const shifted = new Uint8Array(data.length + shift);
+        shifted.set(data, shift);
+        const view = shifted.subarray(shift);
+        const best = await compressChunkBestAsync(view);
+        assert.equal(best.scheme, compressChunkBest(view).scheme, `${name}, offset ${shift}`);
+        assert.equal(toHex(decompressChunk(best.scheme, best.payload, data.length)), toHex(data), `${name}, offset ${shift}`);
+        if (best.scheme === CompressionScheme.None) assert.equal(best.payload, view);
+        else assert.ok(best.payload.length < data.length);
+      }
+    }
+  });
+
+  it("writes the frames of lz4_flex's frame encoder (xet-core's), which our decoder reads", async () => {
+    // lz4-napi's block and frame calls pick different hash tables for small inputs, so below
+    // 64 KiB these frames may differ from encodeLz4Frame's; both are valid LZ4.
+    const text = logLines(MAX_CHUNK_UNCOMPRESSED_BYTES);
+    for (const size of [300, 4096, 65_535, 65_536, 65_537, 100_000, MAX_CHUNK_UNCOMPRESSED_BYTES]) {
+      const chunk = text.subarray(0, size);
+      const best = await compressChunkBestAsync(chunk);
+      assert.equal(best.scheme, CompressionScheme.LZ4, `size ${size}`);
+      assert.equal(toHex(best.payload), toHex(compressFrameSync(Buffer.from(chunk))), `size ${size}`);
+      assert.equal(toHex(decompressChunk(best.scheme, best.payload, size)), toHex(chunk));
+      if (size >= 65_536) assert.equal(toHex(best.payload), toHex(encodeLz4Frame(chunk)), `size ${size}: one 64 KiB+ block`);
+    }
+    const floats = floatSamples(32_768);
+    const bg4 = await compressChunkBestAsync(floats);
+    assert.equal(bg4.scheme, CompressionScheme.ByteGrouping4LZ4);
+    assert.equal(toHex(bg4.payload), toHex(compressFrameSync(Buffer.from(bg4Split(floats)))));
+  });
+
+  it("refuses chunks over 128 KiB", async () => {
+    await assert.rejects(compressChunkBestAsync(new Uint8Array(MAX_CHUNK_UNCOMPRESSED_BYTES + 1)), (error: unknown) => error instanceof FormatError && error.code === "chunk_too_large");
   });
 });
