@@ -15,6 +15,7 @@
  *   exactly the signed ranges of a transfer URL and a silent short read would corrupt a download.
  */
 import type { Readable, Writable } from "node:stream";
+import { finished } from "node:stream/promises";
 import { hashToHex, type Hash } from "../format/hash.js";
 
 export const BLOB_KINDS = ["xorbs", "shards"] as const;
@@ -172,6 +173,70 @@ export interface StagedPut {
   commit(): Promise<PutOutcome>;
   /** Discards the staged bytes. Idempotent, and a no-op after a commit. */
   abort(): Promise<void>;
+}
+
+/**
+ * The `StagedPut` rules every backend shares: one commit or abort takes effect, a commit needs
+ * the writable ended and unfailed, and whatever happens the staging is released exactly once.
+ * A backend supplies how staged bytes are published and how its staging is cleaned up.
+ */
+export abstract class StagedPutBase<W extends Writable = Writable> implements StagedPut {
+  private state: "open" | "committing" | "done" = "open";
+  private commitPromise: Promise<PutOutcome> | null = null;
+
+  constructor(
+    readonly key: BlobKey,
+    readonly writable: W,
+  ) {
+    // Write errors surface through commit(); without a listener they would crash the process.
+    this.writable.on("error", () => undefined);
+  }
+
+  /** Publishes the staged bytes; runs once the writable has finished. */
+  protected abstract publishStaged(): Promise<PutOutcome>;
+  /** Removes the staging (temp files, handles); runs exactly once, after commit or abort. */
+  protected abstract cleanUpStaging(): Promise<void>;
+
+  commit(): Promise<PutOutcome> {
+    if (this.state !== "open") {
+      return Promise.reject(new BlobStoreError("invalid_state", `the staged put of ${this.key} was already committed or aborted`));
+    }
+    this.state = "committing";
+    this.commitPromise = this.runCommit();
+    return this.commitPromise;
+  }
+
+  private async runCommit(): Promise<PutOutcome> {
+    try {
+      const { writable } = this;
+      if (writable.errored) throw writable.errored;
+      if (!writable.writableEnded) {
+        throw new BlobStoreError(
+          "invalid_state",
+          `commit of ${this.key} before its body was complete: end the writable (or await the pipeline into it) first`,
+        );
+      }
+      await finished(writable);
+      return await this.publishStaged();
+    } finally {
+      await this.release();
+    }
+  }
+
+  async abort(): Promise<void> {
+    if (this.state === "committing") {
+      await this.commitPromise?.catch(() => undefined);
+      return;
+    }
+    if (this.state === "done") return;
+    await this.release();
+  }
+
+  private async release(): Promise<void> {
+    this.state = "done";
+    if (!this.writable.destroyed) this.writable.destroy();
+    await this.cleanUpStaging();
+  }
 }
 
 export interface SweepOptions {

@@ -19,7 +19,7 @@ import { constants as fsConstants } from "node:fs";
 import { chmod, copyFile, link, lstat, mkdir, open, readdir, rm, stat, unlink, type FileHandle } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { Readable, Writable } from "node:stream";
-import { finished, pipeline } from "node:stream/promises";
+import { pipeline } from "node:stream/promises";
 import {
   BLOB_KINDS,
   BlobStoreError,
@@ -31,6 +31,7 @@ import {
   type BlobStore,
   type ByteSpan,
   type PutOutcome,
+  StagedPutBase,
   type StagedPut,
   type SweepOptions,
 } from "./blob-store.js";
@@ -333,66 +334,26 @@ export function openFsBlobStore(root: string): Promise<FsBlobStore> {
   return FsBlobStore.open(root);
 }
 
-class FsStagedPut implements StagedPut {
-  readonly writable: Writable;
-  private state: "open" | "committing" | "done" = "open";
-  private commitPromise: Promise<PutOutcome> | null = null;
+class FsStagedPut extends StagedPutBase {
   private fileOpen = true;
 
   constructor(
-    readonly key: BlobKey,
+    key: BlobKey,
     private readonly tempPath: string,
     private readonly file: FileHandle,
     private readonly publish: () => Promise<PutOutcome>,
   ) {
-    this.writable = new FileHandleWriter(file);
-    // Write errors surface through commit(); without a listener they would crash the process.
-    this.writable.on("error", () => undefined);
+    super(key, new FileHandleWriter(file));
   }
 
-  commit(): Promise<PutOutcome> {
-    if (this.state !== "open") {
-      return Promise.reject(
-        new BlobStoreError("invalid_state", `the staged put of ${this.key} was already committed or aborted`),
-      );
-    }
-    this.state = "committing";
-    this.commitPromise = this.runCommit();
-    return this.commitPromise;
+  protected async publishStaged(): Promise<PutOutcome> {
+    await this.file.sync();
+    this.fileOpen = false;
+    await this.file.close();
+    return this.publish();
   }
 
-  private async runCommit(): Promise<PutOutcome> {
-    try {
-      const { writable } = this;
-      if (writable.errored) throw writable.errored;
-      if (!writable.writableEnded) {
-        throw new BlobStoreError(
-          "invalid_state",
-          `commit of ${this.key} before its body was complete: end the writable (or await the pipeline into it) first`,
-        );
-      }
-      await finished(writable);
-      await this.file.sync();
-      this.fileOpen = false;
-      await this.file.close();
-      return await this.publish();
-    } finally {
-      await this.release();
-    }
-  }
-
-  async abort(): Promise<void> {
-    if (this.state === "committing") {
-      await this.commitPromise?.catch(() => undefined);
-      return;
-    }
-    if (this.state === "done") return;
-    await this.release();
-  }
-
-  private async release(): Promise<void> {
-    this.state = "done";
-    if (!this.writable.destroyed) this.writable.destroy();
+  protected async cleanUpStaging(): Promise<void> {
     if (this.fileOpen) {
       this.fileOpen = false;
       await this.file.close().catch(() => undefined);

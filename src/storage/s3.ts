@@ -36,7 +36,7 @@ import { createReadStream } from "node:fs";
 import { lstat, mkdir, open, readdir, rm, stat, unlink } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { Readable, type Writable } from "node:stream";
-import { finished, pipeline } from "node:stream/promises";
+import { pipeline } from "node:stream/promises";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
   AbortMultipartUploadCommand,
@@ -65,6 +65,7 @@ import {
   type BlobStore,
   type ByteSpan,
   type PutOutcome,
+  StagedPutBase,
   type StagedPut,
   type SweepOptions,
 } from "./blob-store.js";
@@ -910,58 +911,21 @@ export function openS3BlobStore(options: S3BlobStoreOptions): Promise<S3BlobStor
   return S3BlobStore.open(options);
 }
 
-class S3StagedPut implements StagedPut {
-  private state: "open" | "committing" | "done" = "open";
-  private commitPromise: Promise<PutOutcome> | null = null;
-
+class S3StagedPut extends StagedPutBase<Writable & { bytesWritten: number }> {
   constructor(
-    readonly key: BlobKey,
+    key: BlobKey,
     private readonly stagingPath: string,
-    readonly writable: Writable & { bytesWritten: number },
+    writable: Writable & { bytesWritten: number },
     private readonly publish: (size: number) => Promise<PutOutcome>,
   ) {
-    // Write errors surface through commit(); without a listener they would crash the process.
-    this.writable.on("error", () => undefined);
+    super(key, writable);
   }
 
-  commit(): Promise<PutOutcome> {
-    if (this.state !== "open") {
-      return Promise.reject(new BlobStoreError("invalid_state", `the staged put of ${this.key} was already committed or aborted`));
-    }
-    this.state = "committing";
-    this.commitPromise = this.runCommit();
-    return this.commitPromise;
+  protected publishStaged(): Promise<PutOutcome> {
+    return this.publish(this.writable.bytesWritten);
   }
 
-  private async runCommit(): Promise<PutOutcome> {
-    try {
-      const { writable } = this;
-      if (writable.errored) throw writable.errored;
-      if (!writable.writableEnded) {
-        throw new BlobStoreError(
-          "invalid_state",
-          `commit of ${this.key} before its body was complete: end the writable (or await the pipeline into it) first`,
-        );
-      }
-      await finished(writable);
-      return await this.publish(writable.bytesWritten);
-    } finally {
-      await this.release();
-    }
-  }
-
-  async abort(): Promise<void> {
-    if (this.state === "committing") {
-      await this.commitPromise?.catch(() => undefined);
-      return;
-    }
-    if (this.state === "done") return;
-    await this.release();
-  }
-
-  private async release(): Promise<void> {
-    this.state = "done";
-    if (!this.writable.destroyed) this.writable.destroy();
-    await removeQuietly(this.stagingPath);
+  protected cleanUpStaging(): Promise<void> {
+    return removeQuietly(this.stagingPath);
   }
 }
