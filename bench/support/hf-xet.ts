@@ -7,10 +7,10 @@
  * CAS — and every run gets a fresh HF_HOME / HF_XET_CACHE, so nothing is served from the
  * client's own cache.
  */
-import { spawn } from "node:child_process";
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { logTail, runChild } from "../../test/interop/harness.js";
 
 const TIMED_DRIVER = fileURLToPath(new URL("./hf_xet_timed.py", import.meta.url));
 /** A 256 MiB transfer takes seconds; anything near this is a hang, not a measurement. */
@@ -62,38 +62,13 @@ export class TimedHfXet {
       const cache = join(home, "xet-cache");
       const input = JSON.stringify({ ...request, casUrl: token.casUrl, accessToken: token.accessToken, exp: token.exp, tokenUrl, hubToken });
       const env = { ...process.env, HF_HOME: join(home, "hf-home"), HF_XET_CACHE: cache };
-      const { code, stdout, stderr } = await runChild(this.python, [TIMED_DRIVER], input, env);
+      const { code, stdout, stderr } = await runChild(this.python, [TIMED_DRIVER], input, env, RUN_TIMEOUT_MS);
       if (code !== 0) {
-        throw new Error(`hf_xet ${String(request.op)} against ${token.casUrl} failed (exit ${code}):\n${stderr}\n--- hf_xet log (tail) ---\n${await logTail(join(cache, "logs"))}`);
+        throw new Error(`hf_xet ${String(request.op)} against ${token.casUrl} failed (exit ${code}):\n${stderr}\n--- hf_xet log (tail) ---\n${await logTail(join(cache, "logs"), 20)}`);
       }
       return JSON.parse(stdout) as TimedRun<T>;
     } finally {
       await rm(home, { recursive: true, force: true });
     }
   }
-}
-
-/** The last lines of hf_xet's newest log (it logs to HF_XET_CACHE/logs, not to stderr). */
-async function logTail(logDir: string, lines = 20): Promise<string> {
-  const latest = (await readdir(logDir).catch(() => [] as string[])).sort().at(-1);
-  if (latest === undefined) return "(hf_xet wrote no log file)";
-  const text = await readFile(join(logDir, latest), "utf8");
-  return text
-    .split("\n")
-    .filter((line) => line !== "" && !line.includes('"message":"Config: '))
-    .slice(-lines)
-    .join("\n");
-}
-
-function runChild(command: string, args: string[], input: string, env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env, stdio: ["pipe", "pipe", "pipe"], timeout: RUN_TIMEOUT_MS });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (text: string) => (stdout += text));
-    child.stderr.setEncoding("utf8").on("data", (text: string) => (stderr += text));
-    child.once("error", reject);
-    child.once("close", (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(input);
-  });
 }

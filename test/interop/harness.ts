@@ -297,7 +297,7 @@ export class HfXetClient {
  * The last lines of hf_xet's newest log file (it logs JSON lines to HF_XET_CACHE/logs, not to
  * stderr), without the start-up dump of its configuration.
  */
-async function logTail(logDir: string, lines = 30): Promise<string> {
+export async function logTail(logDir: string, lines = 30): Promise<string> {
   const names = (await readdir(logDir).catch(() => [] as string[])).sort();
   const latest = names.at(-1);
   if (latest === undefined) return "(hf_xet wrote no log file)";
@@ -309,7 +309,8 @@ async function logTail(logDir: string, lines = 30): Promise<string> {
     .join("\n");
 }
 
-function runChild(
+/** Runs `command` with `input` on stdin; resolves with its exit code and output. */
+export function runChild(
   command: string,
   args: string[],
   input: string,
