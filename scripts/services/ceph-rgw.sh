@@ -156,6 +156,11 @@ ms bind ipv6 = false
 [client.rgw.a]
 rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
 rgw data = $STATE_DIR/rgw
+# radosgw frees a deleted object's data only in garbage collection, by default two hours after
+# the delete and once an hour; in memory that fills the OSD across repeated test runs (seen:
+# "osd.0 is full" after a dozen multi-node runs, and every request then hangs). Collect at once.
+rgw gc obj min wait = 0
+rgw gc processor period = 10
 CONF
 }
 

@@ -19,6 +19,7 @@
  *
  * Register with `await registerShardRoutes(app, deps)` after `registerCasAuth`.
  */
+import type { ServerResponse } from "node:http";
 import { PassThrough } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ShardRejectedError, type ShardProgress, type ShardRegistrationService } from "../cas/shard-registration.js";
@@ -85,7 +86,7 @@ export async function registerShardRoutes(app: FastifyInstance, deps: ShardRoute
 
     scope.post("/v2/shards", routeOptions, async (request, reply) => {
       const { repoId, body } = await receiveUpload(request, deps);
-      const frames = new NdjsonFrames(heartbeatIntervalMs);
+      const frames = new NdjsonFrames(heartbeatIntervalMs, reply.raw);
       const aborted = abortOnClientGone(reply);
       reply.raw.once("close", () => frames.close());
       void deps.shards
@@ -207,7 +208,10 @@ class NdjsonFrames {
   private lastProgressSentAt = 0;
   private readonly heartbeat: NodeJS.Timeout;
 
-  constructor(heartbeatIntervalMs: number) {
+  constructor(
+    heartbeatIntervalMs: number,
+    private readonly response: ServerResponse,
+  ) {
     this.heartbeat = setInterval(() => {
       if (this.lastProgress !== null) this.write(this.lastProgress);
     }, heartbeatIntervalMs);
@@ -227,11 +231,17 @@ class NdjsonFrames {
     this.write(JSON.stringify(frame));
   }
 
-  /** Writes the terminal frame and ends the stream. */
+  /**
+   * Writes the terminal frame and ends the stream, in one socket write: xet-core stops reading
+   * at the terminal frame, and a body whose end-of-chunks marker arrived with it lets the
+   * client's pool keep the connection (and a proxy see the answer complete) instead of the
+   * client hanging up on an unfinished answer. The response's `end()` uncorks.
+   */
   finish(frame: Frame): void {
     clearInterval(this.heartbeat);
-    this.send(frame);
-    if (!this.stream.destroyed) this.stream.end();
+    if (this.stream.destroyed || this.stream.writableEnded) return;
+    if (!this.response.destroyed) this.response.cork();
+    this.stream.end(`${JSON.stringify(frame)}\n`);
   }
 
   /** Stops the heartbeat (the response closed, or no terminal frame can be sent). */

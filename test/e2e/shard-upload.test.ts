@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync, createPrivateKey } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
@@ -194,6 +195,36 @@ describe("POST /v2/shards (NDJSON)", () => {
     assert.equal(malformed.length, 1);
     assert.equal(malformed[0].type, "error");
     assert.match(malformed[0].message as string, /^Shard rejected: invalid shard: /);
+  });
+
+  it("sends the end of the answer with its terminal frame, so a client that stops reading there leaves a finished answer", async () => {
+    // xet-core stops at the terminal frame. Were the chunked body's end marker written
+    // separately, the client would hang up on an answer still open (losing the keep-alive
+    // connection; a proxy logs an abort). Read raw: the piece holding the frame holds the end too.
+    const body = shard();
+    const url = new URL(server.url);
+    const socket = connect(Number(url.port), url.hostname);
+    const head = [
+      "POST /v2/shards HTTP/1.1",
+      `host: ${url.host}`,
+      `authorization: Bearer ${writeToken}`,
+      "content-type: application/octet-stream",
+      `content-length: ${body.length}`,
+      "",
+      "",
+    ].join("\r\n");
+    socket.write(head);
+    socket.write(body);
+    const pieceWithResult = await new Promise<string>((resolve, reject) => {
+      socket.on("data", (piece: Buffer) => {
+        const text = piece.toString("latin1");
+        if (text.includes('"type":"result"')) resolve(text);
+      });
+      socket.on("error", reject);
+      socket.on("close", () => reject(new Error("connection closed before the terminal frame")));
+    });
+    socket.destroy();
+    assert.match(pieceWithResult, /\{"type":"result","result":0\}\n\r\n0\r\n\r\n$/);
   });
 
   it("answers errors found before streaming with their status codes", async () => {

@@ -190,8 +190,15 @@ export async function startProxy(options: ProxyOptions = {}): Promise<TestProxy>
     // GET and HEAD carry no body, so they can be sent again to another node.
     const replayable = (entry.method === "GET" || entry.method === "HEAD") && req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined;
     let clientGone = false;
+    // The node's answer being relayed: a client that has read a whole answer may close its
+    // connection before the proxy's own end-of-answer event has run; that answer was still
+    // relayed whole.
+    let answer: IncomingMessage | null = null;
+    const answerRelayedWhole = () => answer !== null && answer.complete && answer.readableLength === 0;
     res.on("close", () => {
-      if (!res.writableFinished && entry.outcome === "pending") {
+      if (entry.outcome !== "pending") return;
+      if (answerRelayedWhole()) entry.outcome = "ok";
+      else if (!res.writableFinished) {
         clientGone = true;
         entry.outcome = "client-aborted";
       }
@@ -219,6 +226,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<TestProxy>
 
       upstreamReq.on("response", (upstreamRes) => {
         answered = true;
+        answer = upstreamRes;
         entry.status = upstreamRes.statusCode ?? 502;
         if (clientGone) {
           upstreamRes.destroy();

@@ -48,10 +48,25 @@ export interface ServerProcess {
   logLines(): Record<string, unknown>[];
   /** Resolves with the first log line (already written or still to come) that matches. */
   waitForLog(matches: (line: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
+  /** The request lines the server logged (one per answered request), from index `from` of its log lines. */
+  requestLog(from?: number): LoggedRequest[];
+  /**
+   * The request log from `from`, once `complete` holds for it. A server logs a request just
+   * after answering it, so a client holding its answer can be a moment ahead of the log; this
+   * waits for the log to catch up, and after `timeoutMs` returns what is there for the caller's
+   * assertion to report.
+   */
+  waitForRequests(from: number, complete: (requests: LoggedRequest[]) => boolean, timeoutMs?: number): Promise<LoggedRequest[]>;
   /** Resolves when the process has exited. */
   exited: Promise<ExitStatus>;
   /** Sends `signal` (SIGTERM by default), waits for the exit, removes a data dir the helper created. */
   stop(signal?: NodeJS.Signals): Promise<ExitStatus>;
+}
+
+export interface LoggedRequest {
+  method: string;
+  path: string;
+  statusCode: number;
 }
 
 export interface StartServerOptions {
@@ -237,6 +252,11 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     throw error;
   });
 
+  const requestLog = (from = 0): LoggedRequest[] =>
+    lines
+      .slice(from)
+      .filter((line) => line.msg === "request")
+      .map((line) => ({ method: String(line.method), path: String(line.path), statusCode: Number(line.statusCode) }));
   let stopping: Promise<ExitStatus> | undefined;
   return {
     url: ready.listenUrl as string,
@@ -264,6 +284,15 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
         };
         lineListeners.add(listener);
       });
+    },
+    requestLog,
+    async waitForRequests(from, complete, timeoutMs = 5000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const requests = requestLog(from);
+        if (complete(requests) || Date.now() >= deadline) return requests;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
     },
     stop(signal: NodeJS.Signals = "SIGTERM") {
       stopping ??= (async () => {
@@ -367,13 +396,6 @@ export async function hubFixture(server: ServerProcess, options: HubFixtureOptio
       } finally {
         await store.close();
       }
-    },
-    requestLog(from = 0) {
-      return server
-        .logLines()
-        .slice(from)
-        .filter((line) => line.msg === "request")
-        .map((line) => ({ method: String(line.method), path: String(line.path), statusCode: Number(line.statusCode) }));
     },
     async stop() {
       await server.stop();

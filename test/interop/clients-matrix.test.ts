@@ -33,6 +33,7 @@ import {
   type CastorFixture,
   type RecordedRequest,
 } from "./harness.js";
+import type { LoggedRequest } from "../helpers/server.js";
 
 const ZERO_HASH_HEX = "0".repeat(64);
 
@@ -144,9 +145,11 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
       assert.deepEqual(files, [path]);
       if (file.size > 0) {
         // The bytes came from castor, not from some local cache of the client.
-        const requests = castor.requestLog(logFrom);
-        assert.ok(requests.some((line) => line.path === `/v2/reconstructions/${file.hash}` && line.statusCode === 200), "hf_xet asked castor's V2 reconstruction");
-        assert.ok(requests.some((line) => line.method === "GET" && line.statusCode === 206), "hf_xet fetched xorb bytes from castor's transfer URLs");
+        const askedV2 = (line: LoggedRequest) => line.path === `/v2/reconstructions/${file.hash}` && line.statusCode === 200;
+        const fetchedRange = (line: LoggedRequest) => line.method === "GET" && line.statusCode === 206;
+        const requests = await castor.server.waitForRequests(logFrom, (logged) => logged.some(askedV2) && logged.some(fetchedRange));
+        assert.ok(requests.some(askedV2), "hf_xet asked castor's V2 reconstruction");
+        assert.ok(requests.some(fetchedRange), "hf_xet fetched xorb bytes from castor's transfer URLs");
       }
       return readBytes(path);
     },

@@ -109,8 +109,6 @@ export interface CastorFixture {
    * SHA-256) index, filled from the shards' metadata extension, and that file's recorded size.
    */
   lookupBySha256(sha256: string): Promise<{ hash: string; size: number } | null>;
-  /** The server's request log lines (method, path, statusCode, …) from index `from` on. */
-  requestLog(from?: number): { method: string; path: string; statusCode: number }[];
   stop(): Promise<void>;
 }
 
@@ -169,13 +167,6 @@ export async function startCastorFixture(env: Record<string, string> = {}): Prom
         } finally {
           await store.close();
         }
-      },
-      requestLog(from = 0) {
-        return server
-          .logLines()
-          .slice(from)
-          .filter((line) => line.msg === "request")
-          .map((line) => ({ method: String(line.method), path: String(line.path), statusCode: Number(line.statusCode) }));
       },
       async stop() {
         await server.stop();
@@ -279,7 +270,7 @@ export class HfXetClient {
     const env = { ...process.env, HF_HOME: join(home, "hf-home"), HF_XET_CACHE: cache };
     const { code, stdout, stderr } = await runChild(this.python, [HF_XET_DRIVER], input, env, 120_000);
     if (code !== 0) {
-      const requests = this.castor
+      const requests = this.castor.server
         .requestLog()
         .slice(-15)
         .map((line) => `${line.method} ${line.path} → ${line.statusCode}`)

@@ -26,6 +26,7 @@ import {
   type CastorFixture,
   type RecordedRequest,
 } from "./harness.js";
+import type { LoggedRequest } from "../helpers/server.js";
 
 function describeRequests(lines: { method: string; path: string; statusCode: number }[]): string {
   return lines.map((line) => `${line.method} ${line.path} → ${line.statusCode}`).join("\n");
@@ -68,7 +69,7 @@ describe("hf_xet against castor serve", () => {
     assert.equal(elsewhere.files[0].hash, first.files[0].hash);
     assert.equal(await castor.countStoredXorbs(), afterFirst, "an upload from a fresh cache stores no new xorb either");
 
-    const requests = castor.requestLog(logFrom);
+    const requests = castor.server.requestLog(logFrom);
     assert.ok(
       requests.some((line) => line.method === "GET" && line.path.startsWith("/v1/chunks/default/") && line.statusCode === 200),
       `the fresh client got a global dedup answer from castor; castor saw:\n${describeRequests(requests)}`,
@@ -98,7 +99,7 @@ describe("hf_xet against castor serve", () => {
     assert.ok(downloaded.refreshes >= 1, `hf_xet called the refresher (${downloaded.refreshes} times)`);
     assertSameBytes(await readBytes(out), bytes, "download with a refreshed token");
 
-    const tokenCalls = castor.requestLog(logFrom).filter((line) => /^\/api\/models\/.+\/xet-(read|write)-token\/main$/.test(line.path));
+    const tokenCalls = castor.server.requestLog(logFrom).filter((line) => /^\/api\/models\/.+\/xet-(read|write)-token\/main$/.test(line.path));
     // One call per run is the harness fetching the initial token; the rest are the refresher's.
     assert.equal(tokenCalls.length, 2 + uploaded.refreshes + downloaded.refreshes);
     assert.ok(tokenCalls.every((line) => line.statusCode === 200));
@@ -132,11 +133,13 @@ describe("castor serve with CASTOR_V2_RECONSTRUCTION=501", () => {
     await hfxet.download([{ hash, size: bytes.length, path: out }]);
     assertSameBytes(await readBytes(out), bytes, "V1 download");
 
-    const requests = castor.requestLog(logFrom);
+    const usedV1 = (line: LoggedRequest) => line.path === `/v1/reconstructions/${hash}` && line.statusCode === 200;
+    const fetchedRange = (line: LoggedRequest) => line.method === "GET" && line.statusCode === 206;
+    const requests = await castor.server.waitForRequests(logFrom, (logged) => logged.some(usedV1) && logged.some(fetchedRange));
     const seen = describeRequests(requests);
     assert.ok(requests.some((line) => line.path === `/v2/reconstructions/${hash}` && line.statusCode === 501), `hf_xet tried V2 first:\n${seen}`);
-    assert.ok(requests.some((line) => line.path === `/v1/reconstructions/${hash}` && line.statusCode === 200), `then used V1:\n${seen}`);
-    assert.ok(requests.some((line) => line.method === "GET" && line.statusCode === 206), `and fetched the transfer URLs it got:\n${seen}`);
+    assert.ok(requests.some(usedV1), `then used V1:\n${seen}`);
+    assert.ok(requests.some(fetchedRange), `and fetched the transfer URLs it got:\n${seen}`);
   });
 
   it("castor's client falls back to V1 as well", async () => {

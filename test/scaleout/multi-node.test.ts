@@ -51,6 +51,7 @@ import {
   scaleOutUnavailable,
   startCastorServer,
   type ScaleOutBackend,
+  type LoggedRequest,
   type ServerProcess,
 } from "../helpers/server.js";
 
@@ -132,15 +133,6 @@ async function uploadSmallFile(node: ServerProcess, label: string): Promise<{ xo
   return { xorb, file, content: Buffer.concat(pieces) };
 }
 
-/** The request lines a node logged (method, path, status) from index `from` of its log lines. */
-function nodeRequests(node: ServerProcess, from = 0): { method: string; path: string; statusCode: number }[] {
-  return node
-    .logLines()
-    .slice(from)
-    .filter((line) => line.msg === "request")
-    .map((line) => ({ method: String(line.method), path: String(line.path), statusCode: Number(line.statusCode) }));
-}
-
 const isXorbPost = (request: ProxiedRequest) => request.method === "POST" && /^\/(v1\/)?xorbs\/default\/[0-9a-f]{64}$/.test(request.path);
 const isShardPost = (request: ProxiedRequest) => request.method === "POST" && /^\/(v1|v2)?\/?shards$/.test(request.path);
 const isDownloadRequest = (request: ProxiedRequest) => /^\/(v1|v2)\/reconstructions\/|^\/v1\/transfer\//.test(request.path);
@@ -217,9 +209,10 @@ describe("one deployment, two nodes", () => {
     assert.equal(viaProxy.status, 206);
     assert.equal(viaProxy.headers.get(SERVED_BY_HEADER), "b");
     assertSameBytes(new Uint8Array(await viaProxy.arrayBuffer()), expected, "A's transfer URL through the proxy to B");
-    const servedByB = nodeRequests(nodes.b, bLogStart).filter((line) => line.path.startsWith("/v1/transfer/"));
+    const transfers = (requests: LoggedRequest[]) => requests.filter((line) => line.path.startsWith("/v1/transfer/"));
+    const servedByB = transfers(await nodes.b.waitForRequests(bLogStart, (logged) => transfers(logged).length >= 2));
     assert.deepEqual(servedByB.map((line) => line.statusCode), [206, 206]);
-    assert.equal(nodeRequests(nodes.a, aLogStart).filter((line) => line.path.startsWith("/v1/transfer/")).length, 0);
+    assert.equal(transfers(nodes.a.requestLog(aLogStart)).length, 0);
 
     const signature = signed.searchParams.get("s")!;
     signed.searchParams.set("s", (signature[0] === "A" ? "B" : "A") + signature.slice(1));

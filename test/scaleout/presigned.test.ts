@@ -197,10 +197,10 @@ describe("CASTOR_TRANSFER_MODE=presigned against Ceph RGW", () => {
   });
 
   /** Requests castor served from log line `from` on that were transfers: none in this mode. */
-  const transfersSince = (from: number) => castor.requestLog(from).filter((line) => line.path.startsWith("/v1/transfer/"));
+  const transfersSince = (from: number) => castor.server.requestLog(from).filter((line) => line.path.startsWith("/v1/transfer/"));
 
   it("castor's client downloads byte-exact, whole files and ranges", async () => {
-    const from = castor.requestLog().length;
+    const from = castor.server.logLines().length;
     for (const file of Object.values(files)) {
       const output = join(workDir, `castor-${file.hash}.bin`);
       await castorClientDownload(castor, file.hash, output);
@@ -232,10 +232,10 @@ describe("CASTOR_TRANSFER_MODE=presigned against Ceph RGW", () => {
     const client = await HfXetClient.create(castor);
     try {
       const wanted = Object.entries(files).map(([name, file]) => ({ hash: file.hash, size: file.bytes.length, path: join(workDir, `hfxet-${name}.bin`) }));
-      const from = castor.requestLog().length;
+      const from = castor.server.logLines().length;
       await client.download(wanted);
       for (const [i, file] of Object.values(files).entries()) assertSameBytes(await readBytes(wanted[i].path), file.bytes, "hf_xet download");
-      assert.ok(castor.requestLog(from).some((line) => line.path.includes("/reconstructions/")), "hf_xet asked castor for reconstructions");
+      assert.ok(castor.server.requestLog(from).some((line) => line.path.includes("/reconstructions/")), "hf_xet asked castor for reconstructions");
       assert.deepEqual(transfersSince(from), [], "and fetched every byte from the object store");
     } finally {
       await client.dispose();
