@@ -17,13 +17,20 @@ services=(postgres ceph-rgw)
 case "${1:-}" in
   start)
     for service in "${services[@]}"; do
-      # A first start can trip over leftovers of an earlier run (a daemon that outlived its
-      # state, seen once with Ceph's OSD); one clean retry settles it.
-      bash "$here/services/$service.sh" start || {
-        echo "services: $service did not start; stopping it and trying once more" >&2
+      # A start can trip over leftovers of an earlier run (a daemon that outlived its state);
+      # Ceph's OSD has also failed twice in a row once, for a reason its log did not keep. A
+      # clean stop, a pause and up to two more starts settle what is transient.
+      attempt=1
+      until bash "$here/services/$service.sh" start; do
+        if [ "$attempt" -ge 3 ]; then
+          echo "services: $service did not start in $attempt attempts" >&2
+          exit 1
+        fi
+        echo "services: $service did not start (attempt $attempt); stopping it and trying again in 5 s" >&2
         bash "$here/services/$service.sh" stop >&2 || true
-        bash "$here/services/$service.sh" start
-      }
+        sleep 5
+        attempt=$((attempt + 1))
+      done
     done ;;
   env)
     for service in "${services[@]}"; do bash "$here/services/$service.sh" env; done ;;

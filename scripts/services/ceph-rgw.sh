@@ -34,6 +34,17 @@ DAEMON_COMMS=(radosgw ceph-osd ceph-mon)
 say() { echo "ceph-rgw.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
 
+# die, showing the end of the log named by $1 first: in CI that output is all there is.
+die_showing() {
+  local log=$1
+  shift
+  if [ -f "$log" ]; then
+    say "last lines of $log:"
+    tail -n 25 "$log" | sed 's/^/    /' >&2
+  fi
+  die "$*"
+}
+
 print_env() {
   [ -f "$ENV_FILE" ] || die "$ENV_FILE is missing: run scripts/services/ceph-rgw.sh stop, then start"
   cat "$ENV_FILE"
@@ -205,25 +216,25 @@ start() {
   # goes to a log, so a healthy start prints only this script's progress lines.
   local startup_log="$STATE_DIR/log/startup.log"
   ceph-mon -c "$CONF" --mkfs -i a --monmap "$STATE_DIR/monmap" --keyring "$STATE_DIR/keyring" >>"$startup_log" 2>&1 \
-    || die "ceph-mon --mkfs failed; see $startup_log"
+    || die_showing "$startup_log" "ceph-mon --mkfs failed"
   say "starting the monitor on 127.0.0.1:$MON_PORT"
-  ceph-mon -c "$CONF" -i a >>"$startup_log" 2>&1 || die "ceph-mon did not start; see $startup_log" # daemonizes
+  ceph-mon -c "$CONF" -i a >>"$startup_log" 2>&1 || die_showing "$startup_log" "ceph-mon did not start" # daemonizes
 
   osd_uuid="$(cat /proc/sys/kernel/random/uuid)"
-  osd_id="$(timeout 60 ceph -c "$CONF" osd new "$osd_uuid")" || die "the monitor did not answer 'osd new'; see $STATE_DIR/log/mon.a.log"
+  osd_id="$(timeout 60 ceph -c "$CONF" osd new "$osd_uuid")" || die_showing "$STATE_DIR/log/mon.a.log" "the monitor did not answer 'osd new'"
   mkdir -p "$STATE_DIR/osd/ceph-$osd_id"
   ceph-osd -c "$CONF" -i "$osd_id" --mkfs --osd-uuid "$osd_uuid" >>"$startup_log" 2>&1 \
-    || die "ceph-osd --mkfs failed; see $startup_log"
+    || die_showing "$startup_log" "ceph-osd --mkfs failed"
   say "starting the OSD"
-  ceph-osd -c "$CONF" -i "$osd_id" >>"$startup_log" 2>&1 || die "ceph-osd did not start; see $startup_log"
+  ceph-osd -c "$CONF" -i "$osd_id" >>"$startup_log" 2>&1 || die_showing "$STATE_DIR/log/osd.$osd_id.log" "ceph-osd did not start (its start-up output: $startup_log)"
   say "starting radosgw on $ENDPOINT"
-  radosgw -c "$CONF" -n client.rgw.a >>"$startup_log" 2>&1 || die "radosgw did not start; see $startup_log"
+  radosgw -c "$CONF" -n client.rgw.a >>"$startup_log" 2>&1 || die_showing "$STATE_DIR/log/client.rgw.a.log" "radosgw did not start (its start-up output: $startup_log)"
 
   # radosgw creates its pools on first start, which needs the OSD up: allow a minute.
   tries=0
   until rgw_answers; do
     tries=$((tries + 1))
-    [ "$tries" -lt 240 ] || die "radosgw does not answer on $ENDPOINT after 60 s; see $STATE_DIR/log/client.rgw.a.log"
+    [ "$tries" -lt 240 ] || die_showing "$STATE_DIR/log/client.rgw.a.log" "radosgw does not answer on $ENDPOINT after 60 s"
     sleep 0.25
   done
 
