@@ -10,17 +10,15 @@
  * RUST_LOG=debug makes hf_xet's log more detailed.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { before, describe, it } from "node:test";
 import {
   assertSameBytes,
   castorClientDownload,
   castorClientUpload,
   concatBytes,
   expectedFileHash,
-  HfXetClient,
+  interopSuite,
   hfJsDownload,
   hfJsUpload,
   MIB,
@@ -28,9 +26,7 @@ import {
   readBytes,
   repeated,
   sha256Hex,
-  startCastorFixture,
   writeTemp,
-  type CastorFixture,
   type RecordedRequest,
 } from "./harness.js";
 import type { LoggedRequest } from "../helpers/server.js";
@@ -93,26 +89,12 @@ function checkHfJsTransfers(requests: RecordedRequest[], what: string): void {
 }
 
 describe("real clients × castor serve: upload, download, byte-exact", () => {
-  let castor: CastorFixture;
-  let hfxet: HfXetClient;
-  let workDir: string;
-
-  before(async () => {
-    castor = await startCastorFixture();
-    hfxet = await HfXetClient.create(castor);
-    workDir = await mkdtemp(join(tmpdir(), "castor-interop-files-"));
-  });
-
-  after(async () => {
-    await hfxet?.dispose();
-    await castor?.stop();
-    if (workDir) await rm(workDir, { recursive: true, force: true });
-  });
+  const suite = interopSuite("castor-interop-files-");
 
   const hfXetUploader: Uploader = {
     name: "hf_xet",
     async upload(name, bytes) {
-      const { files } = await hfxet.upload([await writeTemp(workDir, name, bytes)]);
+      const { files } = await suite.hfxet.upload([await writeTemp(suite.workDir, name, bytes)]);
       assert.equal(files.length, 1);
       assert.equal(files[0].size, bytes.length, "hf_xet reports the file size");
       // castor chunks and hashes like xet-core: both must name the same file.
@@ -127,7 +109,7 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
   const hfJsUploader: Uploader = {
     name: "@huggingface/hub",
     async upload(name, bytes) {
-      const result = await hfJsUpload(castor, [{ path: name, bytes }]);
+      const result = await hfJsUpload(suite.castor, [{ path: name, bytes }]);
       assert.deepEqual(result.committed, [{ path: name, oid: sha256Hex(bytes), size: bytes.length }], "hf.js commits an LFS pointer to the file");
       for (const request of result.castorRequests) {
         assert.ok(request.status === 200 || (request.status === 404 && request.url.includes("/v1/chunks/")), `hf.js ${request.method} ${request.url} answered ${request.status}`);
@@ -139,15 +121,15 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
   const hfXetDownloader: Downloader = {
     name: "hf_xet",
     async download(file) {
-      const path = join(workDir, `download-${file.hash}-${Date.now()}`);
-      const logFrom = castor.server.logLines().length;
-      const { files } = await hfxet.download([{ ...file, path }]);
+      const path = join(suite.workDir, `download-${file.hash}-${Date.now()}`);
+      const logFrom = suite.castor.server.logLines().length;
+      const { files } = await suite.hfxet.download([{ ...file, path }]);
       assert.deepEqual(files, [path]);
       if (file.size > 0) {
-        // The bytes came from castor, not from some local cache of the client.
+        // The bytes came from suite.castor, not from some local cache of the client.
         const askedV2 = (line: LoggedRequest) => line.path === `/v2/reconstructions/${file.hash}` && line.statusCode === 200;
         const fetchedRange = (line: LoggedRequest) => line.method === "GET" && line.statusCode === 206;
-        const requests = await castor.server.waitForRequests(logFrom, (logged) => logged.some(askedV2) && logged.some(fetchedRange));
+        const requests = await suite.castor.server.waitForRequests(logFrom, (logged) => logged.some(askedV2) && logged.some(fetchedRange));
         assert.ok(requests.some(askedV2), "hf_xet asked castor's V2 reconstruction");
         assert.ok(requests.some(fetchedRange), "hf_xet fetched xorb bytes from castor's transfer URLs");
       }
@@ -158,7 +140,7 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
   const hfJsDownloader = (parallelDownloads: boolean): Downloader => ({
     name: parallelDownloads ? "@huggingface/hub XetBlob (parallel)" : "@huggingface/hub XetBlob (parallelDownloads: false)",
     async download(file) {
-      const { bytes, requests } = await hfJsDownload(castor, file, { parallelDownloads });
+      const { bytes, requests } = await hfJsDownload(suite.castor, file, { parallelDownloads });
       if (file.size === 0) {
         // By design XetBlob never asks the server for an empty file.
         assert.deepEqual(requests, [], "hf.js reads an empty file without any request");
@@ -176,7 +158,7 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
   const castorUploader: Uploader = {
     name: "castor's client",
     async upload(name, bytes) {
-      const file = await castorClientUpload(castor, await writeTemp(workDir, name, bytes));
+      const file = await castorClientUpload(suite.castor, await writeTemp(suite.workDir, name, bytes));
       assert.equal(file.size, bytes.length, "castor's client reports the file size");
       assert.equal(file.fileHash, expectedFileHash(bytes));
       assert.equal(file.sha256, sha256Hex(bytes));
@@ -187,8 +169,8 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
   const castorDownloader: Downloader = {
     name: "castor's client",
     async download(file) {
-      const path = join(workDir, `castor-download-${file.hash}-${Date.now()}`);
-      const result = await castorClientDownload(castor, file.hash, path);
+      const path = join(suite.workDir, `castor-download-${file.hash}-${Date.now()}`);
+      const result = await castorClientDownload(suite.castor, file.hash, path);
       assert.equal(result.bytesWritten, file.size);
       assert.equal(result.verified, "file-hash", "a whole-file download is checked against the file hash");
       assert.equal(result.reconstructionVersion, 2);
@@ -218,7 +200,7 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
             assert.match(hash, /^[0-9a-f]{64}$/);
             if (shape.size === 0) assert.equal(hash, ZERO_HASH_HEX, "an empty file's hash is 32 zero bytes");
             // A Hub maps a commit's LFS pointer (SHA-256) to the Xet file through castor's index.
-            assert.deepEqual(await castor.lookupBySha256(declaredSha256), { hash, size: shape.size });
+            assert.deepEqual(await suite.castor.lookupBySha256(declaredSha256), { hash, size: shape.size });
           });
 
           for (const downloader of downloaders) {
@@ -232,7 +214,7 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
             it(`@huggingface/hub XetBlob.slice() reads ${slices.map(([s, e]) => `[${s}, ${e})`).join(", ")} byte-exact`, async () => {
               for (const [start, end] of slices) {
                 for (const parallelDownloads of [true, false]) {
-                  const { bytes: got, requests } = await hfJsDownload(castor, { hash, size: shape.size }, { slice: [start, end], parallelDownloads });
+                  const { bytes: got, requests } = await hfJsDownload(suite.castor, { hash, size: shape.size }, { slice: [start, end], parallelDownloads });
                   checkHfJsTransfers(requests, `slice [${start}, ${end})`);
                   const reconstruction = requests.find((request) => request.url.includes("/v2/reconstructions/"));
                   assert.equal(reconstruction?.range, `bytes=${start}-${end - 1}`, "hf.js asks for exactly the slice");
@@ -243,8 +225,8 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
 
             it(`castor's client reads the same byte ranges byte-exact`, async () => {
               for (const [start, end] of slices) {
-                const path = join(workDir, `castor-range-${hash}-${start}-${end}`);
-                const result = await castorClientDownload(castor, hash, path, { start, end: end - 1 });
+                const path = join(suite.workDir, `castor-range-${hash}-${start}-${end}`);
+                const result = await castorClientDownload(suite.castor, hash, path, { start, end: end - 1 });
                 assert.equal(result.bytesWritten, end - start);
                 assertSameBytes(await readBytes(path), bytes.subarray(start, end), `castor's client range [${start}, ${end})`);
               }
@@ -271,7 +253,7 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
       it(`a slice across non-adjacent chunk ranges is one multipart/byteranges request (parallel ${parallelDownloads})`, async () => {
         const start = 2 * MIB + 12_345;
         const end = bytes.length - 3;
-        const { bytes: got, requests } = await hfJsDownload(castor, { hash, size: bytes.length }, { slice: [start, end], parallelDownloads });
+        const { bytes: got, requests } = await hfJsDownload(suite.castor, { hash, size: bytes.length }, { slice: [start, end], parallelDownloads });
         assertSameBytes(got, bytes.subarray(start, end), "multi-range slice");
         const multiRange = requests.filter((request) => request.range?.includes(","));
         assert.ok(multiRange.length > 0, `hf.js sent a multi-range request; it sent: ${requests.map((r) => `${r.method} ${new URL(r.url).pathname} ${r.range}`).join("; ")}`);

@@ -11,6 +11,7 @@ import { createCipheriv, createHash, randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
 import { __internal_XetBlob as XetBlob, commit } from "@huggingface/hub";
 import { download as castorDownload, upload as castorUpload, type DownloadResult, type UploadedFile } from "../../src/client/index.js";
@@ -230,6 +231,32 @@ export interface HfXetOptions {
  * second machine. A failure reports hf_xet's stderr, the tail of its log and castor's last
  * requests; RUST_LOG=debug in the test's environment makes hf_xet's log more detailed.
  */
+/** What a suite of interop tests runs against: one castor server, an hf_xet client bound to it, a scratch dir. */
+export interface InteropSuite {
+  castor: CastorFixture;
+  hfxet: HfXetClient;
+  workDir: string;
+}
+
+/**
+ * Registers the `before`/`after` hooks of a suite that drives hf_xet against one castor server
+ * started with `env`. The returned object is filled in `before`: read it inside the tests.
+ */
+export function interopSuite(workDirPrefix: string, env: Record<string, string> = {}): InteropSuite {
+  const suite = {} as InteropSuite;
+  before(async () => {
+    suite.castor = await startCastorFixture(env);
+    suite.hfxet = await HfXetClient.create(suite.castor);
+    suite.workDir = await mkdtemp(join(tmpdir(), workDirPrefix));
+  });
+  after(async () => {
+    await suite.hfxet?.dispose();
+    await suite.castor?.stop();
+    if (suite.workDir) await rm(suite.workDir, { recursive: true, force: true });
+  });
+  return suite;
+}
+
 export class HfXetClient {
   private constructor(
     private readonly python: string,

@@ -9,67 +9,49 @@
  * RUST_LOG=debug makes hf_xet's log more detailed.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { before, describe, it } from "node:test";
 import {
   assertSameBytes,
   castorClientDownload,
-  HfXetClient,
+  interopSuite,
   hfJsDownload,
   MIB,
   pseudoRandomBytes,
   readBytes,
-  startCastorFixture,
   writeTemp,
-  type CastorFixture,
   type RecordedRequest,
 } from "./harness.js";
 import type { LoggedRequest } from "../helpers/server.js";
 
-function describeRequests(lines: { method: string; path: string; statusCode: number }[]): string {
+function describeRequests(lines: LoggedRequest[]): string {
   return lines.map((line) => `${line.method} ${line.path} → ${line.statusCode}`).join("\n");
 }
 
 describe("hf_xet against castor serve", () => {
-  let castor: CastorFixture;
-  let hfxet: HfXetClient;
-  let workDir: string;
-
-  before(async () => {
-    castor = await startCastorFixture();
-    hfxet = await HfXetClient.create(castor);
-    workDir = await mkdtemp(join(tmpdir(), "castor-interop-hfxet-files-"));
-  });
-
-  after(async () => {
-    await hfxet?.dispose();
-    await castor?.stop();
-    if (workDir) await rm(workDir, { recursive: true, force: true });
-  });
+  const suite = interopSuite("castor-interop-hfxet-files-");
 
   it("uploading the same 10 MiB again stores no new xorb, from the client's cache or through castor's global dedup", async () => {
     const bytes = pseudoRandomBytes("dedup: the same 10 MiB twice", 10 * MIB);
-    const path = await writeTemp(workDir, "twice.bin", bytes);
-    const before = await castor.countStoredXorbs();
+    const path = await writeTemp(suite.workDir, "twice.bin", bytes);
+    const before = await suite.castor.countStoredXorbs();
 
-    const first = await hfxet.upload([path]);
-    const afterFirst = await castor.countStoredXorbs();
+    const first = await suite.hfxet.upload([path]);
+    const afterFirst = await suite.castor.countStoredXorbs();
     assert.ok(afterFirst > before, "the first upload stores xorbs");
 
-    const logFrom = castor.server.logLines().length;
-    const again = await hfxet.upload([path]);
+    const logFrom = suite.castor.server.logLines().length;
+    const again = await suite.hfxet.upload([path]);
     assert.equal(again.files[0].hash, first.files[0].hash);
-    assert.equal(await castor.countStoredXorbs(), afterFirst, "a second upload from the same machine stores no new xorb");
+    assert.equal(await suite.castor.countStoredXorbs(), afterFirst, "a second upload from the same machine stores no new xorb");
 
     // A second machine knows nothing locally: hf_xet asks castor's global dedup for the file's
     // first chunk, gets the registering shard back and recognises every chunk.
-    const elsewhere = await hfxet.upload([path], { freshCache: true });
+    const elsewhere = await suite.hfxet.upload([path], { freshCache: true });
     assert.equal(elsewhere.files[0].hash, first.files[0].hash);
-    assert.equal(await castor.countStoredXorbs(), afterFirst, "an upload from a fresh cache stores no new xorb either");
+    assert.equal(await suite.castor.countStoredXorbs(), afterFirst, "an upload from a fresh cache stores no new xorb either");
 
-    const requests = castor.server.requestLog(logFrom);
+    const requests = suite.castor.server.requestLog(logFrom);
     assert.ok(
       requests.some((line) => line.method === "GET" && line.path.startsWith("/v1/chunks/default/") && line.statusCode === 200),
       `the fresh client got a global dedup answer from castor; castor saw:\n${describeRequests(requests)}`,
@@ -79,27 +61,27 @@ describe("hf_xet against castor serve", () => {
       `no xorb was even sent again; castor saw:\n${describeRequests(requests)}`,
     );
 
-    const out = join(workDir, "twice.out");
-    await hfxet.download([{ hash: first.files[0].hash, size: bytes.length, path: out }]);
+    const out = join(suite.workDir, "twice.out");
+    await suite.hfxet.download([{ hash: first.files[0].hash, size: bytes.length, path: out }]);
     assertSameBytes(await readBytes(out), bytes, "download after the repeated uploads");
   });
 
   it("refreshes a token about to expire through castor's token operation, for uploads and downloads", async () => {
     const bytes = pseudoRandomBytes("token refresh", 300_000);
-    const path = await writeTemp(workDir, "refresh.bin", bytes);
+    const path = await writeTemp(suite.workDir, "refresh.bin", bytes);
     // hf_xet refreshes when exp ≤ now + 30 s: declaring the token as expiring now forces a
     // refresh before its first CAS request.
     const expiringNow = Math.floor(Date.now() / 1000);
 
-    const logFrom = castor.server.logLines().length;
-    const uploaded = await hfxet.upload([path], { declaredExp: expiringNow });
+    const logFrom = suite.castor.server.logLines().length;
+    const uploaded = await suite.hfxet.upload([path], { declaredExp: expiringNow });
     assert.ok(uploaded.refreshes >= 1, `hf_xet called the refresher (${uploaded.refreshes} times)`);
-    const out = join(workDir, "refresh.out");
-    const downloaded = await hfxet.download([{ hash: uploaded.files[0].hash, size: bytes.length, path: out }], { declaredExp: expiringNow });
+    const out = join(suite.workDir, "refresh.out");
+    const downloaded = await suite.hfxet.download([{ hash: uploaded.files[0].hash, size: bytes.length, path: out }], { declaredExp: expiringNow });
     assert.ok(downloaded.refreshes >= 1, `hf_xet called the refresher (${downloaded.refreshes} times)`);
     assertSameBytes(await readBytes(out), bytes, "download with a refreshed token");
 
-    const tokenCalls = castor.server.requestLog(logFrom).filter((line) => /^\/api\/models\/.+\/xet-(read|write)-token\/main$/.test(line.path));
+    const tokenCalls = suite.castor.server.requestLog(logFrom).filter((line) => /^\/api\/models\/.+\/xet-(read|write)-token\/main$/.test(line.path));
     // One call per run is the harness fetching the initial token; the rest are the refresher's.
     assert.equal(tokenCalls.length, 2 + uploaded.refreshes + downloaded.refreshes);
     assert.ok(tokenCalls.every((line) => line.statusCode === 200));
@@ -107,35 +89,24 @@ describe("hf_xet against castor serve", () => {
 });
 
 describe("castor serve with CASTOR_V2_RECONSTRUCTION=501", () => {
-  let castor: CastorFixture;
-  let hfxet: HfXetClient;
-  let workDir: string;
+  const suite = interopSuite("castor-interop-v1-", { CASTOR_V2_RECONSTRUCTION: "501" });
   const bytes = pseudoRandomBytes("V1 fallback", MIB + 4321);
   let hash: string;
 
   before(async () => {
-    castor = await startCastorFixture({ CASTOR_V2_RECONSTRUCTION: "501" });
-    hfxet = await HfXetClient.create(castor);
-    workDir = await mkdtemp(join(tmpdir(), "castor-interop-v1-"));
-    const { files } = await hfxet.upload([await writeTemp(workDir, "v1.bin", bytes)]);
+    const { files } = await suite.hfxet.upload([await writeTemp(suite.workDir, "v1.bin", bytes)]);
     hash = files[0].hash;
   });
 
-  after(async () => {
-    await hfxet?.dispose();
-    await castor?.stop();
-    if (workDir) await rm(workDir, { recursive: true, force: true });
-  });
-
   it("hf_xet falls back to V1 reconstruction and downloads byte-exact", async () => {
-    const logFrom = castor.server.logLines().length;
-    const out = join(workDir, "v1.out");
-    await hfxet.download([{ hash, size: bytes.length, path: out }]);
+    const logFrom = suite.castor.server.logLines().length;
+    const out = join(suite.workDir, "v1.out");
+    await suite.hfxet.download([{ hash, size: bytes.length, path: out }]);
     assertSameBytes(await readBytes(out), bytes, "V1 download");
 
     const usedV1 = (line: LoggedRequest) => line.path === `/v1/reconstructions/${hash}` && line.statusCode === 200;
     const fetchedRange = (line: LoggedRequest) => line.method === "GET" && line.statusCode === 206;
-    const requests = await castor.server.waitForRequests(logFrom, (logged) => logged.some(usedV1) && logged.some(fetchedRange));
+    const requests = await suite.castor.server.waitForRequests(logFrom, (logged) => logged.some(usedV1) && logged.some(fetchedRange));
     const seen = describeRequests(requests);
     assert.ok(requests.some((line) => line.path === `/v2/reconstructions/${hash}` && line.statusCode === 501), `hf_xet tried V2 first:\n${seen}`);
     assert.ok(requests.some(usedV1), `then used V1:\n${seen}`);
@@ -143,21 +114,21 @@ describe("castor serve with CASTOR_V2_RECONSTRUCTION=501", () => {
   });
 
   it("castor's client falls back to V1 as well", async () => {
-    const out = join(workDir, "v1-castor.out");
-    const result = await castorClientDownload(castor, hash, out);
+    const out = join(suite.workDir, "v1-castor.out");
+    const result = await castorClientDownload(suite.castor, hash, out);
     assert.equal(result.reconstructionVersion, 1);
     assertSameBytes(await readBytes(out), bytes, "castor's client V1 download");
   });
 
   it("@huggingface/hub's XetBlob, which speaks V2 only, fails with castor's 501", async () => {
     const requests: RecordedRequest[] = [];
-    await assert.rejects(hfJsDownload(castor, { hash, size: bytes.length }, { requests }), (error: Error) => {
+    await assert.rejects(hfJsDownload(suite.castor, { hash, size: bytes.length }, { requests }), (error: Error) => {
       assert.match(error.message, /V2 reconstruction is turned off/, "hf.js surfaces castor's error message");
       return true;
     });
     // Besides fetching its token: one V2 question, and nothing more — no V1 fallback, no transfer.
     assert.deepEqual(
-      requests.filter((request) => request.url !== castor.tokenUrl("read")).map((request) => [new URL(request.url).pathname, request.status]),
+      requests.filter((request) => request.url !== suite.castor.tokenUrl("read")).map((request) => [new URL(request.url).pathname, request.status]),
       [[`/v2/reconstructions/${hash}`, 501]],
     );
   });
