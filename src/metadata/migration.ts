@@ -118,6 +118,14 @@ export interface MetadataMigration {
   importDedupEntries(entries: readonly DedupEntry[]): Promise<number>;
 }
 
+/**
+ * The page of `rows` read with `limit`: a full page may have more rows after it, from the cursor
+ * of its last row; a short page is the end.
+ */
+export function exportPage<T>(rows: T[], limit: number, cursorOf: (last: T) => string): ExportPage<T> {
+  return { rows, next: rows.length < limit ? null : cursorOf(rows[rows.length - 1]) };
+}
+
 /** Checks an export page size; a caller bug otherwise. */
 export function checkPageLimit(limit: number): void {
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_EXPORT_PAGE_ROWS) {

@@ -34,6 +34,7 @@ import {
 } from "./cas.js";
 import {
   checkPageLimit,
+  exportPage,
   hashCursor,
   hashIdCursor,
   idHashCursor,
@@ -709,7 +710,7 @@ export class PostgresMetadataStore implements MetadataStore {
     checkPageLimit(limit);
     const { rows } = await this.run<DatedXorbRow>("exportXorbs", [parseHashCursor(after), limit]);
     const xorbs = rows.map((row) => ({ ...toXorbRecord(row), createdAt: row.created_at }));
-    return { rows: xorbs, next: xorbs.length < limit ? null : hashCursor(xorbs[xorbs.length - 1].hash) };
+    return exportPage(xorbs, limit, (last) => hashCursor(last.hash));
   }
 
   async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
@@ -739,7 +740,7 @@ export class PostgresMetadataStore implements MetadataStore {
         createdAt: row.created_at,
       };
     });
-    return { rows: files, next: files.length < limit ? null : hashCursor(files[files.length - 1].hash) };
+    return exportPage(files, limit, (last) => hashCursor(last.hash));
   }
 
   async importFiles(files: readonly DatedFile[]): Promise<number> {
@@ -760,8 +761,7 @@ export class PostgresMetadataStore implements MetadataStore {
     const [fileHash, repoId] = parseHashIdCursor(after);
     const { rows } = await this.run<{ file_hash: Buffer; repo_id: number }>("exportFileRepos", [fileHash, repoId, limit]);
     const links = rows.map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
-    const last = links[links.length - 1];
-    return { rows: links, next: links.length < limit ? null : hashIdCursor(last.fileHash, last.repoId) };
+    return exportPage(links, limit, (last) => hashIdCursor(last.fileHash, last.repoId));
   }
 
   async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
@@ -782,8 +782,7 @@ export class PostgresMetadataStore implements MetadataStore {
       sha256: storedHash(row.sha256, "digest in the SHA-256 index"),
       fileHash: storedHash(row.file_hash, "file hash in the SHA-256 index"),
     }));
-    const last = entries[entries.length - 1];
-    return { rows: entries, next: entries.length < limit ? null : idHashCursor(last.repoId, last.sha256) };
+    return exportPage(entries, limit, (last) => idHashCursor(last.repoId, last.sha256));
   }
 
   async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
@@ -806,7 +805,7 @@ export class PostgresMetadataStore implements MetadataStore {
     checkPageLimit(limit);
     const { rows } = await this.run<{ hash: Buffer; created_at: Date }>("exportShards", [parseHashCursor(after), limit]);
     const shards = rows.map((row) => ({ hash: storedHash(row.hash, "shard hash"), createdAt: row.created_at }));
-    return { rows: shards, next: shards.length < limit ? null : hashCursor(shards[shards.length - 1].hash) };
+    return exportPage(shards, limit, (last) => hashCursor(last.hash));
   }
 
   async importShards(shards: readonly ShardRow[]): Promise<number> {

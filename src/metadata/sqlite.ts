@@ -27,6 +27,7 @@ import {
 } from "./cas.js";
 import {
   checkPageLimit,
+  exportPage,
   hashCursor,
   hashIdCursor,
   idHashCursor,
@@ -636,7 +637,7 @@ export class SqliteMetadataStore implements MetadataStore {
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
     checkPageLimit(limit);
     const rows = this.sql.exportXorbs.all(parseHashCursor(after), limit).map((row) => ({ ...toXorbRecord(row), createdAt: new Date(row.created_at) }));
-    return { rows, next: rows.length < limit ? null : hashCursor(rows[rows.length - 1].hash) };
+    return exportPage(rows, limit, (last) => hashCursor(last.hash));
   }
 
   async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
@@ -664,7 +665,7 @@ export class SqliteMetadataStore implements MetadataStore {
         createdAt: new Date(row.created_at),
       };
     });
-    return { rows, next: rows.length < limit ? null : hashCursor(rows[rows.length - 1].hash) };
+    return exportPage(rows, limit, (last) => hashCursor(last.hash));
   }
 
   async importFiles(files: readonly DatedFile[]): Promise<number> {
@@ -682,8 +683,7 @@ export class SqliteMetadataStore implements MetadataStore {
     checkPageLimit(limit);
     const [fileHash, repoId] = parseHashIdCursor(after);
     const rows = this.sql.exportFileRepos.all(fileHash, repoId, limit).map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
-    const last = rows[rows.length - 1];
-    return { rows, next: rows.length < limit ? null : hashIdCursor(last.fileHash, last.repoId) };
+    return exportPage(rows, limit, (last) => hashIdCursor(last.fileHash, last.repoId));
   }
 
   async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
@@ -706,8 +706,7 @@ export class SqliteMetadataStore implements MetadataStore {
       sha256: storedHash(row.sha256, "digest in the SHA-256 index"),
       fileHash: storedHash(row.file_hash, "file hash in the SHA-256 index"),
     }));
-    const last = rows[rows.length - 1];
-    return { rows, next: rows.length < limit ? null : idHashCursor(last.repoId, last.sha256) };
+    return exportPage(rows, limit, (last) => idHashCursor(last.repoId, last.sha256));
   }
 
   async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
@@ -729,7 +728,7 @@ export class SqliteMetadataStore implements MetadataStore {
       hash: storedHash(row.hash, "shard hash"),
       createdAt: new Date(row.created_at),
     }));
-    return { rows, next: rows.length < limit ? null : hashCursor(rows[rows.length - 1].hash) };
+    return exportPage(rows, limit, (last) => hashCursor(last.hash));
   }
 
   async importShards(shards: readonly ShardRow[]): Promise<number> {
