@@ -61,19 +61,20 @@ function failingStream(prefix: Uint8Array, error: Error): Readable {
   );
 }
 
-async function readAll(stream: Readable): Promise<Buffer> {
+/** The whole stream as one buffer. */
+export async function readAll(stream: Readable): Promise<Buffer> {
   const pieces: Buffer[] = [];
   for await (const piece of stream) pieces.push(piece as Buffer);
   return Buffer.concat(pieces);
 }
 
-async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
+export async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
   const out: T[] = [];
   for await (const item of items) out.push(item);
   return out;
 }
 
-function errorWithCode(code: BlobStoreErrorCode) {
+export function errorWithCode(code: BlobStoreErrorCode) {
   return (err: unknown) => {
     assert.ok(isBlobStoreError(err, code), `expected a BlobStoreError "${code}", got ${String(err)}`);
     return true;

@@ -17,11 +17,11 @@ import { setTimeout as sleep } from "node:timers/promises";
 import v8 from "node:v8";
 import { runInNewContext } from "node:vm";
 import { CreateMultipartUploadCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListObjectsV2Command, PutObjectCommand } from "@aws-sdk/client-s3";
-import { blobKey, blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStoreErrorCode } from "../../src/storage/blob-store.js";
+import { blobKey, blobKeyFromHex, type BlobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 import { openBlobStore } from "../../src/storage/open.js";
 import { openS3BlobStore, presignedRangeHeader, S3BlobStore } from "../../src/storage/s3.js";
-import { runBlobStoreContract } from "../contract/blob-store.js";
+import { collect, errorWithCode, readAll, runBlobStoreContract } from "../contract/blob-store.js";
 import { deleteS3Prefix, freshS3Prefix, openS3TestStore, s3TestClient, s3TestConfig, s3TestEnv, type S3TestStore } from "../helpers/scaleout-s3.js";
 
 // Fails the whole file, with the way to start the services, when they are not running.
@@ -46,25 +46,6 @@ async function withS3Store(body: (opened: S3TestStore) => Promise<void>, overrid
 const randomKey = (): BlobKey => blobKey("xorbs", randomBytes(32));
 const keyStartingWith = (hexStart: string): BlobKey =>
   blobKeyFromHex("xorbs", hexStart + randomBytes(32).toString("hex").slice(hexStart.length));
-
-async function readAll(stream: Readable): Promise<Buffer> {
-  const pieces: Buffer[] = [];
-  for await (const piece of stream) pieces.push(piece as Buffer);
-  return Buffer.concat(pieces);
-}
-
-async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
-  const out: T[] = [];
-  for await (const item of items) out.push(item);
-  return out;
-}
-
-function errorWithCode(code: BlobStoreErrorCode) {
-  return (err: unknown) => {
-    assert.ok(isBlobStoreError(err, code), `expected a BlobStoreError "${code}", got ${String(err)}`);
-    return true;
-  };
-}
 
 async function etagOf(opened: S3TestStore, key: BlobKey): Promise<string> {
   const client = s3TestClient(opened.env);

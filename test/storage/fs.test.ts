@@ -8,7 +8,7 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { blobKeyFromHex, isBlobStoreError, type BlobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore, openFsBlobStore } from "../../src/storage/fs.js";
-import { runBlobStoreContract } from "../contract/blob-store.js";
+import { collect, readAll, runBlobStoreContract } from "../contract/blob-store.js";
 
 async function makeRoot(): Promise<{ parent: string; root: string; cleanup(): Promise<void> }> {
   const parent = await mkdtemp(join(tmpdir(), "castor-fs-blobs-"));
@@ -83,7 +83,7 @@ describe("FsBlobStore", () => {
       await assert.rejects(unended.commit());
 
       assert.deepEqual(await tempFiles(root), []);
-      assert.equal((await collectKeys(store)).length, 3);
+      assert.equal((await collect(store.list())).length, 3);
     }));
 
   it("sweeps temp leftovers of a crashed process, sparing fresh ones when asked", () =>
@@ -100,13 +100,13 @@ describe("FsBlobStore", () => {
       await utimes(join(tmp, "old.part"), anHourAgo, anHourAgo);
 
       // Leftovers are never visible as objects.
-      assert.deepEqual(await collectKeys(store), [key]);
+      assert.deepEqual(await collect(store.list()), [key]);
 
       assert.equal(await store.sweepTemp({ olderThanMs: 10 * 60 * 1000 }), 1);
       assert.deepEqual((await tempFiles(root)).sort(), ["linked.part", "partial.part"]);
       assert.equal(await store.sweepTemp(), 2);
       assert.deepEqual(await tempFiles(root), []);
-      assert.ok((await readAllBytes(await store.read(key))).equals(body));
+      assert.ok((await readAll(await store.read(key))).equals(body));
       await assert.rejects(store.sweepTemp({ olderThanMs: -1 }), RangeError);
     }));
 
@@ -149,7 +149,7 @@ describe("FsBlobStore", () => {
       await mkdir(join(root, "xorbs", "zz"));
       await writeFile(join(root, "xorbs", "zz", hexStarting("00")), "bad folder");
       await mkdir(join(root, "xorbs", "ab", hexStarting("ab")));
-      assert.deepEqual(await collectKeys(store), [key]);
+      assert.deepEqual(await collect(store.list()), [key]);
     }));
 
   it("sees objects written before it was reopened", () =>
@@ -158,7 +158,7 @@ describe("FsBlobStore", () => {
       const body = randomBytes(64);
       await store.putIfAbsent(key, body);
       const reopened = await openFsBlobStore(root);
-      assert.ok((await readAllBytes(await reopened.read(key))).equals(body));
+      assert.ok((await readAll(await reopened.read(key))).equals(body));
       assert.deepEqual(await reopened.putIfAbsent(key, randomBytes(64)), { inserted: false });
     }));
 
@@ -169,19 +169,7 @@ describe("FsBlobStore", () => {
       await store.putIfAbsent(key, body);
       const stream = await store.read(key, { offset: 1000, length: 1024 * 1024 });
       await store.delete(key);
-      assert.ok((await readAllBytes(stream)).equals(body.subarray(1000, 1000 + 1024 * 1024)));
+      assert.ok((await readAll(stream)).equals(body.subarray(1000, 1000 + 1024 * 1024)));
       assert.equal(await store.exists(key), false);
     }));
 });
-
-async function collectKeys(store: FsBlobStore): Promise<BlobKey[]> {
-  const keys: BlobKey[] = [];
-  for await (const key of store.list()) keys.push(key);
-  return keys;
-}
-
-async function readAllBytes(stream: Readable): Promise<Buffer> {
-  const pieces: Buffer[] = [];
-  for await (const piece of stream) pieces.push(piece as Buffer);
-  return Buffer.concat(pieces);
-}
