@@ -8,23 +8,18 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { decompressChunk } from "../../src/format/compression.js";
-import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
-import { serializeUploadShard, type ShardFile } from "../../src/format/shard.js";
-import { serializeXorb, XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
+import { hashToHex } from "../../src/format/hash.js";
+import { serializeUploadShard } from "../../src/format/shard.js";
+import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { downloadAnswer, fileOfChunks, vectorFileContents, withPlaceholderUrls, type Answer } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector, makeData } from "../helpers/vectors.js";
 
 const vector = loadVector("reconstruction.json");
 const xorbVector = loadVector("xorb-small.json");
 const shardVector = loadVector("shard-upload-small.json");
-const VECTOR_CHUNKS: Buffer[] = xorbVector.chunk_data_hex.map((hex: string) => Buffer.from(hex, "hex"));
-/** The vector files' contents (shard-upload-small.json files_content). */
-const CONTENT: Record<string, Buffer> = {
-  A: Buffer.concat([VECTOR_CHUNKS[0], VECTOR_CHUNKS[1], VECTOR_CHUNKS[2]]),
-  B: Buffer.concat([VECTOR_CHUNKS[2], VECTOR_CHUNKS[0], VECTOR_CHUNKS[1]]),
-};
+const CONTENT = vectorFileContents();
 
 let server: ServerProcess;
 let server501: ServerProcess;
@@ -52,17 +47,6 @@ async function casToken(target: ServerProcess, repo: string, hubToken: string, a
 async function post(target: ServerProcess, path: string, body: Uint8Array, token: string): Promise<void> {
   const response = await fetch(`${target.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${token}` } });
   assert.equal(response.status, 200, `${path}: ${await response.text()}`);
-}
-
-/** Every term of a file over single chunks `indices` of `xorb`, with correct hashes. */
-function fileOfChunks(xorb: SerializedXorb["info"], indices: number[]): ShardFile {
-  const chunks = indices.map((i) => xorb.chunks[i]);
-  return {
-    fileHash: fileHash(chunks.map((c) => ({ hash: c.hash, size: c.uncompressedLength }))),
-    terms: indices.map((i) => ({ xorbHash: xorb.hash, chunkStart: i, chunkEnd: i + 1, unpackedBytes: xorb.chunks[i].uncompressedLength })),
-    verificationHashes: chunks.map((c) => verificationHash([c.hash])),
-    sha256: null,
-  };
 }
 
 async function setUp(target: ServerProcess): Promise<{ read: string; write: string }> {
@@ -103,83 +87,6 @@ function reconstruct(path: string, options: { token?: string; range?: string; he
   return fetch(`${(options.target ?? server).url}${path}`, { headers });
 }
 
-interface Term {
-  hash: string;
-  unpacked_length: number;
-  range: { start: number; end: number };
-}
-type Answer = { offset_into_first_range: number; terms: Term[] } & Record<string, unknown>;
-
-interface FetchSource {
-  url: string;
-  /** Chunk range and byte range of the xorb this source serves. */
-  chunks: { start: number; end: number };
-  bytes: { start: number; end: number };
-}
-
-/** The sources a V2 or V1 answer lists, per xorb. */
-function sourcesOf(body: Record<string, unknown>): Map<string, FetchSource[]> {
-  const sources = new Map<string, FetchSource[]>();
-  if ("xorbs" in body) {
-    for (const [xorb, entries] of Object.entries(body.xorbs as Record<string, { url: string; ranges: { chunks: FetchSource["chunks"]; bytes: FetchSource["bytes"] }[] }[]>)) {
-      sources.set(xorb, entries.flatMap((entry) => entry.ranges.map((range) => ({ url: entry.url, chunks: range.chunks, bytes: range.bytes }))));
-    }
-  } else {
-    for (const [xorb, entries] of Object.entries(body.fetch_info as Record<string, { url: string; range: FetchSource["chunks"]; url_range: FetchSource["bytes"] }[]>)) {
-      sources.set(xorb, entries.map((entry) => ({ url: entry.url, chunks: entry.range, bytes: entry.url_range })));
-    }
-  }
-  return sources;
-}
-
-/** What a client does with a reconstruction answer: fetch, unpack, concatenate, skip the offset. */
-async function download(body: Answer, length: number): Promise<Buffer> {
-  const sources = sourcesOf(body);
-  assert.deepEqual(new Set(sources.keys()), new Set(body.terms.map((t) => t.hash)), "the map holds exactly the terms' xorbs");
-  const fetched = new Map<FetchSource, Buffer[]>();
-  const pieces: Buffer[] = [];
-  for (const term of body.terms) {
-    const covering = sources.get(term.hash)!.filter((s) => s.chunks.start <= term.range.start && term.range.end <= s.chunks.end);
-    assert.equal(covering.length, 1, "every term is covered by exactly one range");
-    const source = covering[0];
-    let chunks = fetched.get(source);
-    if (chunks === undefined) {
-      // No Authorization: transfer URLs authorise themselves.
-      const response = await fetch(source.url, { headers: { range: `bytes=${source.bytes.start}-${source.bytes.end}` } });
-      assert.equal(response.status, 206, await response.clone().text());
-      chunks = unpackChunks(Buffer.from(await response.arrayBuffer()));
-      assert.equal(chunks.length, source.chunks.end - source.chunks.start);
-      fetched.set(source, chunks);
-    }
-    const data = Buffer.concat(chunks.slice(term.range.start - source.chunks.start, term.range.end - source.chunks.start));
-    assert.equal(data.length, term.unpacked_length);
-    pieces.push(data);
-  }
-  const whole = Buffer.concat(pieces);
-  return whole.subarray(body.offset_into_first_range, body.offset_into_first_range + length);
-}
-
-/** Splits a byte range of a xorb into its chunks' data (8-byte header, then the payload). */
-function unpackChunks(bytes: Buffer): Buffer[] {
-  const chunks: Buffer[] = [];
-  for (let at = 0; at < bytes.length; ) {
-    const compressed = bytes.readUIntLE(at + 1, 3);
-    const scheme = bytes[at + 4];
-    const uncompressed = bytes.readUIntLE(at + 5, 3);
-    const payload = bytes.subarray(at + XORB_CHUNK_HEADER_BYTES, at + XORB_CHUNK_HEADER_BYTES + compressed);
-    chunks.push(Buffer.from(decompressChunk(scheme, payload, uncompressed)));
-    at += XORB_CHUNK_HEADER_BYTES + compressed;
-  }
-  return chunks;
-}
-
-function withPlaceholderUrls(body: Record<string, unknown>): Record<string, unknown> {
-  const copy = structuredClone(body);
-  if ("xorbs" in copy) for (const entries of Object.values(copy.xorbs as Record<string, { url: string }[]>)) for (const e of entries) e.url = "<signed url covering all ranges below>";
-  else for (const entries of Object.values(copy.fetch_info as Record<string, { url: string }[]>)) for (const e of entries) e.url = "<url>";
-  return copy;
-}
-
 describe("reconstruction.json against a real server, with downloads", () => {
   for (const vectorCase of vector.cases) {
     const file: string = vector.file_hashes[vectorCase.file];
@@ -204,7 +111,7 @@ describe("reconstruction.json against a real server, with downloads", () => {
         const content = CONTENT[vectorCase.file];
         const [first, last] = range === undefined ? [0, content.length - 1] : range.slice("bytes=".length).split("-").map(Number);
         const wanted = content.subarray(first, Math.min(last, content.length - 1) + 1);
-        assert.deepEqual(await download(body, wanted.length), wanted, `${path}: downloaded bytes`);
+        assert.deepEqual(await downloadAnswer(body, wanted.length), wanted, `${path}: downloaded bytes`);
       }
     });
   }
@@ -212,14 +119,14 @@ describe("reconstruction.json against a real server, with downloads", () => {
 
 describe("a file whose chunks are scattered in a shared xorb", () => {
   it("lists one V2 entry of disjoint ranges (never merged across a gap) and downloads correctly", async () => {
-    const body = (await (await reconstruct(`/v2/reconstructions/${sparseFileHex}`)).json()) as Answer & { xorbs: Record<string, { ranges: { chunks: { start: number; end: number } }[] }[]> };
-    const entries = body.xorbs[hashToHex(bigXorb.info.hash)];
+    const body = (await (await reconstruct(`/v2/reconstructions/${sparseFileHex}`)).json()) as Answer;
+    const entries = body.xorbs![hashToHex(bigXorb.info.hash)];
     assert.equal(entries.length, 1);
     assert.deepEqual(
       entries[0].ranges.map((r) => [r.chunks.start, r.chunks.end]),
       Array.from({ length: 24 }, (_, i) => [2 * i, 2 * i + 1]),
     );
-    assert.deepEqual(await download(body, sparseContent.length), sparseContent);
+    assert.deepEqual(await downloadAnswer(body, sparseContent.length), sparseContent);
   });
 
   it("serves any byte range of it, V1 and V2", async () => {
@@ -234,11 +141,11 @@ describe("a file whose chunks are scattered in a shared xorb", () => {
       for (const version of ["v1", "v2"]) {
         const response = await reconstruct(`/${version}/reconstructions/${sparseFileHex}`, { range: `bytes=${first}-${last}` });
         assert.equal(response.status, 200);
-        assert.deepEqual(await download((await response.json()) as Answer, wanted.length), wanted, `${version} bytes=${first}-${last}`);
+        assert.deepEqual(await downloadAnswer((await response.json()) as Answer, wanted.length), wanted, `${version} bytes=${first}-${last}`);
       }
     }
     const suffix = await reconstruct(`/v2/reconstructions/${sparseFileHex}`, { range: "bytes=-100" });
-    assert.deepEqual(await download((await suffix.json()) as Answer, 100), sparseContent.subarray(sparseContent.length - 100));
+    assert.deepEqual(await downloadAnswer((await suffix.json()) as Answer, 100), sparseContent.subarray(sparseContent.length - 100));
   });
 
   it("gzips the answer for a client that accepts it", async () => {
@@ -275,6 +182,6 @@ describe("errors over HTTP", () => {
     assert.match(((await v2.json()) as { error: string }).error, /GET \/v1\/reconstructions/);
     const v1 = await reconstruct(`/v1/reconstructions/${file}`, { token: token501, target: server501 });
     assert.equal(v1.status, 200);
-    assert.deepEqual(await download((await v1.json()) as Answer, CONTENT.B.length), CONTENT.B);
+    assert.deepEqual(await downloadAnswer((await v1.json()) as Answer, CONTENT.B.length), CONTENT.B);
   });
 });

@@ -17,10 +17,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { CastorClient, upload, type UploadResult } from "../../src/client/index.js";
-import { decompressChunk } from "../../src/format/compression.js";
-import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
-import { serializeUploadShard, type ShardFile } from "../../src/format/shard.js";
-import { serializeXorb, XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
+import { hashToHex } from "../../src/format/hash.js";
+import { serializeUploadShard } from "../../src/format/shard.js";
+import { serializeXorb } from "../../src/format/xorb.js";
 import {
   assertSameBytes,
   HfXetClient,
@@ -37,6 +36,7 @@ import {
   type CastorFixture,
 } from "../interop/harness.js";
 import { hubFixture, listScaleOutXorbs, scaleOutUnavailable, startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { downloadAnswer, fileOfChunks, vectorFileContents, withPlaceholderUrls, type Answer } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
 
 // Fails the whole file, with the way to start the services, when they are not configured.
@@ -46,12 +46,7 @@ if (unavailable !== null) throw new Error(`the scale-out end-to-end tests need P
 const reconstructionVector = loadVector("reconstruction.json");
 const xorbVector = loadVector("xorb-small.json");
 const shardVector = loadVector("shard-upload-small.json");
-const VECTOR_CHUNKS: Buffer[] = xorbVector.chunk_data_hex.map((hex: string) => Buffer.from(hex, "hex"));
-/** The vector files' contents (shard-upload-small.json files_content). */
-const VECTOR_CONTENT: Record<string, Buffer> = {
-  A: Buffer.concat([VECTOR_CHUNKS[0], VECTOR_CHUNKS[1], VECTOR_CHUNKS[2]]),
-  B: Buffer.concat([VECTOR_CHUNKS[2], VECTOR_CHUNKS[0], VECTOR_CHUNKS[1]]),
-};
+const VECTOR_CONTENT = vectorFileContents();
 
 let server: ServerProcess;
 let castor: CastorFixture;
@@ -91,16 +86,6 @@ async function storedXorbBytes(): Promise<number> {
 }
 
 /** A file over single chunks `indices` of `xorb` (one term per chunk). */
-function fileOfChunks(xorb: SerializedXorb["info"], indices: number[]): ShardFile {
-  const chunks = indices.map((i) => xorb.chunks[i]);
-  return {
-    fileHash: fileHash(chunks.map((c) => ({ hash: c.hash, size: c.uncompressedLength }))),
-    terms: indices.map((i) => ({ xorbHash: xorb.hash, chunkStart: i, chunkEnd: i + 1, unpackedBytes: xorb.chunks[i].uncompressedLength })),
-    verificationHashes: chunks.map((c) => verificationHash([c.hash])),
-    sha256: null,
-  };
-}
-
 describe("castor's client on the scale-out backends", () => {
   let uploaded: UploadResult;
   const contents = new Map<string, Uint8Array>([
@@ -324,95 +309,6 @@ describe("tokens on the scale-out backends", () => {
     assert.equal((await fetch(`${server.url}/v2/reconstructions/${reconstructionVector.file_hashes.A}`)).status, 401);
   });
 });
-
-// ---------------------------------------------------------------------------------------------
-// A client's handling of reconstruction answers, in brief (test/e2e/reconstruction.test.ts has
-// the full commentary): fetch each listed byte range from its transfer URL with no
-// Authorization, unpack the chunks, concatenate the terms, skip the offset.
-
-interface Term {
-  hash: string;
-  unpacked_length: number;
-  range: { start: number; end: number };
-}
-interface Answer {
-  offset_into_first_range: number;
-  terms: Term[];
-  xorbs?: Record<string, { url: string; ranges: { chunks: Span; bytes: Span }[] }[]>;
-  fetch_info?: Record<string, { url: string; range: Span; url_range: Span }[]>;
-}
-interface Span {
-  start: number;
-  end: number;
-}
-interface FetchSource {
-  url: string;
-  chunks: Span;
-  bytes: Span;
-}
-
-function sourcesOf(body: Answer): Map<string, FetchSource[]> {
-  const sources = new Map<string, FetchSource[]>();
-  for (const [xorb, entries] of Object.entries(body.xorbs ?? {})) {
-    sources.set(xorb, entries.flatMap((entry) => entry.ranges.map((range) => ({ url: entry.url, chunks: range.chunks, bytes: range.bytes }))));
-  }
-  for (const [xorb, entries] of Object.entries(body.fetch_info ?? {})) {
-    sources.set(xorb, entries.map((entry) => ({ url: entry.url, chunks: entry.range, bytes: entry.url_range })));
-  }
-  return sources;
-}
-
-async function downloadAnswer(body: Answer, length: number): Promise<Buffer> {
-  const sources = sourcesOf(body);
-  const covering = body.terms.map((term) => {
-    const found = (sources.get(term.hash) ?? []).filter((s) => s.chunks.start <= term.range.start && term.range.end <= s.chunks.end);
-    assert.equal(found.length, 1, "every term is covered by exactly one range");
-    return found[0];
-  });
-  // Each listed range once, all at once, as clients fetch them.
-  const fetched = new Map<FetchSource, Promise<Buffer[]>>();
-  for (const source of covering) {
-    if (fetched.has(source)) continue;
-    fetched.set(
-      source,
-      (async () => {
-        const response = await fetch(source.url, { headers: { range: `bytes=${source.bytes.start}-${source.bytes.end}` } });
-        assert.equal(response.status, 206, await response.clone().text());
-        const chunks = unpackChunks(Buffer.from(await response.arrayBuffer()));
-        assert.equal(chunks.length, source.chunks.end - source.chunks.start);
-        return chunks;
-      })(),
-    );
-  }
-  const pieces = await Promise.all(
-    body.terms.map(async (term, i) => {
-      const source = covering[i];
-      return Buffer.concat((await fetched.get(source)!).slice(term.range.start - source.chunks.start, term.range.end - source.chunks.start));
-    }),
-  );
-  return Buffer.concat(pieces).subarray(body.offset_into_first_range, body.offset_into_first_range + length);
-}
-
-/** Splits a byte range of a xorb into its chunks' data (8-byte header, then the payload). */
-function unpackChunks(bytes: Buffer): Buffer[] {
-  const chunks: Buffer[] = [];
-  for (let at = 0; at < bytes.length; ) {
-    const compressed = bytes.readUIntLE(at + 1, 3);
-    const scheme = bytes[at + 4];
-    const uncompressed = bytes.readUIntLE(at + 5, 3);
-    const payload = bytes.subarray(at + XORB_CHUNK_HEADER_BYTES, at + XORB_CHUNK_HEADER_BYTES + compressed);
-    chunks.push(Buffer.from(decompressChunk(scheme, payload, uncompressed)));
-    at += XORB_CHUNK_HEADER_BYTES + compressed;
-  }
-  return chunks;
-}
-
-function withPlaceholderUrls(body: Answer): Answer {
-  const copy = structuredClone(body);
-  for (const entries of Object.values(copy.xorbs ?? {})) for (const entry of entries) entry.url = "<signed url covering all ranges below>";
-  for (const entries of Object.values(copy.fetch_info ?? {})) for (const entry of entries) entry.url = "<url>";
-  return copy;
-}
 
 /** The `\n`-terminated JSON frames of an NDJSON answer. */
 async function framesOf(response: Response): Promise<Record<string, unknown>[]> {
