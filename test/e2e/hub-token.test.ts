@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { createPublicKey, type KeyObject } from "node:crypto";
-import { connect, createServer, type Socket } from "node:net";
+import { createServer } from "node:net";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -20,6 +20,7 @@ import { createLogger } from "../../src/http/logging.js";
 import { HubService } from "../../src/hub/index.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { runCastor } from "../helpers/cli.js";
+import { openSocket, readUntilClosed } from "../helpers/raw-socket.js";
 import { serveExpectingFailure, startCastorServer, type ServerProcess } from "../helpers/server.js";
 
 interface TokenAnswer {
@@ -303,23 +304,6 @@ describe("castor serve: start-up failures", () => {
     }
   });
 });
-
-function openSocket(port: number): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, "127.0.0.1");
-    socket.once("connect", () => resolve(socket));
-    socket.once("error", reject);
-  });
-}
-
-function readUntilClosed(socket: Socket): Promise<string> {
-  let text = "";
-  socket.setEncoding("utf8").on("data", (chunk: string) => (text += chunk));
-  return new Promise((resolve, reject) => {
-    socket.once("close", () => resolve(text));
-    socket.once("error", reject);
-  });
-}
 
 /** The listener closes right after shutdown begins; wait until new connections are refused. */
 async function eventuallyRefused(port: number): Promise<void> {

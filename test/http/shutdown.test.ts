@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { connect, type Socket } from "node:net";
 import { describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { createHttpApp } from "../../src/http/app.js";
 import { createLogger } from "../../src/http/logging.js";
+import { openSocket, readUntilClosed } from "../helpers/raw-socket.js";
 
 /** An app with a route that waits until the test releases it. */
 async function startApp(): Promise<{ app: FastifyInstance; port: number; entered: Promise<void>; release: () => void }> {
@@ -22,24 +22,6 @@ async function startApp(): Promise<{ app: FastifyInstance; port: number; entered
   const address = app.server.address();
   assert.ok(address !== null && typeof address === "object");
   return { app, port: address.port, entered: enteredPromise, release };
-}
-
-function openSocket(port: number): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, "127.0.0.1");
-    socket.once("connect", () => resolve(socket));
-    socket.once("error", reject);
-  });
-}
-
-/** Everything the server sends until it closes the connection. */
-function readUntilClosed(socket: Socket): Promise<string> {
-  let text = "";
-  socket.setEncoding("utf8").on("data", (chunk: string) => (text += chunk));
-  return new Promise((resolve, reject) => {
-    socket.once("close", () => resolve(text));
-    socket.once("error", reject);
-  });
 }
 
 function settledWithin<T>(promise: Promise<T>, ms: number): Promise<boolean> {
