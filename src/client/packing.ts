@@ -30,6 +30,7 @@ import {
   isGlobalDedupEligible,
   isZeroHash,
   verificationHash,
+  writeChunkHeader,
   xorbHash,
   type Hash,
   type MerkleEntry,
@@ -308,17 +309,6 @@ export class XorbBuilder {
   }
 }
 
-/** The 8-byte chunk header of XET-PROTOCOL.md §5.2: version 0, u24 sizes little-endian. */
-function writeChunkHeader(out: Uint8Array, at: number, compressedSize: number, scheme: number, uncompressedSize: number): void {
-  out[at] = 0;
-  out[at + 1] = compressedSize & 0xff;
-  out[at + 2] = (compressedSize >>> 8) & 0xff;
-  out[at + 3] = (compressedSize >>> 16) & 0xff;
-  out[at + 4] = scheme;
-  out[at + 5] = uncompressedSize & 0xff;
-  out[at + 6] = (uncompressedSize >>> 8) & 0xff;
-  out[at + 7] = (uncompressedSize >>> 16) & 0xff;
-}
 
 
 // ---------------------------------------------------------------------------------------------

@@ -730,7 +730,8 @@ export function serializeXorb(sources: readonly XorbChunkSource[], options: Seri
   };
 }
 
-function writeChunkHeader(out: Uint8Array, at: number, compressedSize: number, scheme: number, uncompressedSize: number): void {
+/** Writes the 8-byte chunk header of XET-PROTOCOL.md §5.2 at `at`: version 0, u24 sizes little-endian. */
+export function writeChunkHeader(out: Uint8Array, at: number, compressedSize: number, scheme: number, uncompressedSize: number): void {
   out[at] = 0;
   out[at + 1] = compressedSize & 0xff;
   out[at + 2] = (compressedSize >>> 8) & 0xff;
