@@ -31,7 +31,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { castorClientDownload, castorClientUpload, interopPython, startCastorFixture, type CastorFixture } from "../test/interop/harness.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
 import { startDoNothingCas } from "./support/do-nothing-cas.js";
 import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 
@@ -135,12 +135,6 @@ function perRound(numerators: readonly number[], denominators: readonly number[]
 /** A RAM-backed directory for the clients' files where the machine has one, else the temp dir. */
 function clientScratchParent(): string {
   return existsSync("/dev/shm") ? "/dev/shm" : tmpdir();
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 /** One client against one server that has never seen the file. */

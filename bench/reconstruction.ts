@@ -40,7 +40,7 @@ import { createLogger } from "../src/http/logging.js";
 import { registerReconstructionRoutes } from "../src/http/reconstruction-routes.js";
 import type { FileRecord, XorbRecord } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
-import { benchRow, deterministicRandomBytes, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, median, type BenchRow } from "./lib.js";
 
 const GROUP = "reconstruction";
 const XORBS = 160;
@@ -240,12 +240,6 @@ function requestOnce(agent: Agent, spec: RequestSpec, keepBody = false): Promise
 
 function best(rounds: readonly LoadResult[]): LoadResult {
   return rounds.reduce((a, b) => (b.requestsPerSecond > a.requestsPerSecond ? b : a));
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 /**

@@ -26,7 +26,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CastorClient } from "../src/client/index.js";
 import { hubFixture, scaleOutUnavailable, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
 
 const GROUP = "scaleout";
 const FILE_BYTES = 256 * 1024 * 1024;
@@ -240,8 +240,3 @@ function getDiscardingBody(agent: Agent, url: URL, headers: Record<string, strin
   });
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}

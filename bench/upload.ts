@@ -21,7 +21,7 @@ import { CompressionScheme } from "../src/format/compression.js";
 import { chunkHash, hashToHex, xorbHash } from "../src/format/hash.js";
 import { XORB_CHUNK_HEADER_BYTES, serializeXorb } from "../src/format/xorb.js";
 import { startCastorServer } from "../test/helpers/server.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
 
 const GROUP = "upload";
 const CHUNK_BYTES = 128 * 1024;
@@ -99,12 +99,6 @@ export async function run(): Promise<BenchRow[]> {
 }
 
 const ROUND_BYTES = CLIENTS * XORBS_PER_CLIENT * (XORB_CHUNKS * (CHUNK_BYTES + XORB_CHUNK_HEADER_BYTES));
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
 
 /** CLIENTS clients each uploading XORBS_PER_CLIENT fresh xorbs one after another; returns MB/s. */
 async function uploadRound(url: string, headers: Record<string, string>, bodies: XorbBodies, agent: Agent): Promise<number> {
