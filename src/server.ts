@@ -13,7 +13,7 @@ import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
 import { ConfigError, listenUrl, publicUrlForBoundPort, type CastorConfig } from "./config.js";
 import { HmacTransferUrls } from "./auth/transfer-url.js";
 import { DedupService } from "./cas/dedup.js";
-import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
+import type { PresignedTransferUrls } from "./cas/presigned-transfer.js";
 import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
 import { HubService } from "./hub/index.js";
@@ -23,7 +23,6 @@ import { openMetadataStore } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
 import type { BlobStore } from "./storage/blob-store.js";
 import { openBlobStore } from "./storage/open.js";
-import { S3BlobStore } from "./storage/s3.js";
 
 /**
  * Staging files older than this are swept at start-up. With S3 other nodes share the bucket
@@ -72,6 +71,8 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     if (swept > 0) logger.info({ swept }, `removed ${swept} staging leftover(s) of interrupted uploads`);
     let presignedUrls: PresignedTransferUrls | undefined;
     if (config.transferMode === "presigned") {
+      // Loaded only here, like the S3 store itself (storage/open.ts): the embedded default never needs the AWS SDK.
+      const [{ S3BlobStore }, { PresignedTransferUrls }] = await Promise.all([import("./storage/s3.js"), import("./cas/presigned-transfer.js")]);
       if (!(blobs instanceof S3BlobStore)) throw new ConfigError("CASTOR_TRANSFER_MODE=presigned needs the S3 blob store (set CASTOR_S3_BUCKET)");
       presignedUrls = await PresignedTransferUrls.create(blobs, { ttlSeconds: config.transferUrlTtlSeconds });
       logger.info("transfer URLs are presigned S3 GETs, one byte range each (CASTOR_TRANSFER_MODE=presigned)");

@@ -5,7 +5,7 @@
 import { join } from "node:path";
 import type { CastorConfig } from "../config.js";
 import { openFsBlobStore, type FsBlobStore } from "./fs.js";
-import { openS3BlobStore, type S3BlobStore } from "./s3.js";
+import type { S3BlobStore } from "./s3.js";
 
 /** Folder of the embedded blob store inside the data dir. */
 export const BLOBS_DIR_NAME = "blobs";
@@ -15,14 +15,17 @@ export const S3_STAGING_DIR_NAME = "s3-staging";
 export type OpenedBlobStore = FsBlobStore | S3BlobStore;
 
 /**
- * Opens the configured store. The S3 store stages incoming bodies on local disk under
+ * Opens the configured store. The S3 module (and the AWS SDK behind it) is loaded only when S3 is
+ * configured: it would otherwise add about a third to the embedded server's heap, which every
+ * full garbage collection has to mark. The S3 store stages incoming bodies on local disk under
  * `${dataDir}/s3-staging`, so that folder needs room for the uploads in flight (up to ~65 MiB
  * each). Call `sweepTemp()` on the result once at start-up; with S3 and several nodes, pass
  * `olderThanMs` so a restarting node does not abort the uploads of the others.
  */
-export function openBlobStore(config: Pick<CastorConfig, "dataDir" | "s3">): Promise<OpenedBlobStore> {
+export async function openBlobStore(config: Pick<CastorConfig, "dataDir" | "s3">): Promise<OpenedBlobStore> {
   if (config.s3 === null) return openFsBlobStore(join(config.dataDir, BLOBS_DIR_NAME));
   const { s3 } = config;
+  const { openS3BlobStore } = await import("./s3.js");
   return openS3BlobStore({
     bucket: s3.bucket,
     prefix: s3.prefix,
