@@ -18,7 +18,17 @@
  * downloads (in reverse order every other round); rounds repeat while the time budget allows.
  * Ratios are taken within a round, between transfers that ran one right after the other, so a
  * burst of load from other processes on the 2 shared cores tends to hit both sides alike.
- * All three clients must report the same file hash.
+ * All three clients must report the same file hash. A first round runs uncounted: on this VM,
+ * memory the guest touches for the first time costs several times what reused memory costs,
+ * and in repeated runs the first round's transfers were the slowest of the run for whichever
+ * server they hit.
+ *
+ * Next to MB/s, each hf_xet transfer records the CPU seconds its server spent on it: castor's
+ * process (its /proc/<pid>/stat), and this process for the do-nothing CAS, which runs in it.
+ * On 2 cores every server CPU second is taken from the client, so this is the cost the ratio
+ * measures, without the client's own noise.
+ *
+ * castor runs compiled (bin/castor.js, as users run it); `npm run bench` builds dist/ first.
  *
  * The clients' side — the source file, hf_xet's homes and caches, the downloaded copies — lives
  * in RAM (/dev/shm) where there is one: the disk's write-back of each 256 MiB copy (and of
@@ -26,7 +36,7 @@
  * difference between servers. castor's data dir stays on disk: that is the server's real work.
  */
 import { createHash } from "node:crypto";
-import { createReadStream, existsSync } from "node:fs";
+import { createReadStream, existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -38,7 +48,7 @@ import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 const GROUP = "clients";
 const FILE_BYTES = 256 * 1024 * 1024;
 const FILE_SEED = 256;
-const MAX_ROUNDS = 6;
+const MAX_ROUNDS = 7;
 /** No new round starts after this much time, so the group stays around 3 minutes. */
 const ROUND_BUDGET_SECONDS = 110;
 
@@ -50,6 +60,8 @@ type Setup = "hf_xet → castor" | "hf_xet → do-nothing" | "castor client → 
 
 /** MB/s per setup and transfer, one entry per round. */
 type Rates = Record<Setup, Record<Transfer, number[]>>;
+/** CPU seconds the server spent per transfer, one entry per round (hf_xet setups only). */
+type ServerCpu = Record<Exclude<Setup, "castor client → castor">, Record<Transfer, number[]>>;
 
 export async function run(): Promise<BenchRow[]> {
   const groupStarted = performance.now();
@@ -65,26 +77,40 @@ export async function run(): Promise<BenchRow[]> {
     };
     const check = new DownloadCheck(expectedSha256, scratch);
 
+    const serverCpu: ServerCpu = {
+      "hf_xet → castor": { upload: [], download: [] },
+      "hf_xet → do-nothing": { upload: [], download: [] },
+    };
+    const record = (setup: Setup, transfer: Transfer, seconds: number, cpuSeconds: number | null) => {
+      rates[setup][transfer].push(megabytesPerSecond(FILE_BYTES, seconds));
+      if (cpuSeconds !== null && setup !== "castor client → castor") serverCpu[setup][transfer].push(cpuSeconds);
+    };
+
+    // Round 0 is the uncounted warm-up (see the file comment).
     let rounds = 0;
-    while (rounds < MAX_ROUNDS && (rounds === 0 || (performance.now() - groupStarted) / 1000 < ROUND_BUDGET_SECONDS)) {
+    while (rounds < MAX_ROUNDS && (rounds <= 1 || (performance.now() - groupStarted) / 1000 < ROUND_BUDGET_SECONDS)) {
+      const counted = rounds > 0;
       const contenders = await startContenders(hfXet, source);
       try {
         // Odd rounds run the setups in reverse order, so none always goes first (or last).
         if (rounds % 2 === 1) contenders.reverse();
         const fileHashes = new Set<string>();
         for (const contender of contenders) {
+          const cpuBefore = contender.serverCpuSeconds();
           const { seconds, fileHash } = await contender.upload();
           fileHashes.add(fileHash);
-          rates[contender.setup].upload.push(megabytesPerSecond(FILE_BYTES, seconds));
+          if (counted) record(contender.setup, "upload", seconds, cpuSince(contender, cpuBefore));
         }
         // Every client must name the same file, or the comparison compares different work.
         if (fileHashes.size !== 1) throw new Error(`the clients disagree on the file hash: ${[...fileHashes].join(", ")}`);
         const [fileHash] = fileHashes;
         for (const contender of contenders) {
           const output = check.nextPath();
+          const cpuBefore = contender.serverCpuSeconds();
           const seconds = await contender.download(fileHash, output);
+          const cpuSeconds = cpuSince(contender, cpuBefore);
           await check.verify(output, contender.setup);
-          rates[contender.setup].download.push(megabytesPerSecond(FILE_BYTES, seconds));
+          if (counted) record(contender.setup, "download", seconds, cpuSeconds);
         }
       } finally {
         for (const contender of contenders) await contender.stop();
@@ -92,19 +118,27 @@ export async function run(): Promise<BenchRow[]> {
       rounds++;
     }
 
-    return report(rates, rounds);
+    return report(rates, serverCpu, rounds - 1);
   } finally {
     await rm(scratch, { recursive: true, force: true });
   }
 }
 
-function report(rates: Rates, rounds: number): BenchRow[] {
+function report(rates: Rates, serverCpu: ServerCpu, rounds: number): BenchRow[] {
   const rows: BenchRow[] = [];
-  const roundsNote = `256 MiB random file, best and median of ${rounds} round${rounds === 1 ? "" : "s"}`;
+  const roundsNote = `256 MiB random file, best and median of ${rounds} round${rounds === 1 ? "" : "s"} after a warm-up round`;
   for (const setup of Object.keys(rates) as Setup[]) {
     for (const transfer of ["upload", "download"] as const) {
       const values = rates[setup][transfer];
       rows.push(benchRow(GROUP, `${setup} ${transfer}`, Math.max(...values), "MB/s", { median: median(values), note: roundsNote }));
+    }
+  }
+  for (const setup of Object.keys(serverCpu) as (keyof ServerCpu)[]) {
+    for (const transfer of ["upload", "download"] as const) {
+      const values = serverCpu[setup][transfer];
+      if (values.length === 0) continue;
+      // The least CPU is the best; the median is shown next to it as for the rates.
+      rows.push(benchRow(GROUP, `${setup} ${transfer}: server CPU`, Math.min(...values), "s", { median: median(values), note: "CPU seconds the server spent on one 256 MiB transfer" }));
     }
   }
   const ratioRow = (metric: string, numerators: readonly number[], denominators: readonly number[], atLeast: number, note: string) =>
@@ -144,7 +178,28 @@ interface Contender {
   upload(): Promise<{ seconds: number; fileHash: string }>;
   /** Downloads the file into `output`; returns the timed seconds. */
   download(fileHash: string, output: string): Promise<number>;
+  /** CPU seconds the server has used so far; null where they cannot be read. */
+  serverCpuSeconds(): number | null;
   stop(): Promise<void>;
+}
+
+function cpuSince(contender: Contender, before: number | null): number | null {
+  const now = contender.serverCpuSeconds();
+  return before === null || now === null ? null : now - before;
+}
+
+/** User + system CPU seconds of a child process, from /proc (Linux); null elsewhere. */
+function childCpuSeconds(pid: number | undefined): number | null {
+  if (pid === undefined || !existsSync(`/proc/${pid}/stat`)) return null;
+  // Fields after the parenthesised command name; utime and stime are the 12th and 13th, in clock ticks (100 per second on Linux).
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** User + system CPU seconds of this process, which hosts the do-nothing CAS. */
+function ownCpuSeconds(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1e6;
 }
 
 /**
@@ -154,12 +209,13 @@ interface Contender {
 async function startContenders(hfXet: TimedHfXet, source: string): Promise<Contender[]> {
   const contenders: Contender[] = [];
   try {
-    const castorForHfXet = await startCastorFixture();
-    contenders.push(hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => castorForHfXet.stop()));
+    const castorForHfXet = await startCastorFixture({}, { compiled: true });
+    const castorPid = castorForHfXet.server.child.pid;
+    contenders.push(hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => childCpuSeconds(castorPid), () => castorForHfXet.stop()));
     const doNothing = await startDoNothingCas();
     const doNothingTokens: XetTokenSource = { tokenUrl: doNothing.tokenUrl, hubToken: () => doNothing.hubToken };
-    contenders.push(hfXetContender("hf_xet → do-nothing", hfXet, source, doNothingTokens, () => doNothing.close()));
-    const castorForClient = await startCastorFixture();
+    contenders.push(hfXetContender("hf_xet → do-nothing", hfXet, source, doNothingTokens, ownCpuSeconds, () => doNothing.close()));
+    const castorForClient = await startCastorFixture({}, { compiled: true });
     contenders.push(castorClientContender(castorForClient, source));
     return contenders;
   } catch (error) {
@@ -168,9 +224,17 @@ async function startContenders(hfXet: TimedHfXet, source: string): Promise<Conte
   }
 }
 
-function hfXetContender(setup: Setup, hfXet: TimedHfXet, source: string, tokens: XetTokenSource, stop: () => Promise<void>): Contender {
+function hfXetContender(
+  setup: Setup,
+  hfXet: TimedHfXet,
+  source: string,
+  tokens: XetTokenSource,
+  serverCpuSeconds: () => number | null,
+  stop: () => Promise<void>,
+): Contender {
   return {
     setup,
+    serverCpuSeconds,
     async upload() {
       const { seconds, files } = await hfXet.upload(tokens, [source]);
       if (files[0].size !== FILE_BYTES) throw new Error(`${setup}: hf_xet reported ${files[0].size} bytes for the ${FILE_BYTES}-byte file`);
@@ -200,6 +264,8 @@ function castorClientContender(castor: CastorFixture, source: string): Contender
       await castorClientDownload(castor, fileHash, output);
       return (performance.now() - started) / 1000;
     },
+    // The client runs in this process, so no server CPU can be told apart from it.
+    serverCpuSeconds: () => null,
     stop: () => castor.stop(),
   };
 }

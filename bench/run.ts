@@ -3,6 +3,9 @@
  * `lib.ts` and this file, named after its file), prints one table and writes the rows to
  * `bench/results/latest.json` plus a timestamped copy. With names, only those groups run.
  *
+ * `npm run bench` builds dist/ first: the groups that start castor run the compiled `castor`
+ * command, as users run it, not the sources through tsx.
+ *
  * Groups run one after another, never in parallel: the machine has 2 cores and each group
  * wants them to itself. A group that throws is reported and makes the exit code 1; the others
  * still run.

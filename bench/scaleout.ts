@@ -140,7 +140,7 @@ async function startDeployments(): Promise<Deployment[]> {
   const deployments: Deployment[] = [];
   try {
     for (const mode of MODES) {
-      const server = await startCastorServer({ scaleOut: mode === "scale-out" });
+      const server = await startCastorServer({ scaleOut: mode === "scale-out", compiled: true });
       const deployment = await deploymentOn(mode, server).catch(async (error) => {
         await server.stop();
         throw error;

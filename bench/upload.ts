@@ -51,7 +51,7 @@ export async function run(): Promise<BenchRow[]> {
       rev: "main",
       scope: "write",
     });
-    const castor = await startCastorServer({ dataDir });
+    const castor = await startCastorServer({ dataDir, compiled: true });
     stops.push(() => castor.stop());
     const castorHeaders = { authorization: `Bearer ${token}` };
 

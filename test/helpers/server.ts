@@ -22,6 +22,8 @@ import { runCastor } from "./cli.js";
 /** The `castor` command run from source, as the CLI tests run it. */
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
 const TSX = import.meta.resolve("tsx");
+/** The `castor` command as installed: the launcher of the compiled CLI in dist/, run through its shebang (which carries V8 flags). */
+const COMPILED_COMMAND = fileURLToPath(new URL("../../bin/castor.js", import.meta.url));
 
 export interface ExitStatus {
   code: number | null;
@@ -83,6 +85,12 @@ export interface StartServerOptions {
    * Default: embedded.
    */
   scaleOut?: boolean | ScaleOutBackend;
+  /**
+   * Run the compiled CLI (bin/castor.js → dist/), as users run castor, instead of the sources
+   * through tsx, whose loader adds to the server's heap. For benchmarks; the caller makes sure
+   * dist/ is built from the current sources (`npm run bench` builds first).
+   */
+  compiled?: boolean;
 }
 
 /**
@@ -200,7 +208,8 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
   const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
   Object.assign(env, settings);
 
-  const child = spawn(process.execPath, ["--import", TSX, ENTRY, "serve", ...(options.args ?? [])], {
+  const [command, ...launcher] = options.compiled ? [COMPILED_COMMAND] : [process.execPath, "--import", TSX, ENTRY];
+  const child = spawn(command, [...launcher, "serve", ...(options.args ?? [])], {
     env,
     stdio: ["ignore", "pipe", "pipe"],
   });

@@ -21,7 +21,7 @@ import { chunkHash, fileHash, hashToHex, type MerkleEntry } from "../../src/form
 import { parseUploadShard } from "../../src/format/shard.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { runCastor } from "../helpers/cli.js";
-import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { startCastorServer, type ServerProcess, type StartServerOptions } from "../helpers/server.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const SETUP_SCRIPT = join(REPO_ROOT, "scripts", "setup-interop.mjs");
@@ -126,12 +126,12 @@ async function createHubToken(dataDir: string, access: "read" | "write"): Promis
 }
 
 /** A fresh data dir, the repository and tokens made with the admin CLI, then `castor serve`. */
-export async function startCastorFixture(env: Record<string, string> = {}): Promise<CastorFixture> {
+export async function startCastorFixture(env: Record<string, string> = {}, serverOptions: Pick<StartServerOptions, "compiled"> = {}): Promise<CastorFixture> {
   const dataDir = await mkdtemp(join(tmpdir(), "castor-interop-"));
   try {
     await castorOk(dataDir, ["repo", "create", REPO_TYPE, REPO_NAME]);
     const hubTokens = { read: await createHubToken(dataDir, "read"), write: await createHubToken(dataDir, "write") };
-    const server = await startCastorServer({ dataDir, env });
+    const server = await startCastorServer({ ...serverOptions, dataDir, env });
     const tokenUrl = (access: "read" | "write") => `${server.url}/api/${REPO_TYPE}s/${REPO_NAME}/xet-${access}-token/main`;
     return {
       server,
