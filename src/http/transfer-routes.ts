@@ -26,9 +26,11 @@
  * the URL, the signature or the Range header.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import { selectRequestedRanges, TransferUrlError, type ByteRange, type TransferUrlVerifier } from "../auth/transfer-url.js";
-import { blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore } from "../storage/blob-store.js";
+import { blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type SpanReader } from "../storage/blob-store.js";
+import { BufferPool } from "./buffer-pool.js";
 import { HttpError } from "./errors.js";
 import { multipartByteRanges } from "./multipart.js";
 
@@ -103,12 +105,28 @@ export async function registerTransferRoutes(app: FastifyInstance, deps: Transfe
     return multipart.body;
   }
 
+  /** `open` for stores with positional reads (see `BlobStore.openSpan`). */
+  async function openSpan(transfer: TransferPlan, range: ByteRange, openSpanOf: NonNullable<BlobStore["openSpan"]>): Promise<SpanReader> {
+    try {
+      return await openSpanOf.call(blobs, transfer.key, { offset: range.start, length: range.end - range.start + 1 });
+    } catch (error) {
+      if (isBlobStoreError(error, "not_found")) throw notStored(transfer.xorbHex);
+      if (isBlobStoreError(error, "range_not_satisfiable")) throw unsatisfiable(transfer.xorbHex, range, transfer.size);
+      throw error;
+    }
+  }
+
   // HEAD is declared explicitly (fastify's automatic HEAD would run the GET handler and open
   // the blob only to drop its bytes).
   app.get(TRANSFER_ROUTE, { exposeHeadRoute: false }, async (request, reply) => {
     const transfer = await plan(request);
     // A single range is opened before any header is set, so a failure still gets a clean error
     // response; multipart parts open as the body is read.
+    if (transfer.ranges.length === 1 && blobs.openSpan) {
+      const span = await openSpan(transfer, transfer.ranges[0], blobs.openSpan);
+      describe(reply, transfer);
+      return sendSpan(app, request, reply, span);
+    }
     const singleBody = transfer.ranges.length === 1 ? await open(transfer, transfer.ranges[0]) : null;
     const multipartBody = describe(reply, transfer);
     return reply.send(singleBody ?? multipartBody);
@@ -120,6 +138,71 @@ export async function registerTransferRoutes(app: FastifyInstance, deps: Transfe
     // Built only for its headers; it opened nothing.
     multipartBody?.destroy();
     return reply.send();
+  });
+}
+
+/**
+ * Read buffers shared by all single-range responses. A response holds at most two at a time
+ * (one being read, one being written), so this many idle ones cover many concurrent downloads;
+ * beyond that, buffers are allocated and left to the GC.
+ */
+const spanBuffers = new BufferPool(1024 * 1024, 64);
+
+/**
+ * Writes the span as the response body (status and headers already set on `reply`), reading
+ * into pooled buffers and giving each back in its write's callback, once the socket has it.
+ * Fastify is bypassed (`hijack`) for the body only because `reply.send` takes a stream, whose
+ * buffers cannot be known to be written; the request is still logged as usual.
+ */
+async function sendSpan(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply, span: SpanReader): Promise<void> {
+  reply.hijack();
+  const out = reply.raw;
+  try {
+    for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) out.setHeader(name, value);
+    // The onSend hook that says so during shutdown does not run for a hijacked reply.
+    if (!app.server.listening) out.setHeader("connection", "close");
+    out.writeHead(reply.statusCode);
+    await pumpSpan(span, out);
+    out.end();
+  } catch (error) {
+    // The status line is out: all that is left is to cut the response short, which the client
+    // sees as a body shorter than its Content-Length, and retries.
+    request.log.error({ err: error }, "transfer aborted while reading the stored xorb");
+    out.destroy();
+  } finally {
+    await span.close();
+  }
+}
+
+async function pumpSpan(span: SpanReader, out: ServerResponse): Promise<void> {
+  let from = 0;
+  while (from < span.length && !out.destroyed) {
+    const buffer = spanBuffers.take();
+    let bytesRead: number;
+    try {
+      bytesRead = await span.read(buffer, from);
+    } catch (error) {
+      spanBuffers.give(buffer);
+      throw error;
+    }
+    if (bytesRead === 0) {
+      spanBuffers.give(buffer);
+      throw new Error(`the stored xorb ended ${span.length - from} bytes before the end of the signed range`);
+    }
+    from += bytesRead;
+    // The callback runs once the bytes are with the socket, or once the write has failed.
+    const flowing = out.write(bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead), () => spanBuffers.give(buffer));
+    if (!flowing && from < span.length) await drainedOrClosed(out);
+  }
+}
+
+function drainedOrClosed(out: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      out.off("drain", done).off("close", done);
+      resolve();
+    };
+    out.on("drain", done).on("close", done);
   });
 }
 

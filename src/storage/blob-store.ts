@@ -138,6 +138,19 @@ export function checkByteSpan(key: BlobKey, span: ByteSpan, size: number): void 
   }
 }
 
+/** A span of a stored object, open for positional reads (`BlobStore.openSpan`). */
+export interface SpanReader {
+  /** Bytes in the span. */
+  readonly length: number;
+  /**
+   * Copies the span's bytes from `from` (0 = the span's first byte) into `buffer`, as many as
+   * fit; resolves with how many were copied, which may be fewer than asked (0 from `length` on).
+   */
+  read(buffer: Uint8Array, from: number): Promise<number>;
+  /** Releases the object; call once, after the last read. */
+  close(): Promise<void>;
+}
+
 export interface PutOutcome {
   /** false when the key was already present; the stored bytes were then left untouched. */
   inserted: boolean;
@@ -261,6 +274,13 @@ export interface BlobStore {
    * the status code.
    */
   read(key: BlobKey, span?: ByteSpan): Promise<Readable>;
+  /**
+   * Opens `span` of the object for reads into the caller's own buffers, which a server can
+   * reuse from request to request (src/http/buffer-pool.ts) where a stream allocates a buffer
+   * per read. Rejects as `read` does. Offered by backends that read local files; absent where
+   * bytes only come as a stream (S3).
+   */
+  openSpan?(key: BlobKey, span: ByteSpan): Promise<SpanReader>;
   /** The object's size in bytes, or null when absent. */
   size(key: BlobKey): Promise<number | null>;
   exists(key: BlobKey): Promise<boolean>;

@@ -31,6 +31,7 @@ import {
   type BlobStore,
   type ByteSpan,
   type PutOutcome,
+  type SpanReader,
   StagedPutBase,
   type StagedPut,
   type SweepOptions,
@@ -226,14 +227,7 @@ export class FsBlobStore implements BlobStore {
   }
 
   async read(key: BlobKey, span?: ByteSpan): Promise<Readable> {
-    const path = this.pathOf(key);
-    let file: FileHandle;
-    try {
-      file = await open(path, "r");
-    } catch (err) {
-      if (isMissing(err)) throw new BlobStoreError("not_found", `${key} is not stored`);
-      throw err;
-    }
+    const file = await this.openStored(key);
     try {
       if (span === undefined) return file.createReadStream({ highWaterMark: READ_HIGH_WATER_MARK });
       // Checked against the open descriptor, so a concurrent delete cannot make the read short.
@@ -245,6 +239,27 @@ export class FsBlobStore implements BlobStore {
       });
     } catch (err) {
       await file.close();
+      throw err;
+    }
+  }
+
+  async openSpan(key: BlobKey, span: ByteSpan): Promise<SpanReader> {
+    const file = await this.openStored(key);
+    try {
+      // Checked against the open descriptor, as in read().
+      checkByteSpan(key, span, (await file.stat()).size);
+      return new FileSpanReader(file, span);
+    } catch (err) {
+      await file.close();
+      throw err;
+    }
+  }
+
+  private async openStored(key: BlobKey): Promise<FileHandle> {
+    try {
+      return await open(this.pathOf(key), "r");
+    } catch (err) {
+      if (isMissing(err)) throw new BlobStoreError("not_found", `${key} is not stored`);
       throw err;
     }
   }
@@ -332,6 +347,28 @@ export class FsBlobStore implements BlobStore {
 
 export function openFsBlobStore(root: string): Promise<FsBlobStore> {
   return FsBlobStore.open(root);
+}
+
+class FileSpanReader implements SpanReader {
+  readonly length: number;
+
+  constructor(
+    private readonly file: FileHandle,
+    private readonly span: ByteSpan,
+  ) {
+    this.length = span.length;
+  }
+
+  async read(buffer: Uint8Array, from: number): Promise<number> {
+    const wanted = Math.min(buffer.length, this.length - from);
+    if (wanted <= 0) return 0;
+    const { bytesRead } = await this.file.read(buffer, 0, wanted, this.span.offset + from);
+    return bytesRead;
+  }
+
+  close(): Promise<void> {
+    return this.file.close();
+  }
 }
 
 class FsStagedPut extends StagedPutBase {

@@ -19,6 +19,7 @@ import {
   type BlobKind,
   type BlobStore,
   type BlobStoreErrorCode,
+  type SpanReader,
 } from "../../src/storage/blob-store.js";
 
 export interface OpenedBlobStore {
@@ -96,7 +97,26 @@ async function assertStored(store: BlobStore, key: BlobKey, body: Uint8Array): P
   assert.ok(stored.equals(body), `stored bytes of ${key} differ from what was put`);
 }
 
-export function runBlobStoreContract(name: string, open: () => Promise<OpenedBlobStore>): void {
+/** Optional `BlobStore` methods the backend under test declares it offers. */
+export interface BlobStoreCapabilities {
+  /** `openSpan`: positional reads into the caller's buffers. */
+  spanReads?: boolean;
+}
+
+/** Reads a whole span through `reader` in `bufferBytes` reads into one reused buffer. */
+async function readSpan(reader: SpanReader, bufferBytes: number): Promise<Buffer> {
+  const buffer = Buffer.alloc(bufferBytes);
+  const pieces: Buffer[] = [];
+  for (let from = 0; ; ) {
+    const got = await reader.read(buffer, from);
+    if (got === 0) break;
+    pieces.push(Buffer.from(buffer.subarray(0, got)));
+    from += got;
+  }
+  return Buffer.concat(pieces);
+}
+
+export function runBlobStoreContract(name: string, open: () => Promise<OpenedBlobStore>, capabilities: BlobStoreCapabilities = {}): void {
   async function withStore(body: (store: BlobStore) => Promise<void>): Promise<void> {
     const { store, cleanup } = await open();
     try {
@@ -366,6 +386,50 @@ export function runBlobStoreContract(name: string, open: () => Promise<OpenedBlo
           const key = randomKey();
           await assert.rejects(store.read(key), errorWithCode("not_found"));
           await assert.rejects(store.read(key, { offset: 0, length: 1 }), errorWithCode("not_found"));
+        }));
+    });
+
+    describe(`span reads (${capabilities.spanReads ? "offered" : "not offered"})`, () => {
+      it("offers openSpan exactly when it says it does", () =>
+        withStore(async (store) => {
+          assert.equal(typeof store.openSpan === "function", capabilities.spanReads === true);
+        }));
+
+      if (!capabilities.spanReads) return;
+      const size = 300_001;
+      it("reads every span as read() reads it, into a buffer of any size", () =>
+        withStore(async (store) => {
+          const key = randomKey();
+          const bytes = randomBytes(size);
+          await store.putIfAbsent(key, bytes);
+          for (const [offset, length] of [
+            [0, 1],
+            [size - 1, 1],
+            [12_345, 200_000],
+            [0, size],
+          ]) {
+            for (const bufferBytes of [1, 4096, 65_537, size + 10]) {
+              if (bufferBytes === 1 && length > 1) continue; // a byte at a time: only for the short spans
+              const reader = await store.openSpan!(key, { offset, length });
+              try {
+                assert.equal(reader.length, length);
+                const got = await readSpan(reader, bufferBytes);
+                assert.ok(got.equals(bytes.subarray(offset, offset + length)), `span ${offset}+${length} read with a ${bufferBytes}-byte buffer`);
+                assert.equal(await reader.read(Buffer.alloc(10), length), 0, "reading from the span's end gives 0");
+              } finally {
+                await reader.close();
+              }
+            }
+          }
+        }));
+
+      it("refuses what read() refuses, with the same codes", () =>
+        withStore(async (store) => {
+          const key = randomKey();
+          await assert.rejects(store.openSpan!(key, { offset: 0, length: 1 }), errorWithCode("not_found"));
+          await store.putIfAbsent(key, randomBytes(10));
+          await assert.rejects(store.openSpan!(key, { offset: 5, length: 6 }), errorWithCode("range_not_satisfiable"));
+          await assert.rejects(store.openSpan!(key, { offset: 0, length: 0 }), errorWithCode("bad_range"));
         }));
     });
 

@@ -319,3 +319,73 @@ describe("transfer URLs against a running server", () => {
     assert.ok(!server.output().includes("?x="), "a transfer query reached the log");
   });
 });
+
+/**
+ * Single ranges are read into pooled 1 MiB buffers that go back to the pool once the socket has
+ * them (src/http/transfer-routes.ts). Given back too early, a buffer would be overwritten by
+ * another response's read while still being sent: these fetch multi-MiB ranges of a larger
+ * xorb many at a time, and after clients that hung up mid-body, and compare every byte.
+ */
+describe("single ranges served from pooled read buffers", () => {
+  let big: SerializedXorb;
+
+  before(async () => {
+    // 240 incompressible chunks of 100,000 bytes: 24 MB, more than the kernel's socket buffers
+    // on loopback hold (several MiB each way), so writes to slow readers stay pending.
+    big = serializeXorb(Array.from({ length: 240 }, (_, i) => ({ data: splitmix64Bytes(BigInt(100 + i), 100_000), scheme: CompressionScheme.None })));
+    const upload = await fetch(`${server.url}/v1/xorbs/default/${hashToHex(big.info.hash)}`, {
+      method: "POST",
+      body: big.bytes,
+      headers: { authorization: `Bearer ${accessToken}` },
+    });
+    assert.equal(upload.status, 200, await upload.clone().text());
+  });
+
+  function bigRanges(): ByteRange[] {
+    const size = big.bytes.length;
+    const starts = [0, 1_048_575, 2_000_003, size - 3_000_001];
+    return starts.flatMap((start) => [
+      { start, end: size - 1 },
+      { start, end: Math.min(size - 1, start + 2_500_000) },
+    ]);
+  }
+
+  /**
+   * Fetches a range and compares it; a slow reader pauses between reads, so the server's socket
+   * fills up and its writes stay pending, holding their buffers, while other responses run.
+   */
+  async function fetchExact(range: ByteRange, slow = false): Promise<void> {
+    const response = await fetch(urls.sign(big.info.hash, [range]), { headers: { range: rangeHeader([range]) } });
+    assert.equal(response.status, 206, await response.clone().text());
+    const pieces: Buffer[] = [];
+    for await (const piece of response.body as AsyncIterable<Uint8Array>) {
+      pieces.push(Buffer.from(piece));
+      if (slow) await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    const got = Buffer.concat(pieces);
+    assert.equal(got.length, range.end - range.start + 1);
+    assert.ok(got.equals(big.bytes.subarray(range.start, range.end + 1)), `range ${range.start}-${range.end} came back with other bytes`);
+  }
+
+  it("serves many multi-MiB ranges at once, to fast and slow readers, byte-exact", async () => {
+    await Promise.all(bigRanges().flatMap((range) => [fetchExact(range), fetchExact(range, true)]));
+  });
+
+  it("stays exact for later requests after clients hang up mid-body", async () => {
+    const whole: ByteRange = { start: 0, end: big.bytes.length - 1 };
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        const abort = new AbortController();
+        const response = await fetch(urls.sign(big.info.hash, [whole]), { headers: { range: rangeHeader([whole]) }, signal: abort.signal });
+        assert.equal(response.status, 206);
+        const reader = response.body!.getReader();
+        await reader.read();
+        abort.abort();
+        await reader.read().catch(() => undefined);
+      }),
+    );
+    await Promise.all(bigRanges().map((range) => fetchExact(range)));
+    const health = await fetch(`${server.url}/healthz`);
+    assert.equal(health.status, 200);
+  });
+});

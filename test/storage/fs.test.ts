@@ -27,10 +27,14 @@ async function withFsStore(body: (store: FsBlobStore, root: string, parent: stri
 const tempFiles = (root: string) => readdir(join(root, "tmp"));
 const hexStarting = (start: string) => start + randomBytes(32).toString("hex").slice(start.length);
 
-runBlobStoreContract("fs", async () => {
-  const { root, cleanup } = await makeRoot();
-  return { store: await openFsBlobStore(root), cleanup };
-});
+runBlobStoreContract(
+  "fs",
+  async () => {
+    const { root, cleanup } = await makeRoot();
+    return { store: await openFsBlobStore(root), cleanup };
+  },
+  { spanReads: true },
+);
 
 describe("FsBlobStore", () => {
   it("lays objects out in two-hex fan-out folders, read-only, with nothing else in the root", () =>
