@@ -8,20 +8,24 @@
  * - castor's own client (src/client) against castor, compared with hf_xet against castor
  *   (target ≥ 0.8).
  *
- * Every upload goes to a server that has never seen the file (a fresh castor data dir, a fresh
- * do-nothing CAS), so deduplication skips nothing, and every hf_xet run has a fresh
- * HF_XET_CACHE, so nothing is served from the client's cache. hf_xet is timed inside Python
+ * Every round uploads a file of its own (a fresh random file per round), so no upload can
+ * deduplicate against an earlier one, and every hf_xet run has a fresh HF_XET_CACHE, so nothing
+ * is served from the client's cache. The two castor servers (one for hf_xet, one for castor's
+ * client, so each client uploads to a server that has not seen the file) live for the whole
+ * run, as a server does: starting one per round made every transfer pay for warming up its JIT,
+ * which the do-nothing CAS, running in this long-lived process, never paid. The do-nothing CAS
+ * is fresh per round (it keeps what it receives in memory). hf_xet is timed inside Python
  * around its one call (interpreter start-up excluded); castor's client around its `upload` /
  * `download` call. Downloads are checked byte-exact (SHA-256) outside the timed sections.
  *
- * A round starts the three servers, then runs the three uploads back to back, then the three
- * downloads (in reverse order every other round); rounds repeat while the time budget allows.
+ * A round runs the three uploads back to back, then the three downloads (in reverse order
+ * every other round); rounds repeat while the time budget allows.
  * Ratios are taken within a round, between transfers that ran one right after the other, so a
  * burst of load from other processes on the 2 shared cores tends to hit both sides alike.
- * All three clients must report the same file hash. A first round runs uncounted: on this VM,
- * memory the guest touches for the first time costs several times what reused memory costs,
- * and in repeated runs the first round's transfers were the slowest of the run for whichever
- * server they hit.
+ * All three clients must report the same file hash. A first round runs uncounted: it warms
+ * the servers' JIT, and on this VM memory the guest touches for the first time costs several
+ * times what reused memory costs (in repeated runs the first round's transfers were the
+ * slowest of the run for whichever server they hit).
  *
  * Next to MB/s, each hf_xet transfer records the CPU seconds its server spent on it: castor's
  * process (its /proc/<pid>/stat), and this process for the do-nothing CAS, which runs in it.
@@ -66,16 +70,18 @@ type ServerCpu = Record<Exclude<Setup, "castor client → castor">, Record<Trans
 export async function run(): Promise<BenchRow[]> {
   const groupStarted = performance.now();
   const scratch = await mkdtemp(join(clientScratchParent(), "castor-bench-clients-"));
+  const castors: CastorFixture[] = [];
   try {
-    const source = join(scratch, "random-256MiB.bin");
-    const expectedSha256 = await writeRandomFile(source);
     const hfXet = new TimedHfXet(await interopPython(), scratch);
+    const castorForHfXet = await startCastorFixture({}, { compiled: true });
+    castors.push(castorForHfXet);
+    const castorForClient = await startCastorFixture({}, { compiled: true });
+    castors.push(castorForClient);
     const rates: Rates = {
       "hf_xet → castor": { upload: [], download: [] },
       "hf_xet → do-nothing": { upload: [], download: [] },
       "castor client → castor": { upload: [], download: [] },
     };
-    const check = new DownloadCheck(expectedSha256, scratch);
 
     const serverCpu: ServerCpu = {
       "hf_xet → castor": { upload: [], download: [] },
@@ -90,7 +96,14 @@ export async function run(): Promise<BenchRow[]> {
     let rounds = 0;
     while (rounds < MAX_ROUNDS && (rounds <= 1 || (performance.now() - groupStarted) / 1000 < ROUND_BUDGET_SECONDS)) {
       const counted = rounds > 0;
-      const contenders = await startContenders(hfXet, source);
+      const source = join(scratch, `random-256MiB-${rounds}.bin`);
+      const check = new DownloadCheck(await writeRandomFile(source, FILE_SEED + rounds), scratch);
+      const doNothing = await startDoNothingCas();
+      const contenders = [
+        hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => childCpuSeconds(castorForHfXet.server.child.pid)),
+        hfXetContender("hf_xet → do-nothing", hfXet, source, { tokenUrl: doNothing.tokenUrl, hubToken: () => doNothing.hubToken }, ownCpuSeconds),
+        castorClientContender(castorForClient, source),
+      ];
       try {
         // Odd rounds run the setups in reverse order, so none always goes first (or last).
         if (rounds % 2 === 1) contenders.reverse();
@@ -113,13 +126,15 @@ export async function run(): Promise<BenchRow[]> {
           if (counted) record(contender.setup, "download", seconds, cpuSeconds);
         }
       } finally {
-        for (const contender of contenders) await contender.stop();
+        await doNothing.close();
+        await rm(source, { force: true });
       }
       rounds++;
     }
 
     return report(rates, serverCpu, rounds - 1);
   } finally {
+    for (const castor of castors) await castor.stop();
     await rm(scratch, { recursive: true, force: true });
   }
 }
@@ -171,7 +186,7 @@ function clientScratchParent(): string {
   return existsSync("/dev/shm") ? "/dev/shm" : tmpdir();
 }
 
-/** One client against one server that has never seen the file. */
+/** One client against one server that has not seen the round's file. */
 interface Contender {
   readonly setup: Setup;
   /** Uploads the source file; `seconds` is the timed part. */
@@ -180,7 +195,6 @@ interface Contender {
   download(fileHash: string, output: string): Promise<number>;
   /** CPU seconds the server has used so far; null where they cannot be read. */
   serverCpuSeconds(): number | null;
-  stop(): Promise<void>;
 }
 
 function cpuSince(contender: Contender, before: number | null): number | null {
@@ -202,35 +216,12 @@ function ownCpuSeconds(): number {
   return (user + system) / 1e6;
 }
 
-/**
- * The three setups of a round, each with its own fresh server: all are started before any
- * transfer, so the transfers compared in a ratio run back to back.
- */
-async function startContenders(hfXet: TimedHfXet, source: string): Promise<Contender[]> {
-  const contenders: Contender[] = [];
-  try {
-    const castorForHfXet = await startCastorFixture({}, { compiled: true });
-    const castorPid = castorForHfXet.server.child.pid;
-    contenders.push(hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => childCpuSeconds(castorPid), () => castorForHfXet.stop()));
-    const doNothing = await startDoNothingCas();
-    const doNothingTokens: XetTokenSource = { tokenUrl: doNothing.tokenUrl, hubToken: () => doNothing.hubToken };
-    contenders.push(hfXetContender("hf_xet → do-nothing", hfXet, source, doNothingTokens, ownCpuSeconds, () => doNothing.close()));
-    const castorForClient = await startCastorFixture({}, { compiled: true });
-    contenders.push(castorClientContender(castorForClient, source));
-    return contenders;
-  } catch (error) {
-    for (const contender of contenders) await contender.stop();
-    throw error;
-  }
-}
-
 function hfXetContender(
   setup: Setup,
   hfXet: TimedHfXet,
   source: string,
   tokens: XetTokenSource,
   serverCpuSeconds: () => number | null,
-  stop: () => Promise<void>,
 ): Contender {
   return {
     setup,
@@ -244,7 +235,6 @@ function hfXetContender(
       const { seconds } = await hfXet.download(tokens, [{ hash: fileHash, size: FILE_BYTES, path: output }]);
       return seconds;
     },
-    stop,
   };
 }
 
@@ -266,7 +256,6 @@ function castorClientContender(castor: CastorFixture, source: string): Contender
     },
     // The client runs in this process, so no server CPU can be told apart from it.
     serverCpuSeconds: () => null,
-    stop: () => castor.stop(),
   };
 }
 
@@ -274,9 +263,9 @@ function castorTokens(castor: CastorFixture): XetTokenSource {
   return { tokenUrl: (access) => castor.tokenUrl(access), hubToken: (access) => castor.hubTokens[access] };
 }
 
-/** Writes the deterministic file once; returns its SHA-256 (hex). */
-async function writeRandomFile(path: string): Promise<string> {
-  const bytes = deterministicRandomBytes(FILE_BYTES, FILE_SEED);
+/** Writes a deterministic random file; returns its SHA-256 (hex). */
+async function writeRandomFile(path: string, seed: number): Promise<string> {
+  const bytes = deterministicRandomBytes(FILE_BYTES, seed);
   await writeFile(path, bytes);
   return createHash("sha256").update(bytes).digest("hex");
 }
