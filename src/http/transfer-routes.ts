@@ -29,7 +29,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
 import { selectRequestedRanges, TransferUrlError, type ByteRange, type TransferUrlVerifier } from "../auth/transfer-url.js";
-import { blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type SpanReader } from "../storage/blob-store.js";
+import { blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type ByteSpan, type SpanReader } from "../storage/blob-store.js";
 import { BufferPool } from "./buffer-pool.js";
 import { HttpError } from "./errors.js";
 import { multipartByteRanges } from "./multipart.js";
@@ -73,17 +73,20 @@ export async function registerTransferRoutes(app: FastifyInstance, deps: Transfe
     return { key, xorbHex, ranges, size };
   }
 
-  /** A signed range as a BlobStore read, with its errors mapped as `plan` maps them. */
-  async function open(transfer: TransferPlan, range: ByteRange): Promise<Readable> {
+  /** Opens a signed range with `how` (a stream or a span), its errors mapped as `plan` maps them. */
+  async function openRange<T>(transfer: TransferPlan, range: ByteRange, how: (key: BlobKey, span: ByteSpan) => Promise<T>): Promise<T> {
     try {
-      return await blobs.read(transfer.key, { offset: range.start, length: range.end - range.start + 1 });
+      return await how(transfer.key, { offset: range.start, length: range.end - range.start + 1 });
     } catch (error) {
-      // The object vanished or shrank between size() and read(): answer as if seen in plan().
+      // The object vanished or shrank between size() and the open: answer as if seen in plan().
       if (isBlobStoreError(error, "not_found")) throw notStored(transfer.xorbHex);
       if (isBlobStoreError(error, "range_not_satisfiable")) throw unsatisfiable(transfer.xorbHex, range, transfer.size);
       throw error;
     }
   }
+  const open = (transfer: TransferPlan, range: ByteRange) => openRange(transfer, range, (key, span) => blobs.read(key, span));
+  // Stores that offer positional reads serve single ranges from pooled buffers (see sendSpan).
+  const openSpan = blobs.openSpan?.bind(blobs);
 
   /** Sets the 206 headers; returns the multipart body when there are several ranges. */
   function describe(reply: FastifyReply, transfer: TransferPlan) {
@@ -105,25 +108,14 @@ export async function registerTransferRoutes(app: FastifyInstance, deps: Transfe
     return multipart.body;
   }
 
-  /** `open` for stores with positional reads (see `BlobStore.openSpan`). */
-  async function openSpan(transfer: TransferPlan, range: ByteRange, openSpanOf: NonNullable<BlobStore["openSpan"]>): Promise<SpanReader> {
-    try {
-      return await openSpanOf.call(blobs, transfer.key, { offset: range.start, length: range.end - range.start + 1 });
-    } catch (error) {
-      if (isBlobStoreError(error, "not_found")) throw notStored(transfer.xorbHex);
-      if (isBlobStoreError(error, "range_not_satisfiable")) throw unsatisfiable(transfer.xorbHex, range, transfer.size);
-      throw error;
-    }
-  }
-
   // HEAD is declared explicitly (fastify's automatic HEAD would run the GET handler and open
   // the blob only to drop its bytes).
   app.get(TRANSFER_ROUTE, { exposeHeadRoute: false }, async (request, reply) => {
     const transfer = await plan(request);
     // A single range is opened before any header is set, so a failure still gets a clean error
     // response; multipart parts open as the body is read.
-    if (transfer.ranges.length === 1 && blobs.openSpan) {
-      const span = await openSpan(transfer, transfer.ranges[0], blobs.openSpan);
+    if (transfer.ranges.length === 1 && openSpan) {
+      const span = await openRange(transfer, transfer.ranges[0], openSpan);
       describe(reply, transfer);
       return sendSpan(app, request, reply, span);
     }
