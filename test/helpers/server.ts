@@ -22,7 +22,7 @@ import { runCastor } from "./cli.js";
 /** The `castor` command run from source, as the CLI tests run it. */
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
 const TSX = import.meta.resolve("tsx");
-/** The `castor` command as installed: the launcher of the compiled CLI in dist/, run through its shebang (which carries V8 flags). */
+/** The `castor` command as installed: the launcher of the compiled CLI in dist/, run as an executable (its first lines add V8 flags). */
 const COMPILED_COMMAND = fileURLToPath(new URL("../../bin/castor.js", import.meta.url));
 
 export interface ExitStatus {
