@@ -46,6 +46,8 @@ export interface CastorConfig {
   v2Reconstruction: "on" | "501";
   maxXorbBytes: number;
   maxShardBytes: number;
+  /** Chunk references a shard's files may make in all (CASTOR_MAX_SHARD_CHUNK_REFS). */
+  maxShardChunkRefs: number;
   transferMode: "proxy" | "presigned";
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 }
@@ -54,6 +56,13 @@ const MiB = 1024 * 1024;
 /** 64 MiB of chunk data + an 8-byte header for each of up to 8,192 chunks + a footer allowance. */
 export const DEFAULT_MAX_XORB_BYTES = 64 * MiB + 8 * 8192 + 512 * 1024;
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
+/**
+ * Chunk references (chunks of terms) a shard's files may make in all. Validation costs about
+ * 2 µs per reference (its merkle leaf and range hash), so this caps one upload at roughly half
+ * a minute of CPU, spread over event-loop slices. It is ~1 TiB of file data at the 64 KiB
+ * average chunk, far more than one client session puts in one shard.
+ */
+export const DEFAULT_MAX_SHARD_CHUNK_REFS = 1 << 24;
 /** SigV4 presigned URLs live at most 7 days. */
 export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
 
@@ -78,6 +87,7 @@ export const SETTINGS = [
   "CASTOR_V2_RECONSTRUCTION",
   "CASTOR_MAX_XORB_BYTES",
   "CASTOR_MAX_SHARD_BYTES",
+  "CASTOR_MAX_SHARD_CHUNK_REFS",
   "CASTOR_TRANSFER_MODE",
   "CASTOR_LOG_LEVEL",
 ] as const;
@@ -164,6 +174,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     v2Reconstruction: oneOf("CASTOR_V2_RECONSTRUCTION", get("CASTOR_V2_RECONSTRUCTION") ?? "on", ["on", "501"] as const),
     maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BYTES)),
     maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
+    maxShardChunkRefs: positiveInt("CASTOR_MAX_SHARD_CHUNK_REFS", get("CASTOR_MAX_SHARD_CHUNK_REFS") ?? String(DEFAULT_MAX_SHARD_CHUNK_REFS)),
     transferMode,
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", [
       "fatal",

@@ -86,7 +86,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       publicUrl,
       blobs,
       xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: config.maxXorbBytes }),
-      shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: config.maxShardBytes }),
+      shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: config.maxShardBytes, maxChunkReferences: config.maxShardChunkRefs }),
       dedup: new DedupService({ metadata: store, dedupKeySeed: keys.dedupKeySeed }),
       transferUrls: new HmacTransferUrls({ key: keys.urlKey, publicUrl, ttlSeconds: config.transferUrlTtlSeconds }),
       presignedUrls,

@@ -38,6 +38,7 @@ describe("loadConfig", () => {
     assert.equal(config.v2Reconstruction, "on");
     assert.equal(config.maxXorbBytes, DEFAULT_MAX_XORB_BYTES);
     assert.equal(config.maxShardBytes, DEFAULT_MAX_SHARD_BYTES);
+    assert.equal(config.maxShardChunkRefs, 16_777_216);
     assert.equal(config.transferMode, "proxy");
     assert.equal(config.logLevel, "info");
   });
@@ -117,6 +118,8 @@ describe("loadConfig", () => {
     it("names the setting of a bad body cap", () => {
       rejects({ CASTOR_MAX_XORB_BYTES: "0" }, /^CASTOR_MAX_XORB_BYTES/);
       rejects({}, /^CASTOR_MAX_SHARD_BYTES/, { "max-shard-bytes": "big" });
+      rejects({ CASTOR_MAX_SHARD_CHUNK_REFS: "0" }, /^CASTOR_MAX_SHARD_CHUNK_REFS/);
+      assert.equal(loadConfig({}, { "max-shard-chunk-refs": "1000" }).maxShardChunkRefs, 1000);
     });
   });
 

@@ -16,24 +16,38 @@
  */
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { createHash } from "node:crypto";
+import { DEFAULT_MAX_SHARD_CHUNK_REFS } from "../config.js";
 import { FormatError } from "../format/errors.js";
 import {
   KeyedHasher,
-  fileHash as computeFileHash,
+  MerkleTreeBuilder,
+  fileHashOf,
   hashEquals,
   hashToHex,
   isGlobalDedupEligible,
-  verificationHash,
+  verificationHashOf,
   type Hash,
-  type MerkleEntry,
 } from "../format/hash.js";
-import { hasGlobalDedupFlag, parseUploadShard, type ParsedShardFile, type ParsedUploadShard, type ShardXorb } from "../format/shard.js";
+import {
+  canonicalizeFileBlock,
+  canonicalizeShardHeader,
+  canonicalizeXorbBlock,
+  hasGlobalDedupFlag,
+  parseUploadShardInSteps,
+  type ParsedShardFile,
+  type ParsedUploadShard,
+  type ShardXorb,
+} from "../format/shard.js";
 import type { CasMetadataStore, FileRecord, FileTerm, XorbRecord } from "../metadata/cas.js";
 import { blobKey, type BlobStore } from "../storage/blob-store.js";
 
 export type ShardRejectionCode =
   /** The body exceeds the configured cap (HTTP 413). */
   | "shard_too_large"
+  /** The files of the shard reference more chunks in all than the configured cap (HTTP 413). */
+  | "too_many_chunk_references"
+  /** A file's terms reference more chunks than its size allows at the smallest chunk real clients cut. */
+  | "chunk_references_exceed_file_size"
   /** The bytes are not a well-formed shard (the format layer's message says why). */
   | "invalid_shard"
   /** A file with terms carries no verification entries. */
@@ -98,18 +112,37 @@ export interface ShardRegistrationDeps {
   blobs: Pick<BlobStore, "putIfAbsent">;
   /** `config.maxShardBytes`. */
   maxShardBytes: number;
+  /** `config.maxShardChunkRefs`: chunk references a shard's files may make in all (default: config's). */
+  maxChunkReferences?: number;
   /** Chunk records kept loaded during one validation (default `DEFAULT_LOADED_CHUNK_BUDGET`). */
   loadedChunkBudget?: number;
 }
 
 /**
- * Work between two yields to the event loop, in chunks visited (~5 µs each with the file and
- * range hashes, bench/shard.ts): a slice stays near 40 ms, so heartbeats and other requests
- * are served during a long validation.
+ * The smallest chunk a real client cuts anywhere but at the end of a file (XET-PROTOCOL.md §4,
+ * §12: xet-core cuts at ≥ 8,192 bytes, huggingface.js at ≥ 8,128). A file of `size` bytes
+ * therefore has at most ⌊size / 8128⌋ + 1 chunks; more references than that are not a file
+ * any client produced, only work for the server (the same tiny chunks named over and over).
+ */
+export const MIN_CLIENT_CHUNK_BYTES = 8128;
+
+/**
+ * Chunks a file may reference beyond that bound. Files of synthetic tests, the protocol's own
+ * vectors among them, are made of a few tiny chunks (3 chunks in 3,565 bytes); this many extra
+ * references cost nothing worth attacking.
+ */
+export const SMALL_FILE_CHUNK_ALLOWANCE = 64;
+
+/**
+ * Work between two yields to the event loop, in chunk references visited (~2 µs each with the
+ * merkle leaf and the range hash, bench/shard.ts): a slice stays well under 50 ms, so
+ * heartbeats and other requests are served during a long validation.
  */
 const WORK_PER_SLICE = 8_192;
 /** Distinct xorbs fetched per metadata query. */
 const XORBS_PER_LOAD = 32;
+/** Bytes of the canonical shard hashed between two yields (BLAKE3 runs at ~1 GB/s here). */
+const CONTENT_HASH_BYTES_PER_SLICE = 8 * 1024 * 1024;
 /**
  * Chunk records kept loaded at once (~150 bytes each). The references of a shard are
  * untrusted and may name many large xorbs; past this budget the oldest loaded xorbs are
@@ -119,21 +152,19 @@ export const DEFAULT_LOADED_CHUNK_BUDGET = 1 << 18;
 
 /**
  * Identity of a shard's content: BLAKE3 under castor's own key (domain separation from every
- * protocol hash) over the canonical form `canonicalizeUploadShard` leaves in place.
+ * protocol hash) over the canonical form (format/shard.ts `canonicalizeUploadShard`).
  */
 const SHARD_CONTENT_KEY = new Uint8Array(createHash("sha256").update("castor shard content v1").digest());
-const shardContentHasher = new KeyedHasher(SHARD_CONTENT_KEY);
 
 export class ShardRegistrationService {
   /** The body cap; routes use it as their `bodyLimit`. */
   readonly maxShardBytes: number;
+  private readonly maxChunkReferences: number;
   private readonly loadedChunkBudget: number;
 
   constructor(private readonly deps: ShardRegistrationDeps) {
-    if (!Number.isSafeInteger(deps.maxShardBytes) || deps.maxShardBytes < 1) {
-      throw new RangeError(`maxShardBytes must be a positive integer, got ${deps.maxShardBytes}`);
-    }
-    this.maxShardBytes = deps.maxShardBytes;
+    this.maxShardBytes = positiveInteger("maxShardBytes", deps.maxShardBytes);
+    this.maxChunkReferences = positiveInteger("maxChunkReferences", deps.maxChunkReferences ?? DEFAULT_MAX_SHARD_CHUNK_REFS);
     this.loadedChunkBudget = deps.loadedChunkBudget ?? DEFAULT_LOADED_CHUNK_BUDGET;
     if (!Number.isSafeInteger(this.loadedChunkBudget) || this.loadedChunkBudget < 0) {
       throw new RangeError(`loadedChunkBudget must be a non-negative integer, got ${this.loadedChunkBudget}`);
@@ -145,6 +176,10 @@ export class ShardRegistrationService {
    * and informational fields are rewritten in place to the canonical form that is hashed and
    * stored (the caller must not reuse it). Throws ShardRejectedError for a shard castor
    * refuses; any other error is a server-side failure worth retrying.
+   *
+   * Every step that grows with the shard runs in slices with yields to the event loop in
+   * between, and the work a shard can cause is bounded before any of it is done
+   * (`checkChunkReferences`), so no upload holds up other requests.
    */
   async register(body: Uint8Array, options: RegisterShardOptions): Promise<ShardRegistrationResult> {
     if (body.length > this.maxShardBytes) {
@@ -154,23 +189,20 @@ export class ShardRegistrationService {
         413,
       );
     }
-    let shard: ParsedUploadShard;
-    try {
-      shard = parseUploadShard(body);
-    } catch (error) {
-      if (error instanceof FormatError) throw new ShardRejectedError("invalid_shard", `invalid shard: ${error.message}`, 400, { cause: error });
-      throw error;
-    }
+    const shard = await parseInSlices(body, options.signal);
     requireVerification(shard.files);
+    checkChunkReferences(shard.files, this.maxChunkReferences);
 
-    const run = new ValidationRun(shard, this.deps.metadata, this.loadedChunkBudget, options);
+    const run = new ValidationRun(shard, body, this.deps.metadata, this.loadedChunkBudget, options);
     run.report();
     const { files, dedupEntries } = await run.validate();
     run.report();
 
     options.signal?.throwIfAborted();
-    const canonical = canonicalizeUploadShard(body, shard);
-    const shardHash = shardContentHash(canonical);
+    canonicalizeShardHeader(body);
+    const canonical = body.subarray(0, shard.sectionsEnd);
+    const shardHash = await contentHashInSlices(canonical);
+    options.signal?.throwIfAborted();
     options.onCommitting?.("uploading");
     await this.deps.blobs.putIfAbsent(blobKey("shards", shardHash), canonical);
     options.signal?.throwIfAborted();
@@ -178,6 +210,40 @@ export class ShardRegistrationService {
     const inserted = await this.deps.metadata.registerShard({ shardHash, repoId: options.repoId, files, dedupEntries });
     return { inserted, shardHash, files: files.length, dedupEntries: dedupEntries.length };
   }
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer, got ${value}`);
+  return value;
+}
+
+/** Parses the upload a slice at a time (a 65 MiB shard takes most of a second in all). */
+async function parseInSlices(body: Uint8Array, signal: AbortSignal | undefined): Promise<ParsedUploadShard> {
+  const steps = parseUploadShardInSteps(body);
+  for (;;) {
+    let next: IteratorResult<void, ParsedUploadShard>;
+    try {
+      next = steps.next();
+    } catch (error) {
+      if (error instanceof FormatError) throw new ShardRejectedError("invalid_shard", `invalid shard: ${error.message}`, 400, { cause: error });
+      throw error;
+    }
+    if (next.done) return next.value;
+    await yieldToEventLoop();
+    signal?.throwIfAborted();
+  }
+}
+
+/** The content identity of a canonical shard, hashed a slice at a time. */
+async function contentHashInSlices(canonical: Uint8Array): Promise<Hash> {
+  // Its own hasher: registrations interleave at every yield.
+  const hasher = new KeyedHasher(SHARD_CONTENT_KEY);
+  hasher.start();
+  for (let at = 0; at < canonical.length; at += CONTENT_HASH_BYTES_PER_SLICE) {
+    hasher.update(canonical.subarray(at, at + CONTENT_HASH_BYTES_PER_SLICE));
+    if (at + CONTENT_HASH_BYTES_PER_SLICE < canonical.length) await yieldToEventLoop();
+  }
+  return hasher.digest();
 }
 
 /**
@@ -196,6 +262,42 @@ function requireVerification(files: readonly ParsedShardFile[]): void {
   });
 }
 
+/**
+ * Bounds the work of a shard before any of it is done, from what its terms declare (the
+ * declared byte counts are checked against the stored chunks later, so a lie is refused
+ * then): a 48-byte term can name up to 8,192 chunks, and validation visits every chunk of
+ * every term. Each file may reference at most as many chunks as its size allows at the
+ * smallest chunk real clients cut (plus a small allowance), and all files together at most
+ * `maxChunkReferences`.
+ */
+export function checkChunkReferences(files: readonly ParsedShardFile[], maxChunkReferences: number): void {
+  let total = 0;
+  for (let index = 0; index < files.length; index++) {
+    const file = files[index];
+    let references = 0;
+    let bytes = 0;
+    for (const term of file.terms) {
+      references += term.chunkEnd - term.chunkStart;
+      bytes += term.unpackedBytes;
+    }
+    const allowed = Math.floor(bytes / MIN_CLIENT_CHUNK_BYTES) + 1 + SMALL_FILE_CHUNK_ALLOWANCE;
+    if (references > allowed) {
+      throw new ShardRejectedError(
+        "chunk_references_exceed_file_size",
+        `file ${hashToHex(file.fileHash)} (file block ${index}) references ${references} chunks for ${bytes} bytes, more than the ${allowed} a file of that size can have (chunks are at least ${MIN_CLIENT_CHUNK_BYTES} bytes except the last): list each chunk of the file once, in order`,
+      );
+    }
+    total += references;
+    if (total > maxChunkReferences) {
+      throw new ShardRejectedError(
+        "too_many_chunk_references",
+        `the shard's files reference more than ${maxChunkReferences} chunks in all (this server's CASTOR_MAX_SHARD_CHUNK_REFS), reached at file block ${index}: upload the files in several smaller shards`,
+        413,
+      );
+    }
+  }
+}
+
 /** A stored xorb as validation needs it: its record and, once asked for, its cumulative lengths. */
 interface LoadedXorb {
   hex: string;
@@ -203,6 +305,8 @@ interface LoadedXorb {
   /** uncompressedEnds[i] = Σ lengths of chunks [0, i); length n + 1. */
   uncompressedEnds: Float64Array | null;
 }
+
+type DedupEntryList = { chunkHash: Hash; xorbHash: Hash }[];
 
 /** One shard's validation: the xorb loader, the work counter and the progress reports. */
 class ValidationRun {
@@ -223,6 +327,8 @@ class ValidationRun {
 
   constructor(
     private readonly shard: ParsedUploadShard,
+    /** The buffer the shard was parsed from; each block is canonicalized in it once checked. */
+    private readonly body: Uint8Array,
     private readonly metadata: ShardRegistrationDeps["metadata"],
     private readonly loadedChunkBudget: number,
     private readonly options: RegisterShardOptions,
@@ -239,10 +345,11 @@ class ValidationRun {
     this.options.onProgress?.({ verified: this.verified, total: this.total });
   }
 
-  async validate(): Promise<{ files: FileRecord[]; dedupEntries: { chunkHash: Hash; xorbHash: Hash }[] }> {
+  async validate(): Promise<{ files: FileRecord[]; dedupEntries: DedupEntryList }> {
     const files: FileRecord[] = [];
-    const seenFiles = new Set<string>();
-    const dedupEntries: { chunkHash: Hash; xorbHash: Hash }[] = [];
+    /** The first block of every file hash, by hex. */
+    const firstBlocks = new Map<string, ParsedShardFile>();
+    const dedupEntries: DedupEntryList = [];
     const seenDedupEntries = new Set<string>();
     const addDedupEntry = (chunkHash: Hash, xorbHash: Hash, xorbHex: string) => {
       const key = hashToHex(chunkHash) + xorbHex;
@@ -257,61 +364,22 @@ class ValidationRun {
     for (let index = 0; index < this.shard.files.length; index++) {
       const file = this.shard.files[index];
       const fileHex = hashToHex(file.fileHash);
-      const where = `file ${fileHex} (file block ${index})`;
-      const leaves: MerkleEntry[] = [];
-      const terms: FileTerm[] = [];
-      let firstXorbHex = "";
-      let size = 0;
-      for (let t = 0; t < file.terms.length; t++, reference++) {
-        const term = file.terms[t];
-        const xorb = await this.xorbAt(reference, () => `term ${t} of ${where}`);
-        const chunks = xorb.record.chunks;
-        if (t === 0) firstXorbHex = xorb.hex;
-        if (term.chunkEnd > chunks.length) {
-          throw new ShardRejectedError(
-            "term_out_of_range",
-            `term ${t} of ${where} references chunks [${term.chunkStart}, ${term.chunkEnd}) but xorb ${xorb.hex} has ${chunks.length} chunks`,
-          );
+      const first = firstBlocks.get(fileHex);
+      if (first !== undefined && sameTermsAndVerification(first, file)) {
+        // A repeat of a block already verified (hf.js writes one per uploaded path): its checks
+        // would come out the same, and the first block is the one registered.
+        reference += file.terms.length;
+      } else {
+        const checked = await this.checkFile(file, index, reference);
+        reference += file.terms.length;
+        if (first === undefined) {
+          firstBlocks.set(fileHex, file);
+          files.push(checked.record);
+          // The first chunk of every file is what hf.js (and xet-core) ask global dedup about (§7.1).
+          if (checked.firstChunk !== null) addDedupEntry(checked.firstChunk, file.terms[0].xorbHash, hashToHex(file.terms[0].xorbHash));
         }
-        const ends = uncompressedEndsOf(xorb);
-        const storedBytes = ends[term.chunkEnd] - ends[term.chunkStart];
-        if (storedBytes !== term.unpackedBytes) {
-          throw new ShardRejectedError(
-            "term_length_mismatch",
-            `term ${t} of ${where} says chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex} unpack to ${term.unpackedBytes} bytes, but they hold ${storedBytes}`,
-          );
-        }
-        const rangeHashes: Hash[] = [];
-        for (let c = term.chunkStart; c < term.chunkEnd; c++) {
-          rangeHashes.push(chunks[c].hash);
-          leaves.push({ hash: chunks[c].hash, size: chunks[c].uncompressedLength });
-        }
-        // requireVerification guarantees the entries of every file with terms.
-        if (!hashEquals(verificationHash(rangeHashes), file.verificationHashes![t])) {
-          throw new ShardRejectedError(
-            "verification_mismatch",
-            `verification entry ${t} of ${where} does not match chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex}: it must be the verification hash of the chunk hashes of that range`,
-          );
-        }
-        terms.push({ xorbHash: term.xorbHash, chunkStart: term.chunkStart, chunkEnd: term.chunkEnd, unpackedLength: term.unpackedBytes });
-        size += storedBytes;
-        this.workSinceYield += term.chunkEnd - term.chunkStart;
-        if (this.workSinceYield >= WORK_PER_SLICE) await this.yieldSlice();
       }
-
-      const expected = computeFileHash(leaves);
-      if (!hashEquals(expected, file.fileHash)) {
-        throw new ShardRejectedError(
-          "file_hash_mismatch",
-          `${where}: the file's chunks (${leaves.length} chunks, ${size} bytes) hash to ${hashToHex(expected)}, not to the file hash the shard gives`,
-        );
-      }
-      if (!seenFiles.has(fileHex)) {
-        seenFiles.add(fileHex);
-        files.push({ hash: file.fileHash, size, terms, sha256: file.sha256Hex === null ? null : new Uint8Array(Buffer.from(file.sha256Hex, "hex")) });
-        // The first chunk of every file is what hf.js (and xet-core) ask global dedup about (§7.1).
-        if (leaves.length > 0) addDedupEntry(leaves[0].hash, file.terms[0].xorbHash, firstXorbHex);
-      }
+      canonicalizeFileBlock(this.body, file);
       await this.finishItem(1);
     }
 
@@ -325,9 +393,67 @@ class ValidationRun {
       for (let c = 0; c < stored.length; c++) {
         if (isGlobalDedupEligible(stored[c].hash) || hasGlobalDedupFlag(block.chunks[c])) addDedupEntry(stored[c].hash, block.xorbHash, xorbHex);
       }
+      canonicalizeXorbBlock(this.body, block);
       await this.finishItem(1 + stored.length);
     }
     return { files, dedupEntries };
+  }
+
+  /**
+   * Checks one file block against the stored chunks, term by term, and returns its record
+   * and its first chunk's hash. The file hash is built as the chunks are visited
+   * (`MerkleTreeBuilder`), so memory stays small however many chunks the file has.
+   */
+  private async checkFile(file: ParsedShardFile, index: number, firstReference: number): Promise<{ record: FileRecord; firstChunk: Hash | null }> {
+    const where = `file ${hashToHex(file.fileHash)} (file block ${index})`;
+    const tree = new MerkleTreeBuilder();
+    const terms: FileTerm[] = [];
+    let firstChunk: Hash | null = null;
+    let size = 0;
+    for (let t = 0; t < file.terms.length; t++) {
+      const term = file.terms[t];
+      const xorb = await this.xorbAt(firstReference + t, () => `term ${t} of ${where}`);
+      const chunks = xorb.record.chunks;
+      if (term.chunkEnd > chunks.length) {
+        throw new ShardRejectedError(
+          "term_out_of_range",
+          `term ${t} of ${where} references chunks [${term.chunkStart}, ${term.chunkEnd}) but xorb ${xorb.hex} has ${chunks.length} chunks`,
+        );
+      }
+      const ends = uncompressedEndsOf(xorb);
+      const storedBytes = ends[term.chunkEnd] - ends[term.chunkStart];
+      if (storedBytes !== term.unpackedBytes) {
+        throw new ShardRejectedError(
+          "term_length_mismatch",
+          `term ${t} of ${where} says chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex} unpack to ${term.unpackedBytes} bytes, but they hold ${storedBytes}`,
+        );
+      }
+      const count = term.chunkEnd - term.chunkStart;
+      // requireVerification guarantees the entries of every file with terms.
+      if (!hashEquals(verificationHashOf(count, (i) => chunks[term.chunkStart + i].hash), file.verificationHashes![t])) {
+        throw new ShardRejectedError(
+          "verification_mismatch",
+          `verification entry ${t} of ${where} does not match chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex}: it must be the verification hash of the chunk hashes of that range`,
+        );
+      }
+      for (let c = term.chunkStart; c < term.chunkEnd; c++) tree.push(chunks[c].hash, chunks[c].uncompressedLength);
+      firstChunk ??= chunks[term.chunkStart].hash;
+      terms.push({ xorbHash: term.xorbHash, chunkStart: term.chunkStart, chunkEnd: term.chunkEnd, unpackedLength: term.unpackedBytes });
+      size += storedBytes;
+      this.workSinceYield += count;
+      if (this.workSinceYield >= WORK_PER_SLICE) await this.yieldSlice();
+    }
+
+    const chunkCount = tree.leafCount;
+    const expected = fileHashOf(tree);
+    if (!hashEquals(expected, file.fileHash)) {
+      throw new ShardRejectedError(
+        "file_hash_mismatch",
+        `${where}: the file's chunks (${chunkCount} chunks, ${size} bytes) hash to ${hashToHex(expected)}, not to the file hash the shard gives`,
+      );
+    }
+    const sha256 = file.sha256Hex === null ? null : new Uint8Array(Buffer.from(file.sha256Hex, "hex"));
+    return { record: { hash: file.fileHash, size, terms, sha256 }, firstChunk };
   }
 
   /** Counts a file or xorb block as verified; yields once a slice of work is done. */
@@ -387,6 +513,18 @@ class ValidationRun {
   }
 }
 
+/** Whether two blocks of one file hash list the same terms with the same verification entries. */
+function sameTermsAndVerification(a: ParsedShardFile, b: ParsedShardFile): boolean {
+  if (a.terms.length !== b.terms.length) return false;
+  for (let t = 0; t < a.terms.length; t++) {
+    const x = a.terms[t];
+    const y = b.terms[t];
+    if (x.chunkStart !== y.chunkStart || x.chunkEnd !== y.chunkEnd || x.unpackedBytes !== y.unpackedBytes || !hashEquals(x.xorbHash, y.xorbHash)) return false;
+    if (!hashEquals(a.verificationHashes![t], b.verificationHashes![t])) return false;
+  }
+  return true;
+}
+
 function uncompressedEndsOf(xorb: LoadedXorb): Float64Array {
   if (xorb.uncompressedEnds === null) {
     const chunks = xorb.record.chunks;
@@ -425,47 +563,4 @@ function checkXorbBlock(block: ShardXorb, record: XorbRecord, where: string): vo
       );
     }
   }
-}
-
-/**
- * Rewrites, in place, every field of an upload that carries no content so that every wire
- * variant of the same content has the same bytes up to `sectionsEnd` (§6.7): the header's
- * footer_size (0, a stale 200, or hf.js's 200), each xorb block's num_bytes_on_disk (0 from
- * xet-core, the serialized size from hf.js) and the reserved bytes readers ignore (which some
- * xet-core test builds fill). Returns the canonical bytes, a view of `body` — a valid
- * xet-core-style upload shard. Whatever followed the xorb section is left out.
- */
-export function canonicalizeUploadShard(body: Uint8Array, shard: ParsedUploadShard): Uint8Array {
-  const recordAt = (view: Uint8Array) => view.byteOffset - body.byteOffset;
-  body.fill(0, 40, 48);
-  for (const file of shard.files) {
-    const header = recordAt(file.fileHash);
-    body.fill(0, header + 40, header + 48);
-    for (const term of file.terms) {
-      const at = recordAt(term.xorbHash);
-      body.fill(0, at + 32, at + 36);
-    }
-    for (const rangeHash of file.verificationHashes ?? []) {
-      const at = recordAt(rangeHash);
-      body.fill(0, at + 32, at + 48);
-    }
-    if (file.sha256 !== null) {
-      const at = recordAt(file.sha256);
-      body.fill(0, at + 32, at + 48);
-    }
-  }
-  for (const xorb of shard.xorbs) {
-    const header = recordAt(xorb.xorbHash);
-    body.fill(0, header + 44, header + 48);
-    for (const chunk of xorb.chunks) {
-      const at = recordAt(chunk.hash);
-      body.fill(0, at + 44, at + 48);
-    }
-  }
-  return body.subarray(0, shard.sectionsEnd);
-}
-
-/** The content identity of a canonical shard (see canonicalizeUploadShard). */
-export function shardContentHash(canonical: Uint8Array): Hash {
-  return shardContentHasher.hash(canonical);
 }

@@ -101,11 +101,20 @@ export class KeyedHasher {
   }
   /** Hash of the concatenation of `parts`. */
   hash(...parts: Uint8Array[]): Hash {
-    const h = this.hasher;
-    h.reset();
+    this.hasher.reset();
+    for (const part of parts) this.update(part);
+    return this.digest();
+  }
+  /** Starts an incremental hash: `start()`, `update()` per part, then `digest()`. */
+  start(): void {
+    this.hasher.reset();
+  }
+  update(part: Uint8Array): void {
     // The binding is typed for Buffer; a Buffer view over the same memory costs no copy.
-    for (const part of parts) h.update(Buffer.isBuffer(part) ? part : Buffer.from(part.buffer, part.byteOffset, part.byteLength));
-    return new Uint8Array(h.digestBuffer());
+    this.hasher.update(Buffer.isBuffer(part) ? part : Buffer.from(part.buffer, part.byteOffset, part.byteLength));
+  }
+  digest(): Hash {
+    return new Uint8Array(this.hasher.digestBuffer());
   }
 }
 
@@ -125,50 +134,127 @@ export interface MerkleEntry {
   size: number;
 }
 
+/** A group never has more children than this (§3.3). */
+const MAX_GROUP = 9;
+/** One child line: 64 hex digits, " : ", up to 16 decimal digits of a safe integer, "\n". */
+const MAX_CHILD_LINE_BYTES = 64 + 3 + 16 + 1;
+/** ASCII codes of the two hex digits of every byte value, for writing node text without strings. */
+const HEX_PAIRS = (() => {
+  const pairs = new Uint8Array(512);
+  for (let b = 0; b < 256; b++) {
+    pairs[2 * b] = HEX_DIGITS.charCodeAt(b >> 4);
+    pairs[2 * b + 1] = HEX_DIGITS.charCodeAt(b & 15);
+  }
+  return pairs;
+})();
+const nodeText = Buffer.alloc(MAX_GROUP * MAX_CHILD_LINE_BYTES);
+
 /**
  * Internal node: BLAKE3_keyed(INTERNAL_NODE_KEY, "<hex> : <size>\n" per child) (§3.2).
  * Sizes are u64 on the wire; here they must be safe integers (2^53 bytes is 8 PiB).
+ *
+ * The text is written byte by byte into one reused buffer rather than built as a string: a
+ * file hash visits every chunk of a file through here, and this is several times faster.
  */
-export function internalNodeHash(children: readonly MerkleEntry[]): MerkleEntry {
-  let text = "";
+export function internalNodeHash(children: readonly MerkleEntry[], start = 0, end = children.length): MerkleEntry {
+  if (end - start > MAX_GROUP) throw new RangeError(`a merkle node has at most ${MAX_GROUP} children, got ${end - start}`);
+  let at = 0;
   let size = 0;
-  for (const child of children) {
-    text += `${hashToHex(child.hash)} : ${child.size}\n`;
+  for (let c = start; c < end; c++) {
+    const child = children[c];
+    const hash = child.hash;
+    if (hash.length !== HASH_BYTES) throw new RangeError(`a hash has ${HASH_BYTES} bytes, got ${hash.length}`);
+    // The string form of §2: each 8-byte group reversed, then hex.
+    for (let group = 0; group < HASH_BYTES; group += 8) {
+      for (let i = 7; i >= 0; i--) {
+        const b = hash[group + i];
+        nodeText[at++] = HEX_PAIRS[2 * b];
+        nodeText[at++] = HEX_PAIRS[2 * b + 1];
+      }
+    }
+    nodeText[at++] = 0x20; // " : "
+    nodeText[at++] = 0x3a;
+    nodeText[at++] = 0x20;
+    at += nodeText.write(String(child.size), at, "latin1");
+    nodeText[at++] = 0x0a;
     size += child.size;
   }
   if (!Number.isSafeInteger(size)) throw new RangeError("merkle node size exceeds 2^53");
-  return { hash: nodeHasher.hash(Buffer.from(text, "latin1")), size };
+  return { hash: nodeHasher.hash(nodeText.subarray(0, at)), size };
 }
 
 /**
- * Size of the next group at one level of the tree: entries 3..9 of a group end it when the
- * entry's last word ≡ 0 mod 4; a group never exceeds 9, and a tail of 1–2 entries is one group.
+ * Whether a group that has `count` entries, the last one `last`, ends there: entries 3..9 of
+ * a group end it when the entry's last word ≡ 0 mod 4, and a group never exceeds 9 (§3.3).
  */
-function nextGroupSize(level: readonly MerkleEntry[], start: number): number {
-  const remaining = level.length - start;
-  if (remaining <= 2) return remaining;
-  const limit = Math.min(9, remaining);
-  for (let j = 2; j < limit; j++) {
-    // last_u64 % 4 == 0 ⇔ the low two bits of byte 24 are zero.
-    if ((level[start + j].hash[24] & 3) === 0) return j + 1;
+function endsGroup(count: number, last: MerkleEntry): boolean {
+  // last_u64 % 4 == 0 ⇔ the low two bits of byte 24 are zero.
+  return count === MAX_GROUP || (count >= 3 && (last.hash[24] & 3) === 0);
+}
+
+/**
+ * The variable-branching merkle root of §3.3, computed as leaves arrive: each level keeps
+ * only its open group (≤ 9 entries), so memory is O(log n) whatever the number of leaves,
+ * and the work can be spread over many event-loop turns. A group's end depends only on its
+ * own entries, so groups close as soon as they fill; `root()` closes the open groups bottom
+ * up, which gives exactly what the level-by-level definition gives (a tail of 1–2 entries,
+ * or of up to 8 without a cut, is one group).
+ */
+export class MerkleTreeBuilder {
+  /** levels[i]: the open group of level i (level 0 = leaves). */
+  private readonly levels: MerkleEntry[][] = [];
+  /** Entries ever added to each level. */
+  private readonly counts: number[] = [];
+  private leaves = 0;
+
+  /** Leaves added so far. */
+  get leafCount(): number {
+    return this.leaves;
   }
-  return limit;
+
+  /** Adds the next leaf. `hash` is kept as given (not copied) until its group closes. */
+  push(hash: Hash, size: number): void {
+    this.leaves++;
+    this.add(0, { hash, size });
+  }
+
+  /** The root of the leaves added; the zero hash for none. The builder is spent afterwards. */
+  root(): Hash {
+    if (this.leaves === 0) return ZERO_HASH;
+    for (let level = 0; ; level++) {
+      const open = this.levels[level];
+      const isTop = level === this.levels.length - 1;
+      // The single entry of the top level is the root; a single entry below it still becomes
+      // a one-child node (the definition groups a tail of one, too).
+      if (isTop && this.counts[level] === 1) return open[0].hash;
+      if (open.length > 0) {
+        this.add(level + 1, internalNodeHash(open));
+        open.length = 0;
+      }
+    }
+  }
+
+  private add(level: number, entry: MerkleEntry): void {
+    if (level === this.levels.length) {
+      this.levels.push([]);
+      this.counts.push(0);
+    }
+    const open = this.levels[level];
+    open.push(entry);
+    this.counts[level]++;
+    if (endsGroup(open.length, entry)) {
+      const node = internalNodeHash(open);
+      open.length = 0;
+      this.add(level + 1, node);
+    }
+  }
 }
 
 /** The variable-branching merkle root of §3.3; the empty list gives the zero hash. */
 export function merkleRoot(leaves: readonly MerkleEntry[]): Hash {
-  if (leaves.length === 0) return ZERO_HASH;
-  let level: readonly MerkleEntry[] = leaves;
-  while (level.length > 1) {
-    const next: MerkleEntry[] = [];
-    for (let i = 0; i < level.length; ) {
-      const n = nextGroupSize(level, i);
-      next.push(internalNodeHash(level.slice(i, i + n)));
-      i += n;
-    }
-    level = next;
-  }
-  return level[0].hash;
+  const builder = new MerkleTreeBuilder();
+  for (const leaf of leaves) builder.push(leaf.hash, leaf.size);
+  return builder.root();
 }
 
 /** xorb_hash = merkle root over the xorb's (chunk hash, uncompressed length) list (§3.4). */
@@ -181,14 +267,33 @@ export function xorbHash(chunks: readonly MerkleEntry[]): Hash {
  * the zero hash (not the keyed hash of the zero root — the draft's mistake, §3.5).
  */
 export function fileHash(chunks: readonly MerkleEntry[], salt: Uint8Array = ZERO_HASH): Hash {
-  if (chunks.length === 0) return ZERO_HASH;
+  const builder = new MerkleTreeBuilder();
+  for (const chunk of chunks) builder.push(chunk.hash, chunk.size);
+  return fileHashOf(builder, salt);
+}
+
+/** `fileHash` of the leaves pushed into `builder` (which is spent afterwards). */
+export function fileHashOf(builder: MerkleTreeBuilder, salt: Uint8Array = ZERO_HASH): Hash {
+  if (builder.leafCount === 0) return ZERO_HASH;
   const hasher = isZeroHash(salt) ? zeroSaltHasher : new KeyedHasher(salt);
-  return hasher.hash(merkleRoot(chunks));
+  return hasher.hash(builder.root());
 }
 
 /** Term verification hash: BLAKE3_keyed(VERIFICATION_KEY, raw chunk hashes concatenated) (§3.6). */
 export function verificationHash(chunkHashes: readonly Hash[]): Hash {
-  return verificationHasher.hash(...chunkHashes);
+  verificationHasher.start();
+  for (const hash of chunkHashes) verificationHasher.update(hash);
+  return verificationHasher.digest();
+}
+
+/**
+ * The verification hash of `count` chunk hashes produced by `hashAt(i)` for i in [0, count),
+ * without collecting them in an array first.
+ */
+export function verificationHashOf(count: number, hashAt: (index: number) => Hash): Hash {
+  verificationHasher.start();
+  for (let i = 0; i < count; i++) verificationHasher.update(hashAt(i));
+  return verificationHasher.digest();
 }
 
 /** Keyed chunk hash as it appears in dedup shards: BLAKE3_keyed(key, raw chunk hash) (§3.7). */

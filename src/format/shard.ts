@@ -173,10 +173,47 @@ export type UploadShardVariant =
  * Throws FormatError `bad_shard_header`, `bad_shard` or `truncated`.
  */
 export function parseUploadShard(bytes: Uint8Array): ParsedUploadShard {
+  return runToEnd(parseUploadShardInSteps(bytes));
+}
+
+/**
+ * Records a parsing step reads before it pauses. A 65 MiB shard has ~1.4 million records and
+ * takes most of a second to parse; in steps of this size (a few milliseconds each) a server
+ * can let other work run between them.
+ */
+export const SHARD_RECORDS_PER_STEP = 16_384;
+
+/**
+ * `parseUploadShard` as a generator that pauses (yields) after every `SHARD_RECORDS_PER_STEP`
+ * records and returns the parsed shard; the caller decides what runs between steps. Errors are
+ * thrown from the step that meets them.
+ */
+export function* parseUploadShardInSteps(bytes: Uint8Array): Generator<void, ParsedUploadShard, void> {
   const view = dataViewOf(bytes);
   const declaredFooterSize = readHeader(bytes, view);
-  const sections = readSections(bytes, view, bytes.length);
+  const sections = yield* readSections(bytes, view, bytes.length, new StepCounter(SHARD_RECORDS_PER_STEP));
   return { declaredFooterSize, ...sections };
+}
+
+/** Drives a stepwise parser to its end in one go. */
+function runToEnd<T>(steps: Generator<void, T, void>): T {
+  for (;;) {
+    const next = steps.next();
+    if (next.done) return next.value;
+  }
+}
+
+/** Counts records read and says when a step is complete. */
+class StepCounter {
+  private records = 0;
+  constructor(private readonly recordsPerStep: number) {}
+  /** Counts `n` records; true when the step is complete (the counter restarts). */
+  count(n: number): boolean {
+    this.records += n;
+    if (this.records < this.recordsPerStep) return false;
+    this.records = 0;
+    return true;
+  }
 }
 
 /**
@@ -213,7 +250,7 @@ export function parseFullShard(bytes: Uint8Array): ParsedFullShard {
 
   // The sections must end before the footer: reading them over the whole buffer would let a
   // missing bookend swallow the footer.
-  const sections = readSections(bytes, view, footerStart);
+  const sections = runToEnd(readSections(bytes, view, footerStart, new StepCounter(Infinity)));
   expectFooterOffset("xorb_info_offset", footer.xorbInfoOffset, BigInt(sections.xorbSectionOffset), "that is where the xorb section starts");
 
   const fileLookupEnd = BigInt(sections.sectionsEnd) + footer.fileLookupCount * FILE_LOOKUP_ENTRY_BYTES;
@@ -321,16 +358,23 @@ function rejectBookendInBlock(bytes: Uint8Array, at: number, block: string): voi
   }
 }
 
-function readSections(bytes: Uint8Array, view: DataView, end: number): ShardSections {
+function* readSections(bytes: Uint8Array, view: DataView, end: number, steps: StepCounter): Generator<void, ShardSections, void> {
   const files: ParsedShardFile[] = [];
-  const xorbSectionOffset = readFileSection(bytes, view, SHARD_HEADER_BYTES, end, files);
+  const xorbSectionOffset = yield* readFileSection(bytes, view, SHARD_HEADER_BYTES, end, files, steps);
   const xorbs: ShardXorb[] = [];
-  const sectionsEnd = readXorbSection(bytes, view, xorbSectionOffset, end, xorbs);
+  const sectionsEnd = yield* readXorbSection(bytes, view, xorbSectionOffset, end, xorbs, steps);
   return { files, xorbs, xorbSectionOffset, sectionsEnd };
 }
 
 /** Reads file blocks from `offset` up to and including the bookend; returns the offset after it. */
-function readFileSection(bytes: Uint8Array, view: DataView, offset: number, end: number, files: ParsedShardFile[]): number {
+function* readFileSection(
+  bytes: Uint8Array,
+  view: DataView,
+  offset: number,
+  end: number,
+  files: ParsedShardFile[],
+  steps: StepCounter,
+): Generator<void, number, void> {
   let sectionHasVerification: boolean | null = null;
   for (;;) {
     if (end - offset < SHARD_RECORD_BYTES) {
@@ -370,6 +414,7 @@ function readFileSection(bytes: Uint8Array, view: DataView, offset: number, end:
 
     const terms: ShardTerm[] = [];
     for (let i = 0; i < termCount; i++, offset += SHARD_RECORD_BYTES) {
+      if (steps.count(1)) yield;
       rejectBookendInBlock(bytes, offset, block);
       const chunkStart = view.getUint32(offset + 40, true);
       const chunkEnd = view.getUint32(offset + 44, true);
@@ -392,6 +437,7 @@ function readFileSection(bytes: Uint8Array, view: DataView, offset: number, end:
     if (hasVerification) {
       verificationHashes = [];
       for (let i = 0; i < termCount; i++, offset += SHARD_RECORD_BYTES) {
+        if (steps.count(1)) yield;
         rejectBookendInBlock(bytes, offset, block);
         verificationHashes.push(bytes.subarray(offset, offset + HASH_BYTES));
       }
@@ -405,11 +451,19 @@ function readFileSection(bytes: Uint8Array, view: DataView, offset: number, end:
     }
 
     files.push({ fileHash, flags, terms, verificationHashes, sha256, sha256Hex: sha256 === null ? null : hashToHex(sha256) });
+    if (steps.count(1)) yield;
   }
 }
 
 /** Reads xorb blocks from `offset` up to and including the bookend; returns the offset after it. */
-function readXorbSection(bytes: Uint8Array, view: DataView, offset: number, end: number, xorbs: ShardXorb[]): number {
+function* readXorbSection(
+  bytes: Uint8Array,
+  view: DataView,
+  offset: number,
+  end: number,
+  xorbs: ShardXorb[],
+  steps: StepCounter,
+): Generator<void, number, void> {
   for (;;) {
     if (end - offset < SHARD_RECORD_BYTES) {
       throw new FormatError(
@@ -435,6 +489,7 @@ function readXorbSection(bytes: Uint8Array, view: DataView, offset: number, end:
 
     const chunks: ShardChunk[] = [];
     for (let i = 0; i < chunkCount; i++, offset += SHARD_RECORD_BYTES) {
+      if (steps.count(1)) yield;
       rejectBookendInBlock(bytes, offset, block);
       chunks.push({
         hash: bytes.subarray(offset, offset + HASH_BYTES),
@@ -445,6 +500,64 @@ function readXorbSection(bytes: Uint8Array, view: DataView, offset: number, end:
       });
     }
     xorbs.push({ xorbHash, flags, numBytesInXorb, numBytesOnDisk, chunks });
+    if (steps.count(1)) yield;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Canonical form of an upload
+
+/**
+ * The canonical form of an upload: every field that carries no content is rewritten, in
+ * place, so that every wire variant of the same content has the same bytes up to
+ * `sectionsEnd` (§6.7): the header's footer_size (0, a stale 200, or hf.js's 200), each xorb
+ * block's num_bytes_on_disk (0 from xet-core, the serialized size from hf.js) and the reserved
+ * bytes readers ignore (which some xet-core test builds fill). The result is a valid
+ * xet-core-style upload shard; whatever followed the xorb section is left out.
+ *
+ * `canonicalizeUploadShard` does it all at once; a caller that wants to spread the work over
+ * time rewrites the header, each file block and each xorb block separately and then takes
+ * `body.subarray(0, shard.sectionsEnd)`. `body` is the buffer the shard was parsed from.
+ */
+export function canonicalizeUploadShard(body: Uint8Array, shard: ParsedUploadShard): Uint8Array {
+  canonicalizeShardHeader(body);
+  for (const file of shard.files) canonicalizeFileBlock(body, file);
+  for (const xorb of shard.xorbs) canonicalizeXorbBlock(body, xorb);
+  return body.subarray(0, shard.sectionsEnd);
+}
+
+/** Zeroes the header's footer_size. */
+export function canonicalizeShardHeader(body: Uint8Array): void {
+  body.fill(0, 40, 48);
+}
+
+/** Zeroes the reserved bytes of one parsed file block of `body`. */
+export function canonicalizeFileBlock(body: Uint8Array, file: ParsedShardFile): void {
+  const recordAt = (view: Uint8Array) => view.byteOffset - body.byteOffset;
+  const header = recordAt(file.fileHash);
+  body.fill(0, header + 40, header + 48);
+  for (const term of file.terms) {
+    const at = recordAt(term.xorbHash);
+    body.fill(0, at + 32, at + 36);
+  }
+  for (const rangeHash of file.verificationHashes ?? []) {
+    const at = recordAt(rangeHash);
+    body.fill(0, at + 32, at + 48);
+  }
+  if (file.sha256 !== null) {
+    const at = recordAt(file.sha256);
+    body.fill(0, at + 32, at + 48);
+  }
+}
+
+/** Zeroes num_bytes_on_disk and the reserved bytes of one parsed xorb block of `body`. */
+export function canonicalizeXorbBlock(body: Uint8Array, xorb: ShardXorb): void {
+  const recordAt = (view: Uint8Array) => view.byteOffset - body.byteOffset;
+  const header = recordAt(xorb.xorbHash);
+  body.fill(0, header + 44, header + 48);
+  for (const chunk of xorb.chunks) {
+    const at = recordAt(chunk.hash);
+    body.fill(0, at + 44, at + 48);
   }
 }
 

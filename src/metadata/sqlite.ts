@@ -6,9 +6,11 @@
  * are seen by the next call.
  *
  * The WAL stays bounded: every statement runs to completion synchronously (no `iterate()`, no
- * transaction spanning an await), so no read transaction outlives its call and the automatic
- * checkpoint (every 1000 pages) can always reset the log; `journal_size_limit` then truncates a
- * log that one large transaction (a big shard registration) grew past the limit.
+ * read transaction spanning an await), so no read transaction outlives its call and the
+ * automatic checkpoint (every 1000 pages) can always reset the log; `journal_size_limit` then
+ * truncates a log that one large transaction (a big shard registration) grew past the limit.
+ * The one transaction that spans awaits is a large shard registration's, on a connection of
+ * its own (sqlite-shard-registration.ts); the other writes wait for it (`write`).
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -56,6 +58,7 @@ import {
   type Revision,
   type RevisionKind,
 } from "./store.js";
+import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps, runAllSteps } from "./sqlite-shard-registration.js";
 
 export const METADATA_FILE_NAME = "metadata.sqlite";
 
@@ -233,16 +236,18 @@ export class SqliteMetadataStore implements MetadataStore {
   readonly path: string;
   private readonly db: Database.Database;
   private readonly sql;
+  /** Writes large shard registrations on a connection of their own, in steps. */
+  private readonly bulkShards: BulkShardWriter;
+  /** Set while a large registration holds the write lock across event-loop turns. */
+  private bulkWrite: Promise<unknown> | null = null;
 
   private constructor(path: string) {
     this.path = path;
+    this.bulkShards = new BulkShardWriter(path, (db) => configureConnection(db));
     this.db = new Database(path, { timeout: BUSY_TIMEOUT_MS });
     try {
       this.db.pragma("journal_mode = WAL");
-      this.db.pragma("synchronous = NORMAL");
-      this.db.pragma("foreign_keys = ON");
-      this.db.pragma(`journal_size_limit = ${JOURNAL_SIZE_LIMIT_BYTES}`);
-      this.db.pragma(`cache_size = -${CACHE_SIZE_KIB}`);
+      configureConnection(this.db);
       migrate(this.db, path);
     } catch (err) {
       this.db.close();
@@ -250,6 +255,8 @@ export class SqliteMetadataStore implements MetadataStore {
     }
     const db = this.db;
     this.sql = {
+      // The statements of a shard registration (sqlite-shard-registration.ts), which imports reuse.
+      ...prepareShardStatements(db),
       insertRepo: db.prepare<[string, string, number], RepoRow>(
         "INSERT INTO repos (type, name, created_at) VALUES (?, ?, ?) RETURNING *",
       ),
@@ -280,27 +287,6 @@ export class SqliteMetadataStore implements MetadataStore {
       ),
       xorbSize: db.prepare<[Uint8Array], { serialized_length: number }>(
         "SELECT serialized_length FROM xorbs WHERE hash = ?",
-      ),
-      repoExists: db.prepare<[number], { ok: number }>("SELECT 1 AS ok FROM repos WHERE id = ?"),
-      insertShard: db.prepare<[Uint8Array, number]>(
-        "INSERT INTO shards (hash, created_at) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING",
-      ),
-      insertFile: db.prepare<[Uint8Array, number, Uint8Array | null, number, Uint8Array]>(
-        `INSERT INTO files (hash, size, sha256, created_at, terms)
-         VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
-      ),
-      linkFile: db.prepare<[Uint8Array, number]>(
-        "INSERT INTO file_repos (file_hash, repo_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-      ),
-      putSha256: db.prepare<[number, Uint8Array, Uint8Array]>(
-        `INSERT INTO file_sha256 (repo_id, sha256, file_hash) VALUES (?, ?, ?)
-         ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash`,
-      ),
-      advanceDedupSeq: db.prepare<[number], { next: number }>(
-        "UPDATE dedup_seq SET next = next + ? WHERE one = 1 RETURNING next",
-      ),
-      insertDedup: db.prepare<[Uint8Array, Uint8Array, number]>(
-        "INSERT INTO dedup_chunks (chunk_hash, xorb_hash, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
       ),
       getFile: db.prepare<[Uint8Array], FileRow>("SELECT size, sha256, terms FROM files WHERE hash = ?"),
       fileInRepo: db.prepare<[Uint8Array, number], { ok: number }>(
@@ -370,20 +356,22 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async createRepo(type: RepoType, name: string): Promise<Repo> {
-    const create = this.db.transaction(() => {
-      const now = Date.now();
-      const row = this.sql.insertRepo.get(type, name, now)!;
-      this.sql.insertRevision.run(row.id, "main", "branch", now);
-      return row;
-    });
-    try {
-      return toRepo(create.immediate());
-    } catch (err) {
-      if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) {
-        throw new AlreadyExistsError(`repository ${type}:${name} already exists`);
+    return this.write(() => {
+      const create = this.db.transaction(() => {
+        const now = Date.now();
+        const row = this.sql.insertRepo.get(type, name, now)!;
+        this.sql.insertRevision.run(row.id, "main", "branch", now);
+        return row;
+      });
+      try {
+        return toRepo(create.immediate());
+      } catch (err) {
+        if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) {
+          throw new AlreadyExistsError(`repository ${type}:${name} already exists`);
+        }
+        throw err;
       }
-      throw err;
-    }
+    });
   }
 
   async getRepo(type: RepoType, name: string): Promise<Repo | null> {
@@ -401,17 +389,19 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async createRevision(repoId: number, name: string, kind: RevisionKind): Promise<Revision> {
-    try {
-      return toRevision(this.sql.insertRevision.get(repoId, name, kind, Date.now())!);
-    } catch (err) {
-      if (isConstraint(err, "SQLITE_CONSTRAINT_PRIMARYKEY") || isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) {
-        throw new AlreadyExistsError(`revision ${JSON.stringify(name)} already exists in repository #${repoId}`);
+    return this.write(() => {
+      try {
+        return toRevision(this.sql.insertRevision.get(repoId, name, kind, Date.now())!);
+      } catch (err) {
+        if (isConstraint(err, "SQLITE_CONSTRAINT_PRIMARYKEY") || isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) {
+          throw new AlreadyExistsError(`revision ${JSON.stringify(name)} already exists in repository #${repoId}`);
+        }
+        if (isConstraint(err, "SQLITE_CONSTRAINT_FOREIGNKEY")) {
+          throw new NotFoundError(`no repository with id ${repoId}`);
+        }
+        throw err;
       }
-      if (isConstraint(err, "SQLITE_CONSTRAINT_FOREIGNKEY")) {
-        throw new NotFoundError(`no repository with id ${repoId}`);
-      }
-      throw err;
-    }
+    });
   }
 
   async getRevision(repoId: number, name: string): Promise<Revision | null> {
@@ -424,34 +414,36 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async createHubToken(token: NewHubToken): Promise<HubToken> {
-    const create = this.db.transaction(() => {
-      const row = this.sql.insertToken.get(
-        token.id,
-        token.secretHash,
-        token.access,
-        token.repos === "all" ? 1 : 0,
-        Date.now(),
-        token.expiresAt === null ? null : token.expiresAt.getTime(),
-      )!;
-      if (token.repos === "all") return toHubToken(row, "all");
-      const repoIds = [...new Set(token.repos)].sort((a, b) => a - b);
-      for (const repoId of repoIds) this.sql.insertTokenRepo.run(token.id, repoId);
-      return toHubToken(row, repoIds);
+    return this.write(() => {
+      const create = this.db.transaction(() => {
+        const row = this.sql.insertToken.get(
+          token.id,
+          token.secretHash,
+          token.access,
+          token.repos === "all" ? 1 : 0,
+          Date.now(),
+          token.expiresAt === null ? null : token.expiresAt.getTime(),
+        )!;
+        if (token.repos === "all") return toHubToken(row, "all");
+        const repoIds = [...new Set(token.repos)].sort((a, b) => a - b);
+        for (const repoId of repoIds) this.sql.insertTokenRepo.run(token.id, repoId);
+        return toHubToken(row, repoIds);
+      });
+      try {
+        return create.immediate();
+      } catch (err) {
+        if (isConstraint(err, "SQLITE_CONSTRAINT_PRIMARYKEY")) {
+          throw new AlreadyExistsError(`a hub token with id ${token.id} already exists`);
+        }
+        if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) {
+          throw new AlreadyExistsError("a hub token with that secret hash already exists");
+        }
+        if (isConstraint(err, "SQLITE_CONSTRAINT_FOREIGNKEY")) {
+          throw new NotFoundError(`hub token ${token.id} lists a repository id that does not exist`);
+        }
+        throw err;
+      }
     });
-    try {
-      return create.immediate();
-    } catch (err) {
-      if (isConstraint(err, "SQLITE_CONSTRAINT_PRIMARYKEY")) {
-        throw new AlreadyExistsError(`a hub token with id ${token.id} already exists`);
-      }
-      if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) {
-        throw new AlreadyExistsError("a hub token with that secret hash already exists");
-      }
-      if (isConstraint(err, "SQLITE_CONSTRAINT_FOREIGNKEY")) {
-        throw new NotFoundError(`hub token ${token.id} lists a repository id that does not exist`);
-      }
-      throw err;
-    }
   }
 
   async findHubTokenBySecretHash(secretHash: string): Promise<HubToken | null> {
@@ -482,14 +474,16 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async revokeHubToken(id: string): Promise<boolean> {
-    return this.sql.revokeToken.run(Date.now(), id).changes > 0;
+    return this.write(() => this.sql.revokeToken.run(Date.now(), id).changes > 0);
   }
 
   async putXorb(xorb: XorbRecord): Promise<boolean> {
-    const chunks = packXorbRecord(xorb);
-    return (
-      this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, Date.now(), chunks).changes > 0
-    );
+    return this.write(() => {
+      const chunks = packXorbRecord(xorb);
+      return (
+        this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, Date.now(), chunks).changes > 0
+      );
+    });
   }
 
   async getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
@@ -515,38 +509,20 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async registerShard(registration: ShardRegistration): Promise<boolean> {
-    const { shardHash, repoId, files, dedupEntries } = registration;
+    const { shardHash, repoId } = registration;
     checkHash(shardHash, "shard hash");
     if (!Number.isSafeInteger(repoId)) throw new InvalidRecordError(`repository id must be an integer, got ${String(repoId)}`);
-    const sql = this.sql;
-    // Records are packed (and so checked) inside the transaction, one at a time: a bad record
-    // anywhere throws and rolls back everything written before it.
-    const register = this.db.transaction((): boolean => {
-      if (!sql.repoExists.get(repoId)) throw new NotFoundError(`no repository with id ${repoId}`);
-      const now = Date.now();
-      const isNew = sql.insertShard.run(shardHash, now).changes > 0;
-      const seen = new Set<string>();
-      for (const file of files) {
-        const terms = packFileRecord(file);
-        const key = bytesToPlainHex(file.hash);
-        if (seen.has(key)) continue;
-        seen.add(key);
-        sql.insertFile.run(file.hash, file.size, file.sha256, now, terms);
-        sql.linkFile.run(file.hash, repoId);
-        if (file.sha256 !== null) sql.putSha256.run(repoId, file.sha256, file.hash);
-      }
-      if (dedupEntries.length > 0) {
-        const firstSeq = sql.advanceDedupSeq.get(dedupEntries.length)!.next - dedupEntries.length;
-        for (let i = 0; i < dedupEntries.length; i++) {
-          const entry = dedupEntries[i];
-          checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
-          checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
-          sql.insertDedup.run(entry.chunkHash, entry.xorbHash, firstSeq + i);
-        }
-      }
-      return isNew;
-    });
-    return register.immediate();
+    if (fitsOneStep(registration)) {
+      return this.write(() => this.db.transaction(() => runAllSteps(registrationSteps(this.sql, registration))).immediate());
+    }
+    while (this.bulkWrite !== null) await this.bulkWrite.catch(() => undefined);
+    const registered = this.bulkShards.register(registration);
+    this.bulkWrite = registered;
+    try {
+      return await registered;
+    } finally {
+      this.bulkWrite = null;
+    }
   }
 
   async getFile(hash: Hash): Promise<FileRecord | null> {
@@ -583,55 +559,61 @@ export class SqliteMetadataStore implements MetadataStore {
   // Migration (migration.ts)
 
   async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
-    const row = this.sql.importRepo.get(repo.type, repo.name, repo.createdAt.getTime());
-    if (row !== undefined) return { repo: toRepo(row), inserted: true };
-    return { repo: toRepo(this.sql.getRepo.get(repo.type, repo.name)!), inserted: false };
+    return this.write(() => {
+      const row = this.sql.importRepo.get(repo.type, repo.name, repo.createdAt.getTime());
+      if (row !== undefined) return { repo: toRepo(row), inserted: true };
+      return { repo: toRepo(this.sql.getRepo.get(repo.type, repo.name)!), inserted: false };
+    });
   }
 
   async importRevisions(revisions: readonly Revision[]): Promise<number> {
-    return this.importAll(() => {
-      let changed = 0;
-      for (const revision of revisions) {
-        if (!this.sql.repoExists.get(revision.repoId)) throw new NotFoundError(`no repository with id ${revision.repoId}`);
-        changed += this.sql.importRevision.run(revision.repoId, revision.name, revision.kind, revision.createdAt.getTime()).changes;
-      }
-      return changed;
+    return this.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        for (const revision of revisions) {
+          if (!this.sql.repoExists.get(revision.repoId)) throw new NotFoundError(`no repository with id ${revision.repoId}`);
+          changed += this.sql.importRevision.run(revision.repoId, revision.name, revision.kind, revision.createdAt.getTime()).changes;
+        }
+        return changed;
+      });
     });
   }
 
   async importHubTokens(tokens: readonly HubToken[]): Promise<number> {
-    try {
-      return this.importAll(() => {
-        let changed = 0;
-        for (const token of tokens) {
-          const revokedAt = token.revokedAt === null ? null : token.revokedAt.getTime();
-          const inserted = this.sql.importToken.run(
-            token.id,
-            token.secretHash,
-            token.access,
-            token.repos === "all" ? 1 : 0,
-            token.createdAt.getTime(),
-            token.expiresAt === null ? null : token.expiresAt.getTime(),
-            revokedAt,
-          ).changes;
-          if (inserted === 0) {
-            // Present already: its record (and coverage) stays; only a revocation carries over.
-            if (revokedAt !== null) changed += this.sql.carryRevocation.run(revokedAt, token.id).changes;
-            continue;
+    return this.write(() => {
+      try {
+        return this.importAll(() => {
+          let changed = 0;
+          for (const token of tokens) {
+            const revokedAt = token.revokedAt === null ? null : token.revokedAt.getTime();
+            const inserted = this.sql.importToken.run(
+              token.id,
+              token.secretHash,
+              token.access,
+              token.repos === "all" ? 1 : 0,
+              token.createdAt.getTime(),
+              token.expiresAt === null ? null : token.expiresAt.getTime(),
+              revokedAt,
+            ).changes;
+            if (inserted === 0) {
+              // Present already: its record (and coverage) stays; only a revocation carries over.
+              if (revokedAt !== null) changed += this.sql.carryRevocation.run(revokedAt, token.id).changes;
+              continue;
+            }
+            changed++;
+            if (token.repos === "all") continue;
+            for (const repoId of token.repos) {
+              if (!this.sql.repoExists.get(repoId)) throw new NotFoundError(`hub token ${token.id} lists repository id ${repoId}, which does not exist`);
+              this.sql.insertTokenRepo.run(token.id, repoId);
+            }
           }
-          changed++;
-          if (token.repos === "all") continue;
-          for (const repoId of token.repos) {
-            if (!this.sql.repoExists.get(repoId)) throw new NotFoundError(`hub token ${token.id} lists repository id ${repoId}, which does not exist`);
-            this.sql.insertTokenRepo.run(token.id, repoId);
-          }
-        }
-        return changed;
-      });
-    } catch (err) {
-      if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) throw new AlreadyExistsError("another hub token has the secret hash of an imported one");
-      throw err;
-    }
+          return changed;
+        });
+      } catch (err) {
+        if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) throw new AlreadyExistsError("another hub token has the secret hash of an imported one");
+        throw err;
+      }
+    });
   }
 
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
@@ -641,14 +623,16 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
-    // Packed (and so checked) before the transaction: a bad record stores nothing.
-    const packed = xorbs.map((xorb) => packXorbRecord(xorb));
-    return this.importAll(() => {
-      let changed = 0;
-      xorbs.forEach((xorb, i) => {
-        changed += this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, xorb.createdAt.getTime(), packed[i]).changes;
+    return this.write(() => {
+      // Packed (and so checked) before the transaction: a bad record stores nothing.
+      const packed = xorbs.map((xorb) => packXorbRecord(xorb));
+      return this.importAll(() => {
+        let changed = 0;
+        xorbs.forEach((xorb, i) => {
+          changed += this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, xorb.createdAt.getTime(), packed[i]).changes;
+        });
+        return changed;
       });
-      return changed;
     });
   }
 
@@ -669,13 +653,15 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async importFiles(files: readonly DatedFile[]): Promise<number> {
-    const packed = files.map((file) => packFileRecord(file));
-    return this.importAll(() => {
-      let changed = 0;
-      files.forEach((file, i) => {
-        changed += this.sql.insertFile.run(file.hash, file.size, file.sha256, file.createdAt.getTime(), packed[i]).changes;
+    return this.write(() => {
+      const packed = files.map((file) => packFileRecord(file));
+      return this.importAll(() => {
+        let changed = 0;
+        files.forEach((file, i) => {
+          changed += this.sql.insertFile.run(file.hash, file.size, file.sha256, file.createdAt.getTime(), packed[i]).changes;
+        });
+        return changed;
       });
-      return changed;
     });
   }
 
@@ -687,14 +673,16 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
-    return this.importAll(() => {
-      let changed = 0;
-      for (const link of links) {
-        checkHash(link.fileHash, "file hash of a link");
-        this.requireFileAndRepo(link.fileHash, link.repoId);
-        changed += this.sql.linkFile.run(link.fileHash, link.repoId).changes;
-      }
-      return changed;
+    return this.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        for (const link of links) {
+          checkHash(link.fileHash, "file hash of a link");
+          this.requireFileAndRepo(link.fileHash, link.repoId);
+          changed += this.sql.linkFile.run(link.fileHash, link.repoId).changes;
+        }
+        return changed;
+      });
     });
   }
 
@@ -710,15 +698,17 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
-    return this.importAll(() => {
-      let changed = 0;
-      for (const entry of entries) {
-        checkHash(entry.sha256, "SHA-256 digest");
-        checkHash(entry.fileHash, "file hash in the SHA-256 index");
-        this.requireFileAndRepo(entry.fileHash, entry.repoId);
-        changed += this.sql.importSha256.run(entry.repoId, entry.sha256, entry.fileHash).changes;
-      }
-      return changed;
+    return this.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        for (const entry of entries) {
+          checkHash(entry.sha256, "SHA-256 digest");
+          checkHash(entry.fileHash, "file hash in the SHA-256 index");
+          this.requireFileAndRepo(entry.fileHash, entry.repoId);
+          changed += this.sql.importSha256.run(entry.repoId, entry.sha256, entry.fileHash).changes;
+        }
+        return changed;
+      });
     });
   }
 
@@ -732,11 +722,13 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async importShards(shards: readonly ShardRow[]): Promise<number> {
-    for (const shard of shards) checkHash(shard.hash, "shard hash");
-    return this.importAll(() => {
-      let changed = 0;
-      for (const shard of shards) changed += this.sql.insertShard.run(shard.hash, shard.createdAt.getTime()).changes;
-      return changed;
+    return this.write(() => {
+      for (const shard of shards) checkHash(shard.hash, "shard hash");
+      return this.importAll(() => {
+        let changed = 0;
+        for (const shard of shards) changed += this.sql.insertShard.run(shard.hash, shard.createdAt.getTime()).changes;
+        return changed;
+      });
     });
   }
 
@@ -751,19 +743,21 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async importDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
-    entries.forEach((entry, i) => {
-      checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
-      checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
-    });
-    if (entries.length === 0) return 0;
-    return this.importAll(() => {
-      // One block of sequence numbers after everything stored, in the given order.
-      const firstSeq = this.sql.advanceDedupSeq.get(entries.length)!.next - entries.length;
-      let changed = 0;
+    return this.write(() => {
       entries.forEach((entry, i) => {
-        changed += this.sql.insertDedup.run(entry.chunkHash, entry.xorbHash, firstSeq + i).changes;
+        checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
+        checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
       });
-      return changed;
+      if (entries.length === 0) return 0;
+      return this.importAll(() => {
+        // One block of sequence numbers after everything stored, in the given order.
+        const firstSeq = this.sql.advanceDedupSeq.get(entries.length)!.next - entries.length;
+        let changed = 0;
+        entries.forEach((entry, i) => {
+          changed += this.sql.insertDedup.run(entry.chunkHash, entry.xorbHash, firstSeq + i).changes;
+        });
+        return changed;
+      });
     });
   }
 
@@ -782,8 +776,26 @@ export class SqliteMetadataStore implements MetadataStore {
   }
 
   async close(): Promise<void> {
+    this.bulkShards.close();
     if (this.db.open) this.db.close();
   }
+
+  /**
+   * Runs a synchronous write once no large registration holds the write lock: the wait and
+   * the write happen in one turn of the event loop, so none can start in between.
+   */
+  private async write<T>(run: () => T): Promise<T> {
+    while (this.bulkWrite !== null) await this.bulkWrite.catch(() => undefined);
+    return run();
+  }
+}
+
+/** Per-connection settings (WAL mode is the database file's, set once by the main connection). */
+function configureConnection(db: Database.Database): void {
+  db.pragma("synchronous = NORMAL");
+  db.pragma("foreign_keys = ON");
+  db.pragma(`journal_size_limit = ${JOURNAL_SIZE_LIMIT_BYTES}`);
+  db.pragma(`cache_size = -${CACHE_SIZE_KIB}`);
 }
 
 /**

@@ -151,8 +151,9 @@ function shardOf(files: readonly ShardFile[], xorbs: readonly ShardXorb[] = []):
 }
 
 /** A small xorb of chunks distinct from the vector's; `seed` varies the data. */
-function makeXorb(seed: number, chunkCount = 3): SerializedXorb {
-  return serializeXorb(Array.from({ length: chunkCount }, (_, i) => ({ data: makeData(300 + i * 7, seed * 31 + i + 1, seed) })));
+/** Chunks of `baseBytes` + 7·i bytes; real clients cut chunks of at least 8,128 bytes but a file's last. */
+function makeXorb(seed: number, chunkCount = 3, baseBytes = 300): SerializedXorb {
+  return serializeXorb(Array.from({ length: chunkCount }, (_, i) => ({ data: makeData(baseBytes + i * 7, seed * 31 + i + 1, seed) })));
 }
 
 /** The vector xorb's info, as the ingest service recorded it. */
@@ -353,6 +354,65 @@ describe("shard registration: rejections leave no trace", () => {
     await assertNoTrace();
   });
 
+  it("refuses a file whose terms name more chunks than its size allows, before loading any xorb", async () => {
+    // The amplification shape: a xorb of tiny chunks, and a file whose terms name all of them
+    // over and over (here 64 terms × 128 one-byte chunks for 8,192 bytes; the bound is 66).
+    const tiny = serializeXorb(Array.from({ length: 128 }, (_, i) => ({ data: Uint8Array.of(i) })));
+    await upload(tiny);
+    const terms = Array.from({ length: 64 }, () => ({ xorb: tiny.info, start: 0, end: 128 }));
+    const amplified = { ...fileOf(terms), fileHash: hashFromHex("ab".repeat(32)) };
+    let lookups = 0;
+    const counting: typeof metadata = Object.create(metadata);
+    counting.getXorbs = async (hashes) => {
+      lookups++;
+      return metadata.getXorbs(hashes);
+    };
+    const guarded = new ShardRegistrationService({ metadata: counting, blobs, maxShardBytes: 1024 * 1024 });
+    await assert.rejects(guarded.register(shardOf([amplified]), { repoId: alice }), (error: unknown) => {
+      assert.ok(error instanceof ShardRejectedError);
+      assert.equal(error.code, "chunk_references_exceed_file_size");
+      assert.equal(error.status, 400);
+      assert.match(error.message, /\(file block 0\) references 8192 chunks for 8192 bytes, more than the 66 a file of that size can have/);
+      return true;
+    });
+    assert.equal(lookups, 0, "refused from the shard alone");
+    await assertNoTrace([amplified.fileHash]);
+
+    // The same xorb named once per chunk, as a client writes a file of tiny chunks, is fine.
+    await service.register(shardOf([fileOf([{ xorb: tiny.info, start: 0, end: 60 }])]), { repoId: alice });
+  });
+
+  it("refuses with 413 a shard whose files name more chunks in all than CASTOR_MAX_SHARD_CHUNK_REFS", async () => {
+    const xorb = makeXorb(21, 40, 8200);
+    await upload(xorb);
+    const files = Array.from({ length: 10 }, (_, i) => fileOf([{ xorb: xorb.info, start: i, end: 40 }]));
+    // 40 + 39 + … + 31 = 355 references.
+    const capped = new ShardRegistrationService({ metadata, blobs, maxShardBytes: 1024 * 1024, maxChunkReferences: 354 });
+    await assert.rejects(capped.register(shardOf(files), { repoId: alice }), (error: unknown) => {
+      assert.ok(error instanceof ShardRejectedError);
+      assert.equal(error.code, "too_many_chunk_references");
+      assert.equal(error.status, 413);
+      assert.match(error.message, /reference more than 354 chunks in all \(this server's CASTOR_MAX_SHARD_CHUNK_REFS\), reached at file block 9: upload the files in several smaller shards/);
+      return true;
+    });
+    await assertNoTrace(files.map((f) => f.fileHash));
+    const roomy = new ShardRegistrationService({ metadata, blobs, maxShardBytes: 1024 * 1024, maxChunkReferences: 355 });
+    assert.equal((await roomy.register(shardOf(files), { repoId: alice })).files, 10);
+  });
+
+  it("verifies a repeated file block once, but still checks a block of the same file hash with other terms", async () => {
+    const xorb = makeXorb(22, 50, 8200);
+    await upload(xorb);
+    const file = fileOf([{ xorb: xorb.info, start: 0, end: 50 }]);
+    const outcome = await service.register(shardOf(Array.from({ length: 1000 }, () => file)), { repoId: alice });
+    assert.deepEqual([outcome.files, outcome.inserted], [1, true]);
+
+    // Same file hash, different terms with a wrong verification entry: refused, not skipped.
+    const other = fileOf([{ xorb: xorb.info, start: 0, end: 25 }, { xorb: xorb.info, start: 25, end: 50 }]);
+    const forged = { ...other, verificationHashes: [other.verificationHashes![0], ZERO_HASH] };
+    await assertRejected(shardOf([file, forged]), "verification_mismatch", /^verification entry 1 of file .* \(file block 1\)/);
+  });
+
   it("does not register anything when the upload is abandoned", async () => {
     const controller = new AbortController();
     controller.abort(new Error("client gone"));
@@ -452,12 +512,13 @@ describe("shard registration: contents", () => {
   });
 
   it("reports progress and lets the event loop run during a long validation", async () => {
-    const xorb = makeXorb(9, 100);
+    const xorb = makeXorb(9, 300, 8200);
     await upload(xorb);
+    // 300 distinct files of 301 chunks each.
     const files = Array.from({ length: 300 }, (_, i) =>
       fileOf([
-        { xorb: xorb.info, start: i % 50, end: 100 },
-        { xorb: xorb.info, start: 0, end: 1 + (i % 50) },
+        { xorb: xorb.info, start: i, end: 300 },
+        { xorb: xorb.info, start: 0, end: 1 + i },
       ]),
     );
     const progress: ShardProgress[] = [];

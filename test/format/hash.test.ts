@@ -7,6 +7,9 @@ import {
   hashFromHex,
   hashToHex,
   internalNodeHash,
+  INTERNAL_NODE_KEY,
+  KeyedHasher,
+  MerkleTreeBuilder,
   isGlobalDedupEligible,
   isHashHex,
   keyedChunkHash,
@@ -108,6 +111,44 @@ describe("merkle hashes (merkle-hashes.json)", () => {
     assert.equal(hashToHex(xorbHash([])), v.empty.xorb_hash);
     assert.notEqual(hashToHex(fileHash([])), v.empty.wrong_value_do_not_use);
     assert.deepEqual(fileHash([]), ZERO_HASH);
+  });
+  it("builds the same root incrementally as the level-by-level definition, for every leaf count up to 300 and a few large ones", () => {
+    // The definition of §3.3 written out as plainly as possible, strings and all.
+    const nodeKey = INTERNAL_NODE_KEY;
+    const referenceRoot = (leaves: MerkleEntry[]): string => {
+      let level = leaves.map((leaf) => ({ hex: hashToHex(leaf.hash), hash: leaf.hash, size: leaf.size }));
+      while (level.length > 1) {
+        const next: typeof level = [];
+        for (let i = 0; i < level.length; ) {
+          let n = Math.min(9, level.length - i);
+          if (level.length - i > 2) {
+            for (let j = 2; j < n; j++) {
+              if (lastWord(level[i + j].hash) % 4n === 0n) {
+                n = j + 1;
+                break;
+              }
+            }
+          }
+          const group = level.slice(i, i + n);
+          const text = group.map((e) => `${e.hex} : ${e.size}\n`).join("");
+          const hash = new KeyedHasher(nodeKey).hash(Buffer.from(text));
+          next.push({ hex: hashToHex(hash), hash, size: group.reduce((sum, e) => sum + e.size, 0) });
+          i += n;
+        }
+        level = next;
+      }
+      return level.length === 0 ? hashToHex(ZERO_HASH) : level[0].hex;
+    };
+    const leavesOf = (count: number, seed: number): MerkleEntry[] =>
+      Array.from({ length: count }, (_, i) => ({ hash: chunkHash(Buffer.from(`${seed}:${i}`)), size: 1 + ((i * 7919) % 131072) }));
+    const counts = [...Array.from({ length: 301 }, (_, n) => n), 1000, 4097, 20_000];
+    for (const count of counts) {
+      const leaves = leavesOf(count, count);
+      const builder = new MerkleTreeBuilder();
+      for (const leaf of leaves) builder.push(leaf.hash, leaf.size);
+      assert.equal(builder.leafCount, count);
+      assert.equal(hashToHex(builder.root()), referenceRoot(leaves), `${count} leaves`);
+    }
   });
   it("a single chunk's file hash is not the chunk hash", () => {
     const h = chunkHash(Buffer.from("x"));

@@ -20,6 +20,7 @@ import {
   SqliteMetadataStore,
 } from "../../src/metadata/sqlite.js";
 import { PostgresConnectionError } from "../../src/metadata/postgres.js";
+import { ROWS_PER_STEP } from "../../src/metadata/sqlite-shard-registration.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
 
@@ -209,6 +210,52 @@ describe("SqliteMetadataStore CAS specifics", () => {
       await assert.rejects(store.findDedupXorbs(chunk, 5), CorruptRecordError);
       assert.deepEqual((await store.getXorbs([healthy.hash])).get(hashToHex(healthy.hash)), healthy, "healthy rows still read");
       assert.equal(await store.getXorbSize(damaged.hash), damaged.serializedLength);
+    } finally {
+      await store.close();
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it("writes a large registration in steps, as one transaction: the event loop runs, readers see all or nothing, other writes wait", async () => {
+    const root = await tempDir();
+    const store = await SqliteMetadataStore.open(root);
+    try {
+      const repo = await store.createRepo("model", "alice/large");
+      await store.putXorb(testXorb(1, 4));
+      const term = { xorbHash: testHash(1, 1), chunkStart: 0, chunkEnd: 1, unpackedLength: 65_536 };
+      const files: FileRecord[] = Array.from({ length: 5 * ROWS_PER_STEP }, (_, f) => ({ hash: testHash(8, f), size: 65_536, terms: [term], sha256: null }));
+
+      // While the registration is in progress: timers fire, a reader sees none of its files,
+      // and a write issued meanwhile completes (after it, since it waits for the write lock).
+      let ticks = 0;
+      const seenMidway: boolean[] = [];
+      const ticker = setInterval(() => {
+        ticks++;
+        void store.isFileInRepo(files[0].hash, repo.id).then((seen) => seenMidway.push(seen));
+      }, 0);
+      const registered = store.registerShard({ shardHash: testHash(9, 1), repoId: repo.id, files, dedupEntries: [] });
+      const writtenMeanwhile = store.createRepo("model", "alice/meanwhile");
+      let registrationDone = false;
+      void registered.then(() => (registrationDone = true));
+      try {
+        assert.equal(await registered, true);
+        await writtenMeanwhile;
+        assert.equal(registrationDone, true, "the other write waited for the registration's transaction");
+      } finally {
+        clearInterval(ticker);
+      }
+      assert.ok(ticks >= 3, `timers ran between the steps (${ticks} ticks)`);
+      assert.ok(seenMidway.length > 0 && seenMidway.every((seen) => seen === false), "no file was visible before the commit");
+      assert.equal(await store.isFileInRepo(files.at(-1)!.hash, repo.id), true);
+      assert.ok(await store.getRepo("model", "alice/meanwhile"));
+
+      // A bad record near the end rolls back everything written before it, and the store writes on.
+      const more = Array.from({ length: 3 * ROWS_PER_STEP }, (_, f) => ({ hash: testHash(10, f), size: 65_536, terms: [term], sha256: null }));
+      const badEntry = { chunkHash: new Uint8Array(31), xorbHash: testHash(1, 1) };
+      await assert.rejects(store.registerShard({ shardHash: testHash(9, 2), repoId: repo.id, files: more, dedupEntries: [badEntry] }));
+      assert.equal(await store.isFileInRepo(more[0].hash, repo.id), false, "rolled back");
+      assert.equal(await store.registerShard({ shardHash: testHash(9, 2), repoId: repo.id, files: more, dedupEntries: [] }), true);
+      assert.equal(await store.isFileInRepo(more[0].hash, repo.id), true);
     } finally {
       await store.close();
       await rm(root, { recursive: true, force: true });
