@@ -134,11 +134,16 @@ export const MIN_CLIENT_CHUNK_BYTES = 8128;
 export const SMALL_FILE_CHUNK_ALLOWANCE = 64;
 
 /**
- * Work between two yields to the event loop, in chunk references visited (~2 µs each with the
- * merkle leaf and the range hash, bench/shard.ts): a slice stays well under 50 ms, so
- * heartbeats and other requests are served during a long validation.
+ * How long validation runs before it yields to the event loop, so heartbeats and other
+ * requests are served during a long validation. Measured in time, not in work: a chunk
+ * reference costs ~2 µs, but a file block costs tens of µs of its own (records, strings,
+ * garbage), and a count of either alone let slices run for hundreds of milliseconds.
  */
-const WORK_PER_SLICE = 8_192;
+const SLICE_MS = 20;
+/** Work units (chunk references) between two looks at the clock. */
+const WORK_BETWEEN_CLOCK_CHECKS = 256;
+/** What a file or xorb block counts for besides its chunks, in chunk references. */
+const BLOCK_WORK = 16;
 /** Distinct xorbs fetched per metadata query. */
 const XORBS_PER_LOAD = 32;
 /** Bytes of the canonical shard hashed between two yields (BLAKE3 runs at ~1 GB/s here). */
@@ -320,7 +325,8 @@ class ValidationRun {
   private loadedChunks = 0;
   /** references[0 .. loadedUntil) have been looked up. */
   private loadedUntil = 0;
-  private workSinceYield = 0;
+  private workSinceClockCheck = 0;
+  private sliceStartedAt = performance.now();
   private verified = 0;
   private lastReported = -1;
   private readonly total: number;
@@ -405,19 +411,23 @@ class ValidationRun {
    * (`MerkleTreeBuilder`), so memory stays small however many chunks the file has.
    */
   private async checkFile(file: ParsedShardFile, index: number, firstReference: number): Promise<{ record: FileRecord; firstChunk: Hash | null }> {
-    const where = `file ${hashToHex(file.fileHash)} (file block ${index})`;
+    // Only error messages use it; built per file it was a measurable share of a large shard's time.
+    const where = () => `file ${hashToHex(file.fileHash)} (file block ${index})`;
     const tree = new MerkleTreeBuilder();
     const terms: FileTerm[] = [];
     let firstChunk: Hash | null = null;
     let size = 0;
     for (let t = 0; t < file.terms.length; t++) {
       const term = file.terms[t];
-      const xorb = await this.xorbAt(firstReference + t, () => `term ${t} of ${where}`);
+      const reference = firstReference + t;
+      const describe = () => `term ${t} of ${where()}`;
+      // Most terms name a xorb loaded already: no await (and no promise) for those.
+      const xorb = reference < this.loadedUntil ? this.loadedXorbAt(reference, describe) : await this.xorbAt(reference, describe);
       const chunks = xorb.record.chunks;
       if (term.chunkEnd > chunks.length) {
         throw new ShardRejectedError(
           "term_out_of_range",
-          `term ${t} of ${where} references chunks [${term.chunkStart}, ${term.chunkEnd}) but xorb ${xorb.hex} has ${chunks.length} chunks`,
+          `term ${t} of ${where()} references chunks [${term.chunkStart}, ${term.chunkEnd}) but xorb ${xorb.hex} has ${chunks.length} chunks`,
         );
       }
       const ends = uncompressedEndsOf(xorb);
@@ -425,7 +435,7 @@ class ValidationRun {
       if (storedBytes !== term.unpackedBytes) {
         throw new ShardRejectedError(
           "term_length_mismatch",
-          `term ${t} of ${where} says chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex} unpack to ${term.unpackedBytes} bytes, but they hold ${storedBytes}`,
+          `term ${t} of ${where()} says chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex} unpack to ${term.unpackedBytes} bytes, but they hold ${storedBytes}`,
         );
       }
       const count = term.chunkEnd - term.chunkStart;
@@ -433,15 +443,14 @@ class ValidationRun {
       if (!hashEquals(verificationHashOf(count, (i) => chunks[term.chunkStart + i].hash), file.verificationHashes![t])) {
         throw new ShardRejectedError(
           "verification_mismatch",
-          `verification entry ${t} of ${where} does not match chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex}: it must be the verification hash of the chunk hashes of that range`,
+          `verification entry ${t} of ${where()} does not match chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex}: it must be the verification hash of the chunk hashes of that range`,
         );
       }
       for (let c = term.chunkStart; c < term.chunkEnd; c++) tree.push(chunks[c].hash, chunks[c].uncompressedLength);
       firstChunk ??= chunks[term.chunkStart].hash;
       terms.push({ xorbHash: term.xorbHash, chunkStart: term.chunkStart, chunkEnd: term.chunkEnd, unpackedLength: term.unpackedBytes });
       size += storedBytes;
-      this.workSinceYield += count;
-      if (this.workSinceYield >= WORK_PER_SLICE) await this.yieldSlice();
+      await this.didWork(count);
     }
 
     const chunkCount = tree.leafCount;
@@ -449,24 +458,27 @@ class ValidationRun {
     if (!hashEquals(expected, file.fileHash)) {
       throw new ShardRejectedError(
         "file_hash_mismatch",
-        `${where}: the file's chunks (${chunkCount} chunks, ${size} bytes) hash to ${hashToHex(expected)}, not to the file hash the shard gives`,
+        `${where()}: the file's chunks (${chunkCount} chunks, ${size} bytes) hash to ${hashToHex(expected)}, not to the file hash the shard gives`,
       );
     }
     const sha256 = file.sha256Hex === null ? null : new Uint8Array(Buffer.from(file.sha256Hex, "hex"));
     return { record: { hash: file.fileHash, size, terms, sha256 }, firstChunk };
   }
 
-  /** Counts a file or xorb block as verified; yields once a slice of work is done. */
+  /** Counts a file or xorb block as verified (a block is worth several chunk references of work). */
   private async finishItem(work: number): Promise<void> {
     this.verified++;
-    this.workSinceYield += work;
-    if (this.workSinceYield >= WORK_PER_SLICE) await this.yieldSlice();
+    await this.didWork(BLOCK_WORK + work);
   }
 
-  /** Lets the event loop run (heartbeats, other requests), then reports progress. */
-  private async yieldSlice(): Promise<void> {
-    this.workSinceYield = 0;
+  /** Counts work; once the slice has run SLICE_MS, lets the event loop run (heartbeats, other requests) and reports progress. */
+  private async didWork(units: number): Promise<void> {
+    this.workSinceClockCheck += units;
+    if (this.workSinceClockCheck < WORK_BETWEEN_CLOCK_CHECKS) return;
+    this.workSinceClockCheck = 0;
+    if (performance.now() - this.sliceStartedAt < SLICE_MS) return;
     await yieldToEventLoop();
+    this.sliceStartedAt = performance.now();
     this.options.signal?.throwIfAborted();
     this.report();
   }
@@ -474,6 +486,11 @@ class ValidationRun {
   /** The stored xorb of reference `index`, loading the next batch when needed. */
   private async xorbAt(index: number, describe: () => string): Promise<LoadedXorb> {
     if (index >= this.loadedUntil) await this.loadFrom(index);
+    return this.loadedXorbAt(index, describe);
+  }
+
+  /** The stored xorb of reference `index`, which is loaded already (`index < loadedUntil`). */
+  private loadedXorbAt(index: number, describe: () => string): LoadedXorb {
     const hex = hashToHex(this.references[index]);
     const xorb = this.loaded.get(hex);
     if (xorb === undefined || xorb === null) {
