@@ -46,6 +46,11 @@ export interface CastorConfig {
   v2Reconstruction: "on" | "501";
   maxXorbBytes: number;
   maxShardBytes: number;
+  /**
+   * `/readyz` fails while the data dir's filesystem has this many bytes available or fewer: a
+   * disk that full cannot take uploads (and the SQLite file and upload staging live there).
+   */
+  minFreeBytes: number;
   transferMode: "proxy" | "presigned";
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 }
@@ -54,6 +59,8 @@ const MiB = 1024 * 1024;
 /** 64 MiB of chunk data + an 8-byte header for each of up to 8,192 chunks + a footer allowance. */
 export const DEFAULT_MAX_XORB_BYTES = 64 * MiB + 8 * 8192 + 512 * 1024;
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
+/** Room for a few uploads' staging writes and SQLite's WAL; far below any real volume's size. */
+export const DEFAULT_MIN_FREE_BYTES = 16 * MiB;
 /** SigV4 presigned URLs live at most 7 days. */
 export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
 
@@ -78,6 +85,7 @@ export const SETTINGS = [
   "CASTOR_V2_RECONSTRUCTION",
   "CASTOR_MAX_XORB_BYTES",
   "CASTOR_MAX_SHARD_BYTES",
+  "CASTOR_MIN_FREE_BYTES",
   "CASTOR_TRANSFER_MODE",
   "CASTOR_LOG_LEVEL",
 ] as const;
@@ -164,6 +172,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     v2Reconstruction: oneOf("CASTOR_V2_RECONSTRUCTION", get("CASTOR_V2_RECONSTRUCTION") ?? "on", ["on", "501"] as const),
     maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BYTES)),
     maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
+    minFreeBytes: nonNegativeInt("CASTOR_MIN_FREE_BYTES", get("CASTOR_MIN_FREE_BYTES") ?? String(DEFAULT_MIN_FREE_BYTES)),
     transferMode,
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", [
       "fatal",
@@ -225,6 +234,13 @@ function parsePublicUrl(value: string): string {
 function positiveInt(name: SettingName, value: string): number {
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < 1) {
     throw new ConfigError(`${name} must be a whole number ≥ 1, got ${JSON.stringify(value)}`);
+  }
+  return Number(value);
+}
+
+function nonNegativeInt(name: SettingName, value: string): number {
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
+    throw new ConfigError(`${name} must be a whole number of bytes ≥ 0, got ${JSON.stringify(value)}`);
   }
   return Number(value);
 }
