@@ -51,7 +51,8 @@ export function installErrorHandlers(app: FastifyInstance): void {
     const full = statusCode === INSUFFICIENT_STORAGE ? storageFullOf(error) : null;
     if (full !== null) {
       logStorageFull(request.log, error, full);
-    } else if (statusCode >= 500) {
+    } else if (statusCode >= 500 && !(error instanceof HttpError)) {
+      // A 5xx a route chose to send (503 from /readyz, 501) is an answer, not an internal error.
       request.log.error({ err: error }, "request failed with an internal error");
     }
     if (headers) reply.headers(headers);
