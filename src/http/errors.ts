@@ -102,7 +102,7 @@ export function storageFullAnswer(log: FastifyBaseLogger, error: unknown): strin
  * per failed request, by whoever answers it.
  */
 function logStorageFull(log: FastifyBaseLogger, error: unknown, full: StorageFull): void {
-  log.error({ err: error, storage: full.storage, code: full.code }, `storage full (${full.storage}, ${full.code}): upload refused`);
+  log.error({ err: error, storage: full.storage, code: full.code }, `storage full (${full.storage}, ${full.code}): request refused with ${INSUFFICIENT_STORAGE}`);
 }
 
 function describeError(
@@ -146,7 +146,7 @@ function describeError(
     return { statusCode: status, message: fastifyError.message };
   }
   const full = storageFullOf(error);
-  // The same sentence as /readyz and the /v2/shards error frame give.
+  // The same sentence as the /v2/shards error frame gives.
   if (full !== null) return { statusCode: INSUFFICIENT_STORAGE, message: storageFullMessage(full.storage) };
   return {
     statusCode: 500,
