@@ -40,6 +40,7 @@ import { createLogger } from "../src/http/logging.js";
 import { registerReconstructionRoutes } from "../src/http/reconstruction-routes.js";
 import type { FileRecord, XorbRecord } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
+import { StorageFullWatch } from "../src/storage/full.js";
 import { benchRow, deterministicRandomBytes, median, type BenchRow } from "./lib.js";
 
 const GROUP = "reconstruction";
@@ -261,7 +262,7 @@ async function startServer(data: WorkerData): Promise<void> {
   let baseUrl = "";
   const app = createHttpApp({ logger: createLogger("silent") });
   registerCasAuth(app, new CasTokenVerifier(createPublicKey(data.publicKeyPem)));
-  registerHealthRoutes(app, store);
+  registerHealthRoutes(app, { store, dataDir: data.dir, minFreeBytes: 0, storageFull: new StorageFullWatch() });
   await registerReconstructionRoutes(app, {
     store,
     signer: new HmacTransferUrls({ key: randomBytes(32), publicUrl: () => baseUrl, ttlSeconds: 3600 }),

@@ -48,6 +48,11 @@ export interface CastorConfig {
   maxShardBytes: number;
   /** Chunk references a shard's files may make in all (CASTOR_MAX_SHARD_CHUNK_REFS). */
   maxShardChunkRefs: number;
+  /**
+   * `/readyz` fails while the data dir's filesystem has this many bytes available or fewer: a
+   * disk that full cannot take uploads (and the SQLite file and upload staging live there).
+   */
+  minFreeBytes: number;
   transferMode: "proxy" | "presigned";
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 }
@@ -63,6 +68,8 @@ export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
  * average chunk, far more than one client session puts in one shard.
  */
 export const DEFAULT_MAX_SHARD_CHUNK_REFS = 1 << 24;
+/** Room for a few uploads' staging writes and SQLite's WAL; far below any real volume's size. */
+export const DEFAULT_MIN_FREE_BYTES = 16 * MiB;
 /** SigV4 presigned URLs live at most 7 days. */
 export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
 
@@ -88,6 +95,7 @@ export const SETTINGS = [
   "CASTOR_MAX_XORB_BYTES",
   "CASTOR_MAX_SHARD_BYTES",
   "CASTOR_MAX_SHARD_CHUNK_REFS",
+  "CASTOR_MIN_FREE_BYTES",
   "CASTOR_TRANSFER_MODE",
   "CASTOR_LOG_LEVEL",
 ] as const;
@@ -175,6 +183,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BYTES)),
     maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
     maxShardChunkRefs: positiveInt("CASTOR_MAX_SHARD_CHUNK_REFS", get("CASTOR_MAX_SHARD_CHUNK_REFS") ?? String(DEFAULT_MAX_SHARD_CHUNK_REFS)),
+    minFreeBytes: nonNegativeInt("CASTOR_MIN_FREE_BYTES", get("CASTOR_MIN_FREE_BYTES") ?? String(DEFAULT_MIN_FREE_BYTES)),
     transferMode,
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", [
       "fatal",
@@ -236,6 +245,13 @@ function parsePublicUrl(value: string): string {
 function positiveInt(name: SettingName, value: string): number {
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < 1) {
     throw new ConfigError(`${name} must be a whole number ≥ 1, got ${JSON.stringify(value)}`);
+  }
+  return Number(value);
+}
+
+function nonNegativeInt(name: SettingName, value: string): number {
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
+    throw new ConfigError(`${name} must be a whole number of bytes ≥ 0, got ${JSON.stringify(value)}`);
   }
   return Number(value);
 }

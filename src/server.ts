@@ -92,6 +92,8 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       presignedUrls,
       transferUrlTtlSeconds: config.transferUrlTtlSeconds,
       v2Reconstruction: config.v2Reconstruction,
+      dataDir: config.dataDir,
+      minFreeBytes: config.minFreeBytes,
     });
     const boundPort = await listen(app, config);
     boundPublicUrl = publicUrlForBoundPort(config, boundPort);

@@ -5,6 +5,7 @@ import {
   ConfigError,
   DEFAULT_MAX_SHARD_BYTES,
   DEFAULT_MAX_XORB_BYTES,
+  DEFAULT_MIN_FREE_BYTES,
   flagNameOf,
   listenUrl,
   loadConfig,
@@ -39,6 +40,7 @@ describe("loadConfig", () => {
     assert.equal(config.maxXorbBytes, DEFAULT_MAX_XORB_BYTES);
     assert.equal(config.maxShardBytes, DEFAULT_MAX_SHARD_BYTES);
     assert.equal(config.maxShardChunkRefs, 16_777_216);
+    assert.equal(config.minFreeBytes, DEFAULT_MIN_FREE_BYTES);
     assert.equal(config.transferMode, "proxy");
     assert.equal(config.logLevel, "info");
   });
@@ -121,6 +123,16 @@ describe("loadConfig", () => {
       rejects({ CASTOR_MAX_SHARD_CHUNK_REFS: "0" }, /^CASTOR_MAX_SHARD_CHUNK_REFS/);
       assert.equal(loadConfig({}, { "max-shard-chunk-refs": "1000" }).maxShardChunkRefs, 1000);
     });
+
+    it("accepts any free-space reserve of 0 bytes or more", () => {
+      assert.equal(loadConfig({ CASTOR_MIN_FREE_BYTES: "0" }).minFreeBytes, 0);
+      assert.equal(loadConfig({}, { "min-free-bytes": "1048576" }).minFreeBytes, 1048576);
+    });
+
+    for (const bad of ["-1", "1.5", "16MiB", " 5", "99999999999999999999"]) {
+      it(`rejects CASTOR_MIN_FREE_BYTES=${JSON.stringify(bad)}`, () =>
+        rejects({ CASTOR_MIN_FREE_BYTES: bad }, /^CASTOR_MIN_FREE_BYTES must be a whole number of bytes ≥ 0, got /));
+    }
   });
 
   describe("secrets and backends", () => {

@@ -13,6 +13,7 @@ import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
+import { StorageFullWatch } from "../storage/full.js";
 import { registerCasAuth } from "./cas-auth.js";
 import { registerDedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
@@ -97,16 +98,34 @@ export interface CastorAppDeps extends HttpAppOptions {
   transferUrlTtlSeconds: number;
   /** `config.v2Reconstruction`. */
   v2Reconstruction: "on" | "501";
+  /** `config.dataDir`: `/readyz` watches its filesystem's free space. */
+  dataDir: string;
+  /** `config.minFreeBytes`. */
+  minFreeBytes: number;
 }
 
 /** The whole castor HTTP surface: hub token operation, health probes and the CAS routes. */
 export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstance> {
   const app = createHttpApp(deps);
+  // Both upload services report to it, so /readyz learns of storage-full failures (and of
+  // the successes that end them) whichever route or frame answered the client.
+  const storageFull = new StorageFullWatch();
+  const { xorbs, shards } = deps;
   registerCasAuth(app, deps.verifier);
-  registerHealthRoutes(app, deps.store);
+  registerHealthRoutes(app, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
   registerHubTokenRoutes(app, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
-  await registerXorbRoutes(app, { xorbs: deps.xorbs });
-  await registerShardRoutes(app, { shards: deps.shards, repos: deps.store });
+  await registerXorbRoutes(app, {
+    xorbs: {
+      maxBodyBytes: xorbs.maxBodyBytes,
+      storedSize: (hash) => xorbs.storedSize(hash),
+      // An upload of a xorb recorded before stores nothing, so it says nothing about free space.
+      ingest: (hash, body) => storageFull.track(xorbs.ingest(hash, body), (result) => result.outcome !== "already_recorded"),
+    },
+  });
+  await registerShardRoutes(app, {
+    shards: { maxShardBytes: shards.maxShardBytes, register: (body, options) => storageFull.track(shards.register(body, options)) },
+    repos: deps.store,
+  });
   await registerDedupRoutes(app, { dedup: deps.dedup });
   await registerReconstructionRoutes(app, {
     store: deps.store,

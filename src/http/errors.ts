@@ -4,7 +4,8 @@
  * large, unsupported content type, malformed URL). A 5xx never carries a stack or an internal
  * message: the log has those, under the request id the response also carries.
  */
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { storageFullMessage, storageFullOf, type StorageFull } from "../storage/full.js";
 
 /** An error a route means to send as is: status, message and optional extra headers. */
 export class HttpError extends Error {
@@ -47,7 +48,11 @@ function clip(text: string, max = 200): string {
 export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | HttpError | Error, request, reply) => {
     const { statusCode, message, headers } = describeError(error, request);
-    if (statusCode >= 500) {
+    const full = statusCode === INSUFFICIENT_STORAGE ? storageFullOf(error) : null;
+    if (full !== null) {
+      logStorageFull(request.log, error, full);
+    } else if (statusCode >= 500 && !(error instanceof HttpError)) {
+      // A 5xx a route chose to send (503 from /readyz, 501) is an answer, not an internal error.
       request.log.error({ err: error }, "request failed with an internal error");
     }
     if (headers) reply.headers(headers);
@@ -75,6 +80,29 @@ export function answerFrameworkError(error: FastifyError, request: FastifyReques
     .code(statusCode)
     .type("application/json; charset=utf-8")
     .send({ error: message } satisfies ErrorBody);
+}
+
+/** HTTP 507 Insufficient Storage (RFC 4918): the request was fine, the server has no room to store it. */
+export const INSUFFICIENT_STORAGE = 507;
+
+/**
+ * The answer to a storage-full failure, for routes that answer errors themselves (the
+ * `/v2/shards` error frame): its message, or null when `error` is not a storage-full failure.
+ * Logs it, as the error handler logs the 507s it sends.
+ */
+export function storageFullAnswer(log: FastifyBaseLogger, error: unknown): string | null {
+  const full = storageFullOf(error);
+  if (full === null) return null;
+  logStorageFull(log, error, full);
+  return storageFullMessage(full.storage);
+}
+
+/**
+ * Error level, since an operator must act, but not the "internal error" of a bug. Written once
+ * per failed request, by whoever answers it.
+ */
+function logStorageFull(log: FastifyBaseLogger, error: unknown, full: StorageFull): void {
+  log.error({ err: error, storage: full.storage, code: full.code }, `storage full (${full.storage}, ${full.code}): request refused with ${INSUFFICIENT_STORAGE}`);
 }
 
 function describeError(
@@ -117,6 +145,9 @@ function describeError(
   if (typeof status === "number" && status >= 400 && status < 500) {
     return { statusCode: status, message: fastifyError.message };
   }
+  const full = storageFullOf(error);
+  // The same sentence as the /v2/shards error frame gives.
+  if (full !== null) return { statusCode: INSUFFICIENT_STORAGE, message: storageFullMessage(full.storage) };
   return {
     statusCode: 500,
     message: `Internal server error (request id ${request.id}): this is a bug in castor; the server log has the details`,

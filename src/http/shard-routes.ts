@@ -13,7 +13,8 @@
  * `{"type":"validating","verified":N,"total":M}` as validation advances, re-sent as a
  * heartbeat while it is slow (so clients can keep a read timeout), `{"type":"committing",…}`
  * while storing, and a terminal `{"type":"result","result":0|1}` or
- * `{"type":"error","message":…,"retryable":…}` — retryable only for server-side failures.
+ * `{"type":"error","message":…,"retryable":…}` — retryable only for server-side failures that
+ * resending may get past (not a full storage, which is answered like the 507 of `/v1/shards`).
  * A stream that ends without a terminal frame is an error for the client (xet-core), which is
  * what a crash looks like.
  *
@@ -26,7 +27,7 @@ import { ShardRejectedError, type ShardProgress, type ShardRegistrationService }
 import { hashToHex } from "../format/hash.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { casAccessOf } from "./cas-auth.js";
-import { ERROR_BODY_SCHEMA, HttpError } from "./errors.js";
+import { ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
 import { acceptRawBodies, bodyPieces, declaredLengthOf, settleUnreadBody } from "./raw-body.js";
 
 export interface ShardRouteDeps {
@@ -109,6 +110,12 @@ export async function registerShardRoutes(app: FastifyInstance, deps: ShardRoute
               logRejection(request, error);
               frames.finish({ type: "error", message: `Shard rejected: ${error.message}`, retryable: false });
             } else {
+              const storageFull = storageFullAnswer(request.log, error);
+              if (storageFull !== null) {
+                // Not retryable: sending the shard again at once only sends it into the same full storage.
+                frames.finish({ type: "error", message: storageFull, retryable: false });
+                return;
+              }
               request.log.error({ err: error }, "shard registration failed with an internal error");
               frames.finish({
                 type: "error",

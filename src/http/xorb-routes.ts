@@ -19,7 +19,7 @@ import { ERROR_BODY_SCHEMA, HttpError, pathOf } from "./errors.js";
 import { acceptRawBodies, bodyPieces, discardBody, settleUnreadBody } from "./raw-body.js";
 
 export interface XorbRouteDeps {
-  xorbs: XorbIngestService;
+  xorbs: Pick<XorbIngestService, "ingest" | "storedSize" | "maxBodyBytes">;
 }
 
 /** The one prefix clients use for xorbs (interface §4.1, operation 4). */

@@ -14,7 +14,7 @@ import { FsBlobStore } from "../../src/storage/fs.js";
 
 export type CasDeps = Pick<
   CastorAppDeps,
-  "blobs" | "xorbs" | "shards" | "dedup" | "transferUrls" | "transferUrlTtlSeconds" | "v2Reconstruction"
+  "blobs" | "xorbs" | "shards" | "dedup" | "transferUrls" | "transferUrlTtlSeconds" | "v2Reconstruction" | "dataDir" | "minFreeBytes"
 >;
 
 const TRANSFER_URL_TTL_SECONDS = 3600;
@@ -29,5 +29,8 @@ export async function casDepsForTest(store: MetadataStore, dataDir: string, publ
     transferUrls: new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS }),
     transferUrlTtlSeconds: TRANSFER_URL_TTL_SECONDS,
     v2Reconstruction: "on",
+    dataDir,
+    // Readiness never fails for lack of space on the machine running the tests.
+    minFreeBytes: 0,
   };
 }

@@ -31,6 +31,11 @@ before(async () => {
   app.get("/boom", async () => {
     throw new Error("database password is hunter2");
   });
+  app.post("/full", async () => {
+    // As a backend rethrows it: its own message, the filesystem's error as the cause.
+    const enospc = Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC", errno: -28, syscall: "write" });
+    throw new Error("staging the upload at /srv/castor/blobs/tmp/x.part failed", { cause: enospc });
+  });
   await app.ready();
 });
 
@@ -114,6 +119,17 @@ describe("error answers", () => {
     const logged = logLines.find((line) => line.level === 50 && line.reqId === response.headers["x-request-id"]);
     assert.ok(logged, "the error is logged");
     assert.match(JSON.stringify(logged), /hunter2/, "the log keeps the real cause for the operator");
+  });
+
+  it("507s a full disk, however wrapped, naming the cause, and logs it at error level without calling it a bug", async () => {
+    logLines.length = 0;
+    const response = await app.inject({ method: "POST", url: "/full" });
+    const error = assertJsonError(response, 507, /^castor's data disk \(CASTOR_DATA_DIR\) is full: free space or grow the volume; nothing was stored/);
+    assert.doesNotMatch(error, /bug|\/srv\/castor/);
+    const logged = logLines.filter((line) => line.level === 50 && line.reqId === response.headers["x-request-id"]);
+    assert.equal(logged.length, 1, "logged once");
+    assert.match(String(logged[0].msg), /^storage full \(data_dir, ENOSPC\)/);
+    assert.doesNotMatch(String(logged[0].msg), /internal error|bug/);
   });
 
   it("reuses a plain incoming request id and replaces an odd one", async () => {
