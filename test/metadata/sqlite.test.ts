@@ -20,7 +20,7 @@ import {
   SqliteMetadataStore,
 } from "../../src/metadata/sqlite.js";
 import { PostgresConnectionError } from "../../src/metadata/postgres.js";
-import { ROWS_PER_STEP } from "../../src/metadata/sqlite-shard-registration.js";
+import { ROWS_PER_STEP } from "../../src/metadata/sqlite/shard-registration.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
 

@@ -1,0 +1,170 @@
+/**
+ * The CAS records in the embedded store: xorbs with their chunk tables, files with their
+ * terms, the repository links and SHA-256 index of files, shards, and the global-dedup index.
+ */
+import type Database from "better-sqlite3";
+import { bytesToPlainHex, hashToHex, type Hash } from "../../format/hash.js";
+import { checkHash, packXorbRecord, storedHash, unpackChunkTable, unpackFileTerms, type FileRecord, type ShardRegistration, type XorbRecord } from "../cas.js";
+import { InvalidRecordError } from "../store.js";
+import type { SqliteConnection } from "./connection.js";
+import { configureConnection } from "./schema.js";
+import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps, runAllSteps, type ShardStatements } from "./shard-registration.js";
+
+/** Hashes per `getXorbs` query; batch sizes are powers of two up to this, so few statements exist. */
+const XORB_BATCH_MAX = 256;
+
+export interface XorbRow {
+  hash: Buffer;
+  serialized_length: number;
+  uncompressed_length: number;
+  chunks: Buffer;
+}
+export interface FileRow {
+  size: number;
+  sha256: Buffer | null;
+  terms: Buffer;
+}
+type XorbBatchStatement = Database.Statement<Uint8Array[], XorbRow>;
+export interface CasStatements extends ShardStatements {
+  insertXorb: Database.Statement<[Uint8Array, number, number, number, Uint8Array]>;
+  xorbSize: Database.Statement<[Uint8Array], { serialized_length: number }>;
+  getFile: Database.Statement<[Uint8Array], FileRow>;
+  fileInRepo: Database.Statement<[Uint8Array, number], { ok: number }>;
+  fileBySha256: Database.Statement<[number, Uint8Array], { file_hash: Buffer }>;
+  dedupXorbs: Database.Statement<[Uint8Array, number], { xorb_hash: Buffer }>;
+}
+
+function prepareCasStatements(db: Database.Database): CasStatements {
+  return {
+    // The statements of a shard registration (shard-registration.ts), which imports reuse.
+    ...prepareShardStatements(db),
+    insertXorb: db.prepare<[Uint8Array, number, number, number, Uint8Array]>(
+      `INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
+       VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
+    ),
+    xorbSize: db.prepare<[Uint8Array], { serialized_length: number }>(
+      "SELECT serialized_length FROM xorbs WHERE hash = ?",
+    ),
+    getFile: db.prepare<[Uint8Array], FileRow>("SELECT size, sha256, terms FROM files WHERE hash = ?"),
+    fileInRepo: db.prepare<[Uint8Array, number], { ok: number }>(
+      "SELECT 1 AS ok FROM file_repos WHERE file_hash = ? AND repo_id = ?",
+    ),
+    fileBySha256: db.prepare<[number, Uint8Array], { file_hash: Buffer }>(
+      "SELECT file_hash FROM file_sha256 WHERE repo_id = ? AND sha256 = ?",
+    ),
+    dedupXorbs: db.prepare<[Uint8Array, number], { xorb_hash: Buffer }>(
+      "SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = ? ORDER BY seq LIMIT ?",
+    ),
+  };
+}
+
+export class SqliteCasRecords {
+  readonly sql: CasStatements;
+  private readonly db: Database.Database;
+  /** Writes large shard registrations on a connection of their own, in steps. */
+  private readonly bulkShards: BulkShardWriter;
+
+  constructor(private readonly connection: SqliteConnection) {
+    this.db = connection.db;
+    this.sql = prepareCasStatements(this.db);
+    this.bulkShards = new BulkShardWriter(connection.path, configureConnection);
+  }
+
+  /** `SELECT … WHERE hash IN (?, …)` with `size` placeholders, prepared on first use. */
+  private readonly xorbBatches = new Map<number, XorbBatchStatement>();
+  private xorbBatch(size: number): XorbBatchStatement {
+    let statement = this.xorbBatches.get(size);
+    if (!statement) {
+      statement = this.db.prepare<Uint8Array[], XorbRow>(
+        `SELECT hash, serialized_length, uncompressed_length, chunks FROM xorbs WHERE hash IN (${Array(size).fill("?").join(", ")})`,
+      );
+      this.xorbBatches.set(size, statement);
+    }
+    return statement;
+  }
+
+  async putXorb(xorb: XorbRecord): Promise<boolean> {
+    return this.connection.write(() => {
+      const chunks = packXorbRecord(xorb);
+      return (
+        this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, Date.now(), chunks).changes > 0
+      );
+    });
+  }
+
+  async getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
+    const found = new Map<string, XorbRecord>();
+    const distinct = [...new Map(hashes.map((hash) => [bytesToPlainHex(hash), hash])).values()];
+    for (let start = 0; start < distinct.length; start += XORB_BATCH_MAX) {
+      const batch = distinct.slice(start, start + XORB_BATCH_MAX);
+      // Pad to a power of two by repeating the last hash (harmless inside IN), so at most
+      // log2(XORB_BATCH_MAX) + 1 statements are ever prepared.
+      let size = 1;
+      while (size < batch.length) size *= 2;
+      while (batch.length < size) batch.push(batch[batch.length - 1]);
+      for (const row of this.xorbBatch(size).all(...batch)) {
+        const record = toXorbRecord(row);
+        found.set(hashToHex(record.hash), record);
+      }
+    }
+    return found;
+  }
+
+  async getXorbSize(hash: Hash): Promise<number | null> {
+    return this.sql.xorbSize.get(hash)?.serialized_length ?? null;
+  }
+
+  async registerShard(registration: ShardRegistration): Promise<boolean> {
+    const { shardHash, repoId } = registration;
+    checkHash(shardHash, "shard hash");
+    if (!Number.isSafeInteger(repoId)) throw new InvalidRecordError(`repository id must be an integer, got ${String(repoId)}`);
+    if (fitsOneStep(registration)) {
+      return this.connection.write(() => this.db.transaction(() => runAllSteps(registrationSteps(this.sql, registration))).immediate());
+    }
+    return this.connection.writeExclusively(() => this.bulkShards.register(registration));
+  }
+
+  async getFile(hash: Hash): Promise<FileRecord | null> {
+    const row = this.sql.getFile.get(hash);
+    if (!row) return null;
+    const fileHash = new Uint8Array(hash);
+    const name = `file ${hashToHex(fileHash)}`;
+    return {
+      hash: fileHash,
+      size: row.size,
+      terms: unpackFileTerms(row.terms, name),
+      sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
+    };
+  }
+
+  async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
+    return this.sql.fileInRepo.get(fileHash, repoId) !== undefined;
+  }
+
+  async findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {
+    const row = this.sql.fileBySha256.get(repoId, sha256);
+    return row ? storedHash(row.file_hash, "file hash in the SHA-256 index") : null;
+  }
+
+  async findDedupXorbs(chunkHash: Hash, limit: number): Promise<Hash[]> {
+    if (!Number.isSafeInteger(limit) || limit < 0) {
+      throw new RangeError(`the dedup lookup limit must be a non-negative integer, got ${limit}`);
+    }
+    if (limit === 0) return [];
+    return this.sql.dedupXorbs.all(chunkHash, limit).map((row) => storedHash(row.xorb_hash, "xorb hash in the dedup index"));
+  }
+
+  close(): void {
+    this.bulkShards.close();
+  }
+}
+
+export function toXorbRecord(row: XorbRow): XorbRecord {
+  const hash = storedHash(row.hash, "xorb hash");
+  return {
+    hash,
+    serializedLength: row.serialized_length,
+    uncompressedLength: row.uncompressed_length,
+    chunks: unpackChunkTable(row.chunks, `xorb ${hashToHex(hash)}`),
+  };
+}

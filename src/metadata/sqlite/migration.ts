@@ -1,0 +1,312 @@
+/**
+ * Migration (../migration.ts) out of and into the embedded store: every record family exported
+ * in primary-key order, keyset-paged, and imported insert-or-ignore, so a repeated or resumed
+ * migration adds nothing twice.
+ */
+import type Database from "better-sqlite3";
+import { hashToHex, type Hash } from "../../format/hash.js";
+import { checkHash, packFileRecord, packXorbRecord, storedHash, unpackFileTerms } from "../cas.js";
+import {
+  checkPageLimit,
+  exportPage,
+  hashCursor,
+  hashIdCursor,
+  idHashCursor,
+  parseHashCursor,
+  parseHashIdCursor,
+  parseIdHashCursor,
+  wholeChunkPage,
+  type DatedFile,
+  type DatedXorb,
+  type DedupEntry,
+  type ExportPage,
+  type FileRepoLink,
+  type Sha256IndexEntry,
+  type ShardRow,
+} from "../migration.js";
+import { AlreadyExistsError, NotFoundError, type HubToken, type Repo, type Revision } from "../store.js";
+import { toXorbRecord, type CasStatements, type FileRow, type XorbRow } from "./cas.js";
+import type { SqliteConnection } from "./connection.js";
+import { toRepo, type HubStatements, type RepoRow } from "./hub.js";
+import { isConstraint } from "./schema.js";
+
+interface DatedXorbRow extends XorbRow {
+  created_at: number;
+}
+interface DatedFileRow extends FileRow {
+  hash: Buffer;
+  created_at: number;
+}
+
+function prepareMigrationStatements(db: Database.Database) {
+  return {
+    importRepo: db.prepare<[string, string, number], RepoRow>(
+      "INSERT INTO repos (type, name, created_at) VALUES (?, ?, ?) ON CONFLICT (type, name) DO NOTHING RETURNING *",
+    ),
+    importRevision: db.prepare<[number, string, string, number]>(
+      "INSERT INTO revisions (repo_id, name, kind, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    ),
+    importToken: db.prepare<[string, string, string, number, number, number | null, number | null]>(
+      `INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+    ),
+    carryRevocation: db.prepare<[number, string]>("UPDATE hub_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"),
+    exportXorbs: db.prepare<[Uint8Array, number], DatedXorbRow>(
+      "SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > ? ORDER BY hash LIMIT ?",
+    ),
+    exportFiles: db.prepare<[Uint8Array, number], DatedFileRow>(
+      "SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > ? ORDER BY hash LIMIT ?",
+    ),
+    exportFileRepos: db.prepare<[Uint8Array, number, number], { file_hash: Buffer; repo_id: number }>(
+      "SELECT file_hash, repo_id FROM file_repos WHERE (file_hash, repo_id) > (?, ?) ORDER BY file_hash, repo_id LIMIT ?",
+    ),
+    fileExists: db.prepare<[Uint8Array], { ok: number }>("SELECT 1 AS ok FROM files WHERE hash = ?"),
+    exportSha256: db.prepare<[number, Uint8Array, number], { repo_id: number; sha256: Buffer; file_hash: Buffer }>(
+      "SELECT repo_id, sha256, file_hash FROM file_sha256 WHERE (repo_id, sha256) > (?, ?) ORDER BY repo_id, sha256 LIMIT ?",
+    ),
+    importSha256: db.prepare<[number, Uint8Array, Uint8Array]>(
+      `INSERT INTO file_sha256 (repo_id, sha256, file_hash) VALUES (?, ?, ?)
+       ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash
+       WHERE file_sha256.file_hash <> excluded.file_hash`,
+    ),
+    exportShards: db.prepare<[Uint8Array, number], { hash: Buffer; created_at: number }>(
+      "SELECT hash, created_at FROM shards WHERE hash > ? ORDER BY hash LIMIT ?",
+    ),
+    // Within a chunk, the primary key sorts by xorb hash; the few entries of one chunk are sorted by seq on top.
+    exportDedup: db.prepare<[Uint8Array, number], { chunk_hash: Buffer; xorb_hash: Buffer }>(
+      "SELECT chunk_hash, xorb_hash FROM dedup_chunks WHERE chunk_hash > ? ORDER BY chunk_hash, seq LIMIT ?",
+    ),
+    exportDedupChunk: db.prepare<[Uint8Array], { chunk_hash: Buffer; xorb_hash: Buffer }>(
+      "SELECT chunk_hash, xorb_hash FROM dedup_chunks WHERE chunk_hash = ? ORDER BY seq",
+    ),
+  };
+}
+
+export class SqliteMigrationRecords {
+  private readonly sql: ReturnType<typeof prepareMigrationStatements>;
+  private readonly db: Database.Database;
+
+  constructor(
+    private readonly connection: SqliteConnection,
+    /** The other families' statements that imports reuse. */
+    private readonly hub: HubStatements,
+    private readonly cas: CasStatements,
+  ) {
+    this.db = connection.db;
+    this.sql = prepareMigrationStatements(this.db);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
+    return this.connection.write(() => {
+      const row = this.sql.importRepo.get(repo.type, repo.name, repo.createdAt.getTime());
+      if (row !== undefined) return { repo: toRepo(row), inserted: true };
+      return { repo: toRepo(this.hub.getRepo.get(repo.type, repo.name)!), inserted: false };
+    });
+  }
+
+  async importRevisions(revisions: readonly Revision[]): Promise<number> {
+    return this.connection.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        for (const revision of revisions) {
+          if (!this.cas.repoExists.get(revision.repoId)) throw new NotFoundError(`no repository with id ${revision.repoId}`);
+          changed += this.sql.importRevision.run(revision.repoId, revision.name, revision.kind, revision.createdAt.getTime()).changes;
+        }
+        return changed;
+      });
+    });
+  }
+
+  async importHubTokens(tokens: readonly HubToken[]): Promise<number> {
+    return this.connection.write(() => {
+      try {
+        return this.importAll(() => {
+          let changed = 0;
+          for (const token of tokens) {
+            const revokedAt = token.revokedAt === null ? null : token.revokedAt.getTime();
+            const inserted = this.sql.importToken.run(
+              token.id,
+              token.secretHash,
+              token.access,
+              token.repos === "all" ? 1 : 0,
+              token.createdAt.getTime(),
+              token.expiresAt === null ? null : token.expiresAt.getTime(),
+              revokedAt,
+            ).changes;
+            if (inserted === 0) {
+              // Present already: its record (and coverage) stays; only a revocation carries over.
+              if (revokedAt !== null) changed += this.sql.carryRevocation.run(revokedAt, token.id).changes;
+              continue;
+            }
+            changed++;
+            if (token.repos === "all") continue;
+            for (const repoId of token.repos) {
+              if (!this.cas.repoExists.get(repoId)) throw new NotFoundError(`hub token ${token.id} lists repository id ${repoId}, which does not exist`);
+              this.hub.insertTokenRepo.run(token.id, repoId);
+            }
+          }
+          return changed;
+        });
+      } catch (err) {
+        if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) throw new AlreadyExistsError("another hub token has the secret hash of an imported one");
+        throw err;
+      }
+    });
+  }
+
+  async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
+    checkPageLimit(limit);
+    const rows = this.sql.exportXorbs.all(parseHashCursor(after), limit).map((row) => ({ ...toXorbRecord(row), createdAt: new Date(row.created_at) }));
+    return exportPage(rows, limit, (last) => hashCursor(last.hash));
+  }
+
+  async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
+    return this.connection.write(() => {
+      // Packed (and so checked) before the transaction: a bad record stores nothing.
+      const packed = xorbs.map((xorb) => packXorbRecord(xorb));
+      return this.importAll(() => {
+        let changed = 0;
+        xorbs.forEach((xorb, i) => {
+          changed += this.cas.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, xorb.createdAt.getTime(), packed[i]).changes;
+        });
+        return changed;
+      });
+    });
+  }
+
+  async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
+    checkPageLimit(limit);
+    const rows = this.sql.exportFiles.all(parseHashCursor(after), limit).map((row): DatedFile => {
+      const hash = storedHash(row.hash, "file hash");
+      const name = `file ${hashToHex(hash)}`;
+      return {
+        hash,
+        size: row.size,
+        terms: unpackFileTerms(row.terms, name),
+        sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
+        createdAt: new Date(row.created_at),
+      };
+    });
+    return exportPage(rows, limit, (last) => hashCursor(last.hash));
+  }
+
+  async importFiles(files: readonly DatedFile[]): Promise<number> {
+    return this.connection.write(() => {
+      const packed = files.map((file) => packFileRecord(file));
+      return this.importAll(() => {
+        let changed = 0;
+        files.forEach((file, i) => {
+          changed += this.cas.insertFile.run(file.hash, file.size, file.sha256, file.createdAt.getTime(), packed[i]).changes;
+        });
+        return changed;
+      });
+    });
+  }
+
+  async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
+    checkPageLimit(limit);
+    const [fileHash, repoId] = parseHashIdCursor(after);
+    const rows = this.sql.exportFileRepos.all(fileHash, repoId, limit).map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
+    return exportPage(rows, limit, (last) => hashIdCursor(last.fileHash, last.repoId));
+  }
+
+  async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
+    return this.connection.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        for (const link of links) {
+          checkHash(link.fileHash, "file hash of a link");
+          this.requireFileAndRepo(link.fileHash, link.repoId);
+          changed += this.cas.linkFile.run(link.fileHash, link.repoId).changes;
+        }
+        return changed;
+      });
+    });
+  }
+
+  async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
+    checkPageLimit(limit);
+    const [repoId, sha256] = parseIdHashCursor(after);
+    const rows = this.sql.exportSha256.all(repoId, sha256, limit).map((row) => ({
+      repoId: row.repo_id,
+      sha256: storedHash(row.sha256, "digest in the SHA-256 index"),
+      fileHash: storedHash(row.file_hash, "file hash in the SHA-256 index"),
+    }));
+    return exportPage(rows, limit, (last) => idHashCursor(last.repoId, last.sha256));
+  }
+
+  async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
+    return this.connection.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        for (const entry of entries) {
+          checkHash(entry.sha256, "SHA-256 digest");
+          checkHash(entry.fileHash, "file hash in the SHA-256 index");
+          this.requireFileAndRepo(entry.fileHash, entry.repoId);
+          changed += this.sql.importSha256.run(entry.repoId, entry.sha256, entry.fileHash).changes;
+        }
+        return changed;
+      });
+    });
+  }
+
+  async exportShards(after: string | null, limit: number): Promise<ExportPage<ShardRow>> {
+    checkPageLimit(limit);
+    const rows = this.sql.exportShards.all(parseHashCursor(after), limit).map((row) => ({
+      hash: storedHash(row.hash, "shard hash"),
+      createdAt: new Date(row.created_at),
+    }));
+    return exportPage(rows, limit, (last) => hashCursor(last.hash));
+  }
+
+  async importShards(shards: readonly ShardRow[]): Promise<number> {
+    return this.connection.write(() => {
+      for (const shard of shards) checkHash(shard.hash, "shard hash");
+      return this.importAll(() => {
+        let changed = 0;
+        for (const shard of shards) changed += this.cas.insertShard.run(shard.hash, shard.createdAt.getTime()).changes;
+        return changed;
+      });
+    });
+  }
+
+  async exportDedupEntries(after: string | null, limit: number): Promise<ExportPage<DedupEntry>> {
+    checkPageLimit(limit);
+    const toEntry = (row: { chunk_hash: Buffer; xorb_hash: Buffer }): DedupEntry => ({
+      chunkHash: storedHash(row.chunk_hash, "chunk hash in the dedup index"),
+      xorbHash: storedHash(row.xorb_hash, "xorb hash in the dedup index"),
+    });
+    const rows = this.sql.exportDedup.all(parseHashCursor(after), limit).map(toEntry);
+    return wholeChunkPage(rows, limit, async (chunkHash) => this.sql.exportDedupChunk.all(chunkHash).map(toEntry));
+  }
+
+  async importDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
+    return this.connection.write(() => {
+      entries.forEach((entry, i) => {
+        checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
+        checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
+      });
+      if (entries.length === 0) return 0;
+      return this.importAll(() => {
+        // One block of sequence numbers after everything stored, in the given order.
+        const firstSeq = this.cas.advanceDedupSeq.get(entries.length)!.next - entries.length;
+        let changed = 0;
+        entries.forEach((entry, i) => {
+          changed += this.cas.insertDedup.run(entry.chunkHash, entry.xorbHash, firstSeq + i).changes;
+        });
+        return changed;
+      });
+    });
+  }
+
+  /** Runs a batch of import statements in one write transaction. */
+  private importAll(write: () => number): number {
+    return this.db.transaction(write).immediate();
+  }
+
+  private requireFileAndRepo(fileHash: Hash, repoId: number): void {
+    if (!this.sql.fileExists.get(fileHash)) throw new NotFoundError(`no file ${hashToHex(fileHash)}: import files before what refers to them`);
+    if (!this.cas.repoExists.get(repoId)) throw new NotFoundError(`no repository with id ${repoId}`);
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * The embedded store's file and schema: where the database lives, how each connection is set
+ * up, and the migrations that bring a file written by any earlier castor up to date.
+ */
+import Database from "better-sqlite3";
+
+export const METADATA_FILE_NAME = "metadata.sqlite";
+
+/** How long a write waits for another connection's write lock before SQLITE_BUSY. */
+export const BUSY_TIMEOUT_MS = 5000;
+
+/** Size the WAL file is truncated back to after a checkpoint reset it. */
+export const JOURNAL_SIZE_LIMIT_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Page cache per connection (default is 2 MB). A 10,000-file registration touches a few
+ * thousand index pages; with them all in cache no dirty page spills to the WAL twice.
+ */
+const CACHE_SIZE_KIB = 32 * 1024;
+
+/**
+ * Schema migrations; entry i takes `PRAGMA user_version` from i to i + 1. Append only: a
+ * released entry is never edited, since databases in the field have already run it.
+ * Times are INTEGER milliseconds since the epoch (exact Date round-trips, cheap comparisons).
+ */
+export const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE repos (
+    id         INTEGER PRIMARY KEY,
+    type       TEXT    NOT NULL CHECK (type IN ('model', 'dataset', 'space')),
+    name       TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (type, name)
+  ) STRICT;
+
+  CREATE TABLE revisions (
+    repo_id    INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    name       TEXT    NOT NULL,
+    kind       TEXT    NOT NULL CHECK (kind IN ('branch', 'tag')),
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (repo_id, name)
+  ) STRICT;
+
+  CREATE TABLE hub_tokens (
+    id          TEXT    NOT NULL PRIMARY KEY,
+    secret_hash TEXT    NOT NULL UNIQUE,
+    access      TEXT    NOT NULL CHECK (access IN ('read', 'write')),
+    all_repos   INTEGER NOT NULL CHECK (all_repos IN (0, 1)),
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER,
+    revoked_at  INTEGER
+  ) STRICT;
+
+  CREATE TABLE hub_token_repos (
+    token_id TEXT    NOT NULL REFERENCES hub_tokens (id) ON DELETE CASCADE,
+    repo_id  INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    PRIMARY KEY (token_id, repo_id)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX hub_token_repos_by_repo ON hub_token_repos (repo_id);
+  `,
+  // CAS tables. Hashes are 32-byte BLOBs. Xorbs and files are one row each with their tables
+  // packed (layouts in cas.ts) and the BLOB column last, so reading the scalar columns before
+  // it never touches the blob's overflow pages. Both are rowid tables because their rows are
+  // large, which WITHOUT ROWID tables handle badly.
+  `
+  CREATE TABLE xorbs (
+    hash                BLOB    NOT NULL PRIMARY KEY CHECK (length(hash) = 32),
+    serialized_length   INTEGER NOT NULL CHECK (serialized_length >= 0),
+    uncompressed_length INTEGER NOT NULL CHECK (uncompressed_length >= 0),
+    created_at          INTEGER NOT NULL,
+    chunks              BLOB    NOT NULL CHECK (length(chunks) > 0 AND length(chunks) % 40 = 0)
+  ) STRICT;
+
+  CREATE TABLE files (
+    hash       BLOB    NOT NULL PRIMARY KEY CHECK (length(hash) = 32),
+    size       INTEGER NOT NULL CHECK (size >= 0),
+    sha256     BLOB             CHECK (sha256 IS NULL OR length(sha256) = 32),
+    created_at INTEGER NOT NULL,
+    terms      BLOB    NOT NULL CHECK (length(terms) % 44 = 0)
+  ) STRICT;
+
+  -- No index by repo_id: nothing deletes repositories yet, and every insert would pay for it.
+  CREATE TABLE file_repos (
+    file_hash BLOB    NOT NULL REFERENCES files (hash),
+    repo_id   INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    PRIMARY KEY (file_hash, repo_id)
+  ) STRICT, WITHOUT ROWID;
+
+  CREATE TABLE file_sha256 (
+    repo_id   INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    sha256    BLOB    NOT NULL CHECK (length(sha256) = 32),
+    file_hash BLOB    NOT NULL REFERENCES files (hash),
+    PRIMARY KEY (repo_id, sha256)
+  ) STRICT, WITHOUT ROWID;
+
+  CREATE TABLE shards (
+    hash       BLOB    NOT NULL PRIMARY KEY CHECK (length(hash) = 32),
+    created_at INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+
+  -- One B-tree: the primary key both deduplicates entries and serves the lookup by chunk
+  -- hash. seq is the insertion order findDedupXorbs returns oldest first (it sorts the few
+  -- xorbs of one chunk); it comes from dedup_seq, advanced once per registration under the
+  -- write lock, which keeps inserts to a single B-tree (a rowid would need a second index).
+  CREATE TABLE dedup_chunks (
+    chunk_hash BLOB    NOT NULL CHECK (length(chunk_hash) = 32),
+    xorb_hash  BLOB    NOT NULL CHECK (length(xorb_hash) = 32),
+    seq        INTEGER NOT NULL,
+    PRIMARY KEY (chunk_hash, xorb_hash)
+  ) STRICT, WITHOUT ROWID;
+
+  CREATE TABLE dedup_seq (
+    one  INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+    next INTEGER NOT NULL
+  ) STRICT;
+  INSERT INTO dedup_seq (one, next) VALUES (1, 0);
+  `,
+];
+
+/** The database file was written by a newer castor whose schema this version does not know. */
+export class MetadataSchemaError extends Error {
+  override readonly name = "MetadataSchemaError";
+}
+
+/** Per-connection settings (WAL mode is the database file's, set once by the main connection). */
+export function configureConnection(db: Database.Database): void {
+  db.pragma("synchronous = NORMAL");
+  db.pragma("foreign_keys = ON");
+  db.pragma(`journal_size_limit = ${JOURNAL_SIZE_LIMIT_BYTES}`);
+  db.pragma(`cache_size = -${CACHE_SIZE_KIB}`);
+}
+
+/**
+ * Brings the schema up to date. The check runs again inside an IMMEDIATE transaction (which
+ * takes the write lock) so that two processes opening a fresh database at once cannot both
+ * apply the same migration.
+ */
+export function migrate(db: Database.Database, path: string): void {
+  const version = (): number => db.pragma("user_version", { simple: true }) as number;
+  const check = (current: number): void => {
+    if (current > MIGRATIONS.length) {
+      throw new MetadataSchemaError(
+        `${path} has schema version ${current}, but this castor only knows versions up to ${MIGRATIONS.length}: upgrade castor (or point CASTOR_DATA_DIR at another folder)`,
+      );
+    }
+  };
+  check(version());
+  if (version() === MIGRATIONS.length) return;
+  db.transaction(() => {
+    const current = version();
+    check(current);
+    for (let v = current; v < MIGRATIONS.length; v++) {
+      db.exec(MIGRATIONS[v]);
+      db.pragma(`user_version = ${v + 1}`);
+    }
+  }).immediate();
+}
+
+
+/** Whether `err` is SQLite's constraint failure `code` (e.g. `SQLITE_CONSTRAINT_UNIQUE`). */
+export function isConstraint(err: unknown, code: string): boolean {
+  return err instanceof Database.SqliteError && err.code === code;
+}
