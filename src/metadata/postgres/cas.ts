@@ -1,0 +1,260 @@
+/**
+ * The CAS records in the scale-out store: xorbs, files, their repository links and SHA-256
+ * index, shards and the global-dedup index.
+ *
+ * A shard registration is one transaction of a few batched statements whose row sets are
+ * passed as packed binary parameters and inserted in key order. Inserting in key order makes
+ * two registrations that share files or dedup entries lock those rows in the same order, so
+ * they wait for each other instead of deadlocking. Every "did I insert it?" answer comes from
+ * the row count of one `INSERT … ON CONFLICT DO NOTHING`, which PostgreSQL makes exact across
+ * connections.
+ */
+import type pg from "pg";
+import type { PoolClient, QueryResultRow } from "pg";
+import { bytesToPlainHex, hashToHex, HASH_BYTES, type Hash } from "../../format/hash.js";
+import { checkHash, packFileRecord, packXorbRecord, storedHash, unpackChunkTable, unpackFileTerms, type FileRecord, type ShardRegistration, type XorbRecord } from "../cas.js";
+import type { DedupEntry } from "../migration.js";
+import { InvalidRecordError, NotFoundError } from "../store.js";
+import type { PostgresConnection } from "./connection.js";
+
+export interface XorbRow {
+  hash: Buffer;
+  serialized_length: number;
+  uncompressed_length: number;
+  chunks: Buffer;
+}
+export interface FileRow {
+  size: number;
+  sha256: Buffer | null;
+  terms: Buffer;
+}
+
+/** The `index`-th (1-based) hash of a parameter holding packed 32-byte hashes. */
+const hashAt = (param: string, index: string): string => `substring(${param}::bytea FROM (${index})::integer * 32 - 31 FOR 32)`;
+/** The indexes 1..n of a parameter holding n packed 32-byte hashes. */
+const packedIndexes = (param: string): string => `generate_series(1, length(${param}::bytea) / 32)`;
+
+const CAS_SQL = {
+  insertXorb: `
+    INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
+    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (hash) DO NOTHING`,
+  getXorbs: `SELECT hash, serialized_length, uncompressed_length, chunks FROM xorbs WHERE hash = ANY ($1::bytea[])`,
+  xorbSize: `SELECT serialized_length FROM xorbs WHERE hash = $1`,
+  lockRepo: `SELECT 1 FROM repos WHERE id = $1 FOR KEY SHARE`,
+  insertShard: `INSERT INTO shards (hash, created_at) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
+  // $1 packed file hashes; $2..$4 arrays in the same order.
+  insertFiles: `
+    INSERT INTO files (hash, size, sha256, created_at, terms)
+    SELECT ${hashAt("$1", "f.i")}, f.size, f.sha256, $5::timestamptz, f.terms
+    FROM unnest($2::bigint[], $3::bytea[], $4::bytea[]) WITH ORDINALITY AS f (size, sha256, terms, i)
+    ORDER BY 1
+    ON CONFLICT (hash) DO NOTHING`,
+  linkFiles: `
+    INSERT INTO file_repos (file_hash, repo_id)
+    SELECT ${hashAt("$1", "i")}, $2::bigint FROM ${packedIndexes("$1")} AS i
+    ORDER BY 1
+    ON CONFLICT DO NOTHING`,
+  // $2 packed digests, $3 packed file hashes; digests are distinct (ON CONFLICT DO UPDATE may
+  // not touch one row twice in a statement).
+  putSha256: `
+    INSERT INTO file_sha256 (repo_id, sha256, file_hash)
+    SELECT $1::bigint, ${hashAt("$2", "i")}, ${hashAt("$3", "i")} FROM ${packedIndexes("$2")} AS i
+    ORDER BY 2
+    ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash`,
+  // Sorting by (chunk, xorb, position) makes the first of repeated entries the one inserted.
+  insertDedup: `
+    WITH registration AS MATERIALIZED (SELECT nextval('dedup_registration_seq') AS seq)
+    INSERT INTO dedup_chunks (chunk_hash, xorb_hash, registration_seq, position)
+    SELECT ${hashAt("$1", "i")}, ${hashAt("$2", "i")}, registration.seq, i
+    FROM registration, ${packedIndexes("$1")} AS i
+    ORDER BY 1, 2, 4
+    ON CONFLICT DO NOTHING`,
+  getFile: `SELECT size, sha256, terms FROM files WHERE hash = $1`,
+  fileInRepo: `SELECT 1 FROM file_repos WHERE file_hash = $1 AND repo_id = $2`,
+  fileBySha256: `SELECT file_hash FROM file_sha256 WHERE repo_id = $1 AND sha256 = $2`,
+  dedupXorbs: `SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = $1 ORDER BY registration_seq, position LIMIT $2`,
+} as const;
+
+export class PostgresCasRecords {
+  constructor(private readonly connection: PostgresConnection) {}
+
+  private run<R extends QueryResultRow>(name: keyof typeof CAS_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.query<R>(name, CAS_SQL[name], values);
+  }
+
+  private runOn<R extends QueryResultRow>(client: PoolClient, name: keyof typeof CAS_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.queryOn<R>(client, name, CAS_SQL[name], values);
+  }
+
+  async putXorb(xorb: XorbRecord): Promise<boolean> {
+    const chunks = packXorbRecord(xorb);
+    const result = await this.run("insertXorb", [xorb.hash, xorb.serializedLength, xorb.uncompressedLength, new Date(), chunks]);
+    return result.rowCount === 1;
+  }
+
+  async getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
+    const found = new Map<string, XorbRecord>();
+    if (hashes.length === 0) return found;
+    const distinct = [...new Map(hashes.map((hash) => [bytesToPlainHex(hash), hash])).values()];
+    for (const row of (await this.run<XorbRow>("getXorbs", [distinct])).rows) {
+      const record = toXorbRecord(row);
+      found.set(hashToHex(record.hash), record);
+    }
+    return found;
+  }
+
+  async getXorbSize(hash: Hash): Promise<number | null> {
+    const { rows } = await this.run<{ serialized_length: number }>("xorbSize", [hash]);
+    return rows.length > 0 ? rows[0].serialized_length : null;
+  }
+
+  async registerShard(registration: ShardRegistration): Promise<boolean> {
+    const { shardHash, repoId, files, dedupEntries } = registration;
+    checkHash(shardHash, "shard hash");
+    if (!Number.isSafeInteger(repoId)) throw new InvalidRecordError(`repository id must be an integer, got ${String(repoId)}`);
+    // Everything is checked and packed before the transaction starts, so a bad record costs no
+    // round trip and holds no lock.
+    const batch = packRegistration(files, dedupEntries);
+
+    return this.connection.inTransaction(async (client) => {
+      if ((await this.runOn(client, "lockRepo", [repoId])).rowCount === 0) {
+        throw new NotFoundError(`no repository with id ${repoId}`);
+      }
+      const now = new Date();
+      const isNew = (await this.runOn(client, "insertShard", [shardHash, now])).rowCount === 1;
+      if (batch.fileCount > 0) {
+        await this.runOn(client, "insertFiles", [batch.fileHashes, batch.sizes, batch.sha256s, batch.terms, now]);
+        await this.runOn(client, "linkFiles", [batch.fileHashes, repoId]);
+      }
+      if (batch.digests.length > 0) {
+        await this.runOn(client, "putSha256", [repoId, batch.digests, batch.digestFiles]);
+      }
+      if (batch.chunkHashes.length > 0) {
+        await this.runOn(client, "insertDedup", [batch.chunkHashes, batch.dedupXorbHashes]);
+      }
+      return isNew;
+    });
+  }
+
+  /** Inserts dedup entries as one registration does: one sequence value, positions in the given order. */
+  async insertDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
+    const { chunkHashes, dedupXorbHashes } = packRegistration([], entries);
+    if (entries.length === 0) return 0;
+    const result = await this.run("insertDedup", [chunkHashes, dedupXorbHashes]);
+    return result.rowCount ?? 0;
+  }
+
+  async getFile(hash: Hash): Promise<FileRecord | null> {
+    const { rows } = await this.run<FileRow>("getFile", [hash]);
+    if (rows.length === 0) return null;
+    const row = rows[0];
+    const fileHash = new Uint8Array(hash);
+    const name = `file ${hashToHex(fileHash)}`;
+    return {
+      hash: fileHash,
+      size: row.size,
+      terms: unpackFileTerms(row.terms, name),
+      sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
+    };
+  }
+
+  async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
+    return ((await this.run("fileInRepo", [fileHash, repoId])).rowCount ?? 0) > 0;
+  }
+
+  async findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {
+    const { rows } = await this.run<{ file_hash: Buffer }>("fileBySha256", [repoId, sha256]);
+    return rows.length > 0 ? storedHash(rows[0].file_hash, "file hash in the SHA-256 index") : null;
+  }
+
+  async findDedupXorbs(chunkHash: Hash, limit: number): Promise<Hash[]> {
+    if (!Number.isSafeInteger(limit) || limit < 0) {
+      throw new RangeError(`the dedup lookup limit must be a non-negative integer, got ${limit}`);
+    }
+    if (limit === 0) return [];
+    const { rows } = await this.run<{ xorb_hash: Buffer }>("dedupXorbs", [chunkHash, limit]);
+    return rows.map((row) => storedHash(row.xorb_hash, "xorb hash in the dedup index"));
+  }
+}
+
+/** A registration's row sets as statement parameters; hashes packed back to back. */
+interface PackedRegistration {
+  fileCount: number;
+  /** Files kept (first occurrence of each hash), in shard order. */
+  fileHashes: Buffer;
+  sizes: number[];
+  sha256s: (Uint8Array | null)[];
+  terms: Uint8Array[];
+  /** Distinct digests of kept files; the last file with a digest wins, as in shard order. */
+  digests: Buffer;
+  digestFiles: Buffer;
+  chunkHashes: Buffer;
+  dedupXorbHashes: Buffer;
+}
+
+/**
+ * Checks every record (InvalidRecordError naming the first bad one) and lays the rows out as
+ * parameters. Hashes travel as one binary bytea per column — `pg` would send an array of them
+ * as hex text — which measured about 1.7× faster for 100,000 dedup entries.
+ */
+function packRegistration(files: readonly FileRecord[], dedupEntries: readonly DedupEntry[]): PackedRegistration {
+  const kept: FileRecord[] = [];
+  const terms: Uint8Array[] = [];
+  const seen = new Set<string>();
+  for (const file of files) {
+    const packedTerms = packFileRecord(file);
+    const key = bytesToPlainHex(file.hash);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    kept.push(file);
+    terms.push(packedTerms);
+  }
+
+  const fileHashes = Buffer.allocUnsafe(kept.length * HASH_BYTES);
+  const fileByDigest = new Map<string, { digest: Uint8Array; file: Hash }>();
+  for (let i = 0; i < kept.length; i++) {
+    const file = kept[i];
+    fileHashes.set(file.hash, i * HASH_BYTES);
+    if (file.sha256 !== null) fileByDigest.set(bytesToPlainHex(file.sha256), { digest: file.sha256, file: file.hash });
+  }
+  const digests = Buffer.allocUnsafe(fileByDigest.size * HASH_BYTES);
+  const digestFiles = Buffer.allocUnsafe(fileByDigest.size * HASH_BYTES);
+  let at = 0;
+  for (const { digest, file } of fileByDigest.values()) {
+    digests.set(digest, at);
+    digestFiles.set(file, at);
+    at += HASH_BYTES;
+  }
+
+  const chunkHashes = Buffer.allocUnsafe(dedupEntries.length * HASH_BYTES);
+  const dedupXorbHashes = Buffer.allocUnsafe(dedupEntries.length * HASH_BYTES);
+  for (let i = 0; i < dedupEntries.length; i++) {
+    const entry = dedupEntries[i];
+    checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
+    checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
+    chunkHashes.set(entry.chunkHash, i * HASH_BYTES);
+    dedupXorbHashes.set(entry.xorbHash, i * HASH_BYTES);
+  }
+
+  return {
+    fileCount: kept.length,
+    fileHashes,
+    sizes: kept.map((file) => file.size),
+    sha256s: kept.map((file) => file.sha256),
+    terms,
+    digests,
+    digestFiles,
+    chunkHashes,
+    dedupXorbHashes,
+  };
+}
+
+export function toXorbRecord(row: XorbRow): XorbRecord {
+  const hash = storedHash(row.hash, "xorb hash");
+  return {
+    hash,
+    serializedLength: row.serialized_length,
+    uncompressedLength: row.uncompressed_length,
+    chunks: unpackChunkTable(row.chunks, `xorb ${hashToHex(hash)}`),
+  };
+}

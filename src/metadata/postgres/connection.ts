@@ -1,0 +1,169 @@
+/**
+ * The pool every record family of the scale-out store (hub.ts, cas.ts, migration.ts) queries
+ * through: opened and migrated once, statements run by name (so every pooled connection
+ * parses and plans each once), transactions on one pooled connection.
+ *
+ * `pg` returns bigint columns as strings; the pool parses them into numbers and refuses any
+ * stored value beyond Number.MAX_SAFE_INTEGER with CorruptRecordError instead of rounding it.
+ */
+import pg from "pg";
+import type { PoolClient, QueryResultRow } from "pg";
+import { CorruptRecordError } from "../store.js";
+import { migrate, PostgresSchemaError } from "./schema.js";
+
+const { Pool, DatabaseError, TypeOverrides, types } = pg;
+
+/** Connections per node when the caller does not say; pg's own default, ample for one process. */
+export const DEFAULT_POOL_SIZE = 10;
+
+/** How long opening a connection may take before the call fails (a wrong host must not hang). */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+
+/** The database could not be reached or refused the connection (castor cannot start). */
+export class PostgresConnectionError extends Error {
+  override readonly name = "PostgresConnectionError";
+}
+
+export interface PostgresStoreOptions {
+  /** Most connections this store holds at once; default DEFAULT_POOL_SIZE. */
+  poolSize?: number;
+  /** Default DEFAULT_CONNECT_TIMEOUT_MS. */
+  connectTimeoutMs?: number;
+}
+
+export const PG_UNIQUE_VIOLATION = "23505";
+export const PG_FOREIGN_KEY_VIOLATION = "23503";
+/** bigint[]; pg's builtins table names scalar types only. */
+const INT8_ARRAY_OID = 1016;
+
+/**
+ * Type parsers of this store's pool (the process-wide `pg.types` stay untouched): bigint values
+ * become numbers, and a value a number cannot hold exactly is a damaged row, not a rounding.
+ */
+function storeTypeParsers(): pg.CustomTypesConfig {
+  const overrides = new TypeOverrides();
+  const parseInt8 = (text: string): number => {
+    const value = Number(text);
+    if (!Number.isSafeInteger(value)) {
+      throw new CorruptRecordError(
+        `a stored integer ${text} is beyond ${Number.MAX_SAFE_INTEGER}, the largest castor handles: the metadata database is damaged (restore it from a backup)`,
+      );
+    }
+    return value;
+  };
+  // @types/pg types getTypeParser's oid as the scalar builtins enum, which lacks array types.
+  const builtinParser = types.getTypeParser as (oid: number) => (text: string) => unknown;
+  const parseInt8Array = builtinParser(INT8_ARRAY_OID) as (text: string) => string[];
+  overrides.setTypeParser(types.builtins.INT8, parseInt8);
+  overrides.setTypeParser(INT8_ARRAY_OID, (text: string) => parseInt8Array(text).map(parseInt8));
+  return overrides;
+}
+
+export class PostgresConnection {
+  /**
+   * Connects to `databaseUrl` (a `postgres://` URL), brings the schema up to date and returns
+   * the store. PostgresConnectionError when the server cannot be reached or refuses the login;
+   * PostgresSchemaError when a newer castor migrated the database.
+   */
+  static async open(databaseUrl: string, options: PostgresStoreOptions = {}): Promise<PostgresConnection> {
+    const poolSize = options.poolSize ?? DEFAULT_POOL_SIZE;
+    if (!Number.isSafeInteger(poolSize) || poolSize < 1) {
+      throw new RangeError(`the PostgreSQL pool size must be a positive integer, got ${poolSize}`);
+    }
+    const pool = new Pool({
+      connectionString: databaseUrl,
+      max: poolSize,
+      connectionTimeoutMillis: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+      application_name: "castor",
+      types: storeTypeParsers(),
+    });
+    // An idle connection that breaks (server restart, network cut) is discarded by the pool and
+    // the next query opens a new one; without a listener the 'error' event would kill the process.
+    pool.on("error", () => undefined);
+    try {
+      await migrate(pool, describeDatabase(databaseUrl));
+    } catch (err) {
+      await pool.end().catch(() => undefined);
+      throw isConnectionFailure(err)
+        ? new PostgresConnectionError(
+            `cannot use the PostgreSQL database ${describeDatabase(databaseUrl)}: ${(err as Error).message}; check CASTOR_DATABASE_URL and that the server is running`,
+            { cause: err },
+          )
+        : err;
+    }
+    return new PostgresConnection(pool, poolSize);
+  }
+
+  private closed = false;
+
+  private constructor(
+    private readonly pool: pg.Pool,
+    /** Most connections this store holds at once. */
+    readonly poolSize: number,
+  ) {}
+
+  /** Runs the statement `text` under `name` on any pooled connection. */
+  query<R extends QueryResultRow>(name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.pool.query<R>({ name, text, values });
+  }
+
+  /** Runs the statement `text` under `name` on `client` (inside `inTransaction`). */
+  queryOn<R extends QueryResultRow>(client: PoolClient, name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return client.query<R>({ name, text, values });
+  }
+
+  /** Runs `work` in a transaction on one pooled connection; any error rolls everything back. */
+  async inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query("BEGIN");
+      const result = await work(client);
+      await client.query("COMMIT");
+      return result;
+    } catch (err) {
+      // A connection that cannot even roll back is in an unknown state: the pool drops it.
+      await client.query("ROLLBACK").catch((rollbackError: Error) => {
+        broken = rollbackError;
+      });
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.pool.end();
+  }
+}
+
+/** host:port/database of a connection URL, never its password (for error messages). */
+function describeDatabase(databaseUrl: string): string {
+  try {
+    const url = new URL(databaseUrl);
+    return `${url.hostname || "localhost"}:${url.port || "5432"}${url.pathname || "/"}`;
+  } catch {
+    return "named by CASTOR_DATABASE_URL";
+  }
+}
+
+/**
+ * Errors that mean "no usable connection" rather than a bug in a statement: network failures,
+ * timeouts, refused logins, a missing database.
+ */
+function isConnectionFailure(err: unknown): boolean {
+  if (err instanceof DatabaseError) {
+    // Class 08: connection exception; 28: invalid authorization; 3D000: no such database;
+    // 57P03: the server is starting up or shutting down; 42501: the role may not create the
+    // schema (a setup problem the operator fixes, like the others).
+    const code = err.code ?? "";
+    return code.startsWith("08") || code.startsWith("28") || ["3D000", "57P03", "42501"].includes(code);
+  }
+  return err instanceof Error && !(err instanceof PostgresSchemaError);
+}
+
+export function isViolation(err: unknown, code: string): boolean {
+  return err instanceof DatabaseError && err.code === code;
+}

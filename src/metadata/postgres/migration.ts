@@ -1,0 +1,295 @@
+/**
+ * Migration (../migration.ts) out of and into the scale-out store: every record family
+ * exported in primary-key order, keyset-paged, and imported as whole batches with
+ * `ON CONFLICT DO NOTHING`, so a repeated or resumed migration adds nothing twice.
+ */
+import type pg from "pg";
+import type { PoolClient, QueryResultRow } from "pg";
+import { hashToHex } from "../../format/hash.js";
+import { checkHash, packFileRecord, packXorbRecord, storedHash, unpackFileTerms } from "../cas.js";
+import {
+  checkPageLimit,
+  exportPage,
+  hashCursor,
+  hashIdCursor,
+  idHashCursor,
+  parseHashCursor,
+  parseHashIdCursor,
+  parseIdHashCursor,
+  wholeChunkPage,
+  type DatedFile,
+  type DatedXorb,
+  type DedupEntry,
+  type ExportPage,
+  type FileRepoLink,
+  type Sha256IndexEntry,
+  type ShardRow,
+} from "../migration.js";
+import { AlreadyExistsError, NotFoundError, type HubToken, type Repo, type Revision } from "../store.js";
+import { toXorbRecord, type FileRow, type PostgresCasRecords, type XorbRow } from "./cas.js";
+import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection } from "./connection.js";
+import { REPO_COLUMNS, toRepo, type PostgresHubRecords, type RepoRow } from "./hub.js";
+
+interface DatedXorbRow extends XorbRow {
+  created_at: Date;
+}
+interface DatedFileRow extends FileRow {
+  hash: Buffer;
+  created_at: Date;
+}
+interface DedupRow {
+  chunk_hash: Buffer;
+  xorb_hash: Buffer;
+}
+
+const MIGRATION_SQL = {
+  // Migration (see migration.ts): exports in primary-key order, keyset-paged; imports of whole
+  // batches as arrays. Arrays of bytea travel as hex text — slower than the packed form of
+  // registrations, and fine for a one-off copy.
+  importRepo: `INSERT INTO repos (type, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (type, name) DO NOTHING RETURNING ${REPO_COLUMNS}`,
+  importRevisions: `
+    INSERT INTO revisions (repo_id, name, kind, created_at)
+    SELECT r.repo_id, r.name, r.kind, r.created_at
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS r (repo_id, name, kind, created_at, i)
+    ORDER BY r.i
+    ON CONFLICT DO NOTHING`,
+  importToken: `
+    INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`,
+  carryRevocation: `UPDATE hub_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`,
+  importTokenRepos: `INSERT INTO hub_token_repos (token_id, repo_id) SELECT $1, unnest($2::bigint[]) ON CONFLICT DO NOTHING`,
+  exportXorbs: `SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > $1 ORDER BY hash LIMIT $2`,
+  importXorbs: `
+    INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
+    SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::bytea[])
+    ON CONFLICT (hash) DO NOTHING`,
+  exportFiles: `SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > $1 ORDER BY hash LIMIT $2`,
+  importFiles: `
+    INSERT INTO files (hash, size, sha256, created_at, terms)
+    SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[], $4::timestamptz[], $5::bytea[])
+    ON CONFLICT (hash) DO NOTHING`,
+  exportFileRepos: `
+    SELECT file_hash, repo_id FROM file_repos WHERE (file_hash, repo_id) > ($1::bytea, $2::bigint)
+    ORDER BY file_hash, repo_id LIMIT $3`,
+  importFileRepos: `INSERT INTO file_repos (file_hash, repo_id) SELECT * FROM unnest($1::bytea[], $2::bigint[]) ON CONFLICT DO NOTHING`,
+  exportSha256: `
+    SELECT repo_id, sha256, file_hash FROM file_sha256 WHERE (repo_id, sha256) > ($1::bigint, $2::bytea)
+    ORDER BY repo_id, sha256 LIMIT $3`,
+  importSha256: `
+    INSERT INTO file_sha256 (repo_id, sha256, file_hash)
+    SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[])
+    ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash
+    WHERE file_sha256.file_hash <> excluded.file_hash`,
+  exportShards: `SELECT hash, created_at FROM shards WHERE hash > $1 ORDER BY hash LIMIT $2`,
+  importShards: `INSERT INTO shards (hash, created_at) SELECT * FROM unnest($1::bytea[], $2::timestamptz[]) ON CONFLICT (hash) DO NOTHING`,
+  exportDedup: `
+    SELECT chunk_hash, xorb_hash FROM dedup_chunks WHERE chunk_hash > $1
+    ORDER BY chunk_hash, registration_seq, position LIMIT $2`,
+  exportDedupChunk: `SELECT chunk_hash, xorb_hash FROM dedup_chunks WHERE chunk_hash = $1 ORDER BY registration_seq, position`,
+} as const;
+
+export class PostgresMigrationRecords {
+  constructor(
+    private readonly connection: PostgresConnection,
+    /** Imports look up repositories that were already there. */
+    private readonly hub: PostgresHubRecords,
+    /** Dedup entries are imported as a registration writes them. */
+    private readonly cas: PostgresCasRecords,
+  ) {}
+
+  private run<R extends QueryResultRow>(name: keyof typeof MIGRATION_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.query<R>(name, MIGRATION_SQL[name], values);
+  }
+
+  private runOn<R extends QueryResultRow>(client: PoolClient, name: keyof typeof MIGRATION_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.queryOn<R>(client, name, MIGRATION_SQL[name], values);
+  }
+
+  async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
+    const { rows } = await this.run<RepoRow>("importRepo", [repo.type, repo.name, repo.createdAt]);
+    if (rows.length > 0) return { repo: toRepo(rows[0]), inserted: true };
+    const existing = await this.hub.getRepo(repo.type, repo.name);
+    if (existing === null) throw new Error(`repository ${repo.type}:${repo.name} neither inserted nor found (deleted meanwhile?)`);
+    return { repo: existing, inserted: false };
+  }
+
+  async importRevisions(revisions: readonly Revision[]): Promise<number> {
+    if (revisions.length === 0) return 0;
+    return importing(async () => {
+      const result = await this.run("importRevisions", [
+        revisions.map((r) => r.repoId),
+        revisions.map((r) => r.name),
+        revisions.map((r) => r.kind),
+        revisions.map((r) => r.createdAt),
+      ]);
+      return result.rowCount ?? 0;
+    });
+  }
+
+  async importHubTokens(tokens: readonly HubToken[]): Promise<number> {
+    if (tokens.length === 0) return 0;
+    return importing(() =>
+      this.connection.inTransaction(async (client) => {
+        let changed = 0;
+        for (const token of tokens) {
+          const inserted = await this.runOn(client, "importToken", [
+            token.id,
+            token.secretHash,
+            token.access,
+            token.repos === "all",
+            token.createdAt,
+            token.expiresAt,
+            token.revokedAt,
+          ]);
+          if (inserted.rowCount === 0) {
+            // Present already: its record (and coverage) stays; only a revocation carries over.
+            if (token.revokedAt !== null) changed += (await this.runOn(client, "carryRevocation", [token.revokedAt, token.id])).rowCount ?? 0;
+            continue;
+          }
+          changed++;
+          if (token.repos !== "all" && token.repos.length > 0) await this.runOn(client, "importTokenRepos", [token.id, token.repos]);
+        }
+        return changed;
+      }),
+    );
+  }
+
+  async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
+    checkPageLimit(limit);
+    const { rows } = await this.run<DatedXorbRow>("exportXorbs", [parseHashCursor(after), limit]);
+    const xorbs = rows.map((row) => ({ ...toXorbRecord(row), createdAt: row.created_at }));
+    return exportPage(xorbs, limit, (last) => hashCursor(last.hash));
+  }
+
+  async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
+    const packed = xorbs.map((xorb) => packXorbRecord(xorb));
+    if (xorbs.length === 0) return 0;
+    const result = await this.run("importXorbs", [
+      xorbs.map((x) => x.hash),
+      xorbs.map((x) => x.serializedLength),
+      xorbs.map((x) => x.uncompressedLength),
+      xorbs.map((x) => x.createdAt),
+      packed,
+    ]);
+    return result.rowCount ?? 0;
+  }
+
+  async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
+    checkPageLimit(limit);
+    const { rows } = await this.run<DatedFileRow>("exportFiles", [parseHashCursor(after), limit]);
+    const files = rows.map((row): DatedFile => {
+      const hash = storedHash(row.hash, "file hash");
+      const name = `file ${hashToHex(hash)}`;
+      return {
+        hash,
+        size: row.size,
+        terms: unpackFileTerms(row.terms, name),
+        sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
+        createdAt: row.created_at,
+      };
+    });
+    return exportPage(files, limit, (last) => hashCursor(last.hash));
+  }
+
+  async importFiles(files: readonly DatedFile[]): Promise<number> {
+    const packed = files.map((file) => packFileRecord(file));
+    if (files.length === 0) return 0;
+    const result = await this.run("importFiles", [
+      files.map((f) => f.hash),
+      files.map((f) => f.size),
+      files.map((f) => f.sha256),
+      files.map((f) => f.createdAt),
+      packed,
+    ]);
+    return result.rowCount ?? 0;
+  }
+
+  async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
+    checkPageLimit(limit);
+    const [fileHash, repoId] = parseHashIdCursor(after);
+    const { rows } = await this.run<{ file_hash: Buffer; repo_id: number }>("exportFileRepos", [fileHash, repoId, limit]);
+    const links = rows.map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
+    return exportPage(links, limit, (last) => hashIdCursor(last.fileHash, last.repoId));
+  }
+
+  async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
+    links.forEach((link) => checkHash(link.fileHash, "file hash of a link"));
+    if (links.length === 0) return 0;
+    return importing(async () => {
+      const result = await this.run("importFileRepos", [links.map((l) => l.fileHash), links.map((l) => l.repoId)]);
+      return result.rowCount ?? 0;
+    });
+  }
+
+  async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
+    checkPageLimit(limit);
+    const [repoId, sha256] = parseIdHashCursor(after);
+    const { rows } = await this.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer }>("exportSha256", [repoId, sha256, limit]);
+    const entries = rows.map((row) => ({
+      repoId: row.repo_id,
+      sha256: storedHash(row.sha256, "digest in the SHA-256 index"),
+      fileHash: storedHash(row.file_hash, "file hash in the SHA-256 index"),
+    }));
+    return exportPage(entries, limit, (last) => idHashCursor(last.repoId, last.sha256));
+  }
+
+  async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
+    // ON CONFLICT DO UPDATE may not touch a row twice in one statement: the last entry of a key wins.
+    const byKey = new Map<string, Sha256IndexEntry>();
+    for (const entry of entries) {
+      checkHash(entry.sha256, "SHA-256 digest");
+      checkHash(entry.fileHash, "file hash in the SHA-256 index");
+      byKey.set(idHashCursor(entry.repoId, entry.sha256), entry);
+    }
+    if (byKey.size === 0) return 0;
+    const distinct = [...byKey.values()];
+    return importing(async () => {
+      const result = await this.run("importSha256", [distinct.map((e) => e.repoId), distinct.map((e) => e.sha256), distinct.map((e) => e.fileHash)]);
+      return result.rowCount ?? 0;
+    });
+  }
+
+  async exportShards(after: string | null, limit: number): Promise<ExportPage<ShardRow>> {
+    checkPageLimit(limit);
+    const { rows } = await this.run<{ hash: Buffer; created_at: Date }>("exportShards", [parseHashCursor(after), limit]);
+    const shards = rows.map((row) => ({ hash: storedHash(row.hash, "shard hash"), createdAt: row.created_at }));
+    return exportPage(shards, limit, (last) => hashCursor(last.hash));
+  }
+
+  async importShards(shards: readonly ShardRow[]): Promise<number> {
+    shards.forEach((shard) => checkHash(shard.hash, "shard hash"));
+    if (shards.length === 0) return 0;
+    const result = await this.run("importShards", [shards.map((s) => s.hash), shards.map((s) => s.createdAt)]);
+    return result.rowCount ?? 0;
+  }
+
+  async exportDedupEntries(after: string | null, limit: number): Promise<ExportPage<DedupEntry>> {
+    checkPageLimit(limit);
+    const toEntry = (row: DedupRow): DedupEntry => ({
+      chunkHash: storedHash(row.chunk_hash, "chunk hash in the dedup index"),
+      xorbHash: storedHash(row.xorb_hash, "xorb hash in the dedup index"),
+    });
+    const { rows } = await this.run<DedupRow>("exportDedup", [parseHashCursor(after), limit]);
+    return wholeChunkPage(rows.map(toEntry), limit, async (chunkHash) => (await this.run<DedupRow>("exportDedupChunk", [chunkHash])).rows.map(toEntry));
+  }
+
+  async importDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
+    return this.cas.insertDedupEntries(entries);
+  }
+}
+
+/**
+ * Runs an import, turning a foreign-key violation (a row naming a file or repository the store
+ * lacks) into NotFoundError and a taken secret hash into AlreadyExistsError.
+ */
+async function importing<T>(write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (err) {
+    if (isViolation(err, PG_FOREIGN_KEY_VIOLATION)) {
+      throw new NotFoundError(`an imported row refers to something the store lacks (${(err as pg.DatabaseError).detail ?? (err as Error).message}): import repositories and files before what refers to them`);
+    }
+    if (isViolation(err, PG_UNIQUE_VIOLATION)) throw new AlreadyExistsError("another hub token has the secret hash of an imported one");
+    throw err;
+  }
+}

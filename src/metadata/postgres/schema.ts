@@ -1,0 +1,179 @@
+/**
+ * The scale-out store's schema and its migrations. Start-up migrations run inside one
+ * transaction holding a transaction-scoped advisory lock, so nodes starting together apply
+ * each migration exactly once and the others wait.
+ */
+import type pg from "pg";
+
+/**
+ * Key of the advisory lock that serialises migrations. Advisory locks are per database, so this
+ * only has to be unlikely to collide with another application's key in the same database.
+ */
+const MIGRATION_LOCK_KEY = 0x6361_7374_6f72_0001n; // "castor" + 1
+
+/**
+ * Schema migrations; entry i takes `castor_schema.version` from i to i + 1. Append only: a
+ * released entry is never edited, since databases in the field have already run it.
+ *
+ * Equivalent to SQLite's schema: hashes are 32-byte bytea, xorb chunk tables and file terms
+ * are packed bytea (layouts in cas.ts), ids are bigint identities, times are timestamptz (stored
+ * to the microsecond, so a millisecond Date round-trips exactly). Lists come back in creation
+ * order through identity columns (`seq`), never through time stamps that can tie.
+ */
+export const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE repos (
+    id         bigint      GENERATED ALWAYS AS IDENTITY,
+    type       text        NOT NULL,
+    name       text        NOT NULL,
+    created_at timestamptz NOT NULL,
+    CONSTRAINT repos_pkey PRIMARY KEY (id),
+    CONSTRAINT repos_type_check CHECK (type IN ('model', 'dataset', 'space')),
+    CONSTRAINT repos_type_name_key UNIQUE (type, name)
+  );
+
+  CREATE TABLE revisions (
+    repo_id    bigint      NOT NULL,
+    name       text        NOT NULL,
+    kind       text        NOT NULL,
+    created_at timestamptz NOT NULL,
+    seq        bigint      GENERATED ALWAYS AS IDENTITY,
+    CONSTRAINT revisions_pkey PRIMARY KEY (repo_id, name),
+    CONSTRAINT revisions_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE,
+    CONSTRAINT revisions_kind_check CHECK (kind IN ('branch', 'tag'))
+  );
+
+  CREATE TABLE hub_tokens (
+    id          text        NOT NULL,
+    secret_hash text        NOT NULL,
+    access      text        NOT NULL,
+    all_repos   boolean     NOT NULL,
+    created_at  timestamptz NOT NULL,
+    expires_at  timestamptz,
+    revoked_at  timestamptz,
+    seq         bigint      GENERATED ALWAYS AS IDENTITY,
+    CONSTRAINT hub_tokens_pkey PRIMARY KEY (id),
+    CONSTRAINT hub_tokens_secret_hash_key UNIQUE (secret_hash),
+    CONSTRAINT hub_tokens_access_check CHECK (access IN ('read', 'write'))
+  );
+
+  CREATE TABLE hub_token_repos (
+    token_id text   NOT NULL,
+    repo_id  bigint NOT NULL,
+    CONSTRAINT hub_token_repos_pkey PRIMARY KEY (token_id, repo_id),
+    CONSTRAINT hub_token_repos_token_id_fkey FOREIGN KEY (token_id) REFERENCES hub_tokens (id) ON DELETE CASCADE,
+    CONSTRAINT hub_token_repos_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE
+  );
+  -- Lets deleting a repository find its token links without scanning them all.
+  CREATE INDEX hub_token_repos_by_repo ON hub_token_repos (repo_id);
+
+  CREATE TABLE xorbs (
+    hash                bytea       NOT NULL,
+    serialized_length   bigint      NOT NULL,
+    uncompressed_length bigint      NOT NULL,
+    created_at          timestamptz NOT NULL,
+    chunks              bytea       NOT NULL,
+    CONSTRAINT xorbs_pkey PRIMARY KEY (hash),
+    CONSTRAINT xorbs_hash_check CHECK (octet_length(hash) = 32),
+    CONSTRAINT xorbs_lengths_check CHECK (serialized_length >= 0 AND uncompressed_length >= 0),
+    CONSTRAINT xorbs_chunks_check CHECK (octet_length(chunks) > 0 AND octet_length(chunks) % 40 = 0)
+  );
+
+  CREATE TABLE files (
+    hash       bytea       NOT NULL,
+    size       bigint      NOT NULL,
+    sha256     bytea,
+    created_at timestamptz NOT NULL,
+    terms      bytea       NOT NULL,
+    CONSTRAINT files_pkey PRIMARY KEY (hash),
+    CONSTRAINT files_hash_check CHECK (octet_length(hash) = 32),
+    CONSTRAINT files_size_check CHECK (size >= 0),
+    CONSTRAINT files_sha256_check CHECK (sha256 IS NULL OR octet_length(sha256) = 32),
+    CONSTRAINT files_terms_check CHECK (octet_length(terms) % 44 = 0)
+  );
+
+  -- The primary key serves isFileInRepo. No index by repo_id: nothing deletes repositories
+  -- yet, and every insert would pay for it.
+  CREATE TABLE file_repos (
+    file_hash bytea  NOT NULL,
+    repo_id   bigint NOT NULL,
+    CONSTRAINT file_repos_pkey PRIMARY KEY (file_hash, repo_id),
+    CONSTRAINT file_repos_file_hash_fkey FOREIGN KEY (file_hash) REFERENCES files (hash),
+    CONSTRAINT file_repos_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE
+  );
+
+  CREATE TABLE file_sha256 (
+    repo_id   bigint NOT NULL,
+    sha256    bytea  NOT NULL,
+    file_hash bytea  NOT NULL,
+    CONSTRAINT file_sha256_pkey PRIMARY KEY (repo_id, sha256),
+    CONSTRAINT file_sha256_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE,
+    CONSTRAINT file_sha256_file_hash_fkey FOREIGN KEY (file_hash) REFERENCES files (hash),
+    CONSTRAINT file_sha256_sha256_check CHECK (octet_length(sha256) = 32)
+  );
+
+  CREATE TABLE shards (
+    hash       bytea       NOT NULL,
+    created_at timestamptz NOT NULL,
+    CONSTRAINT shards_pkey PRIMARY KEY (hash),
+    CONSTRAINT shards_hash_check CHECK (octet_length(hash) = 32)
+  );
+
+  -- The primary key both deduplicates entries and serves the lookup by chunk hash (it sorts
+  -- the few xorbs of one chunk). Oldest first is (registration_seq, position): one sequence
+  -- value per registration, then the entry's place in its list. A sequence never blocks, so
+  -- concurrent registrations on several nodes do not serialise on a shared counter row.
+  CREATE TABLE dedup_chunks (
+    chunk_hash       bytea   NOT NULL,
+    xorb_hash        bytea   NOT NULL,
+    registration_seq bigint  NOT NULL,
+    position         integer NOT NULL,
+    CONSTRAINT dedup_chunks_pkey PRIMARY KEY (chunk_hash, xorb_hash),
+    CONSTRAINT dedup_chunks_hashes_check CHECK (octet_length(chunk_hash) = 32 AND octet_length(xorb_hash) = 32)
+  );
+  CREATE SEQUENCE dedup_registration_seq AS bigint;
+  `,
+];
+
+/** The database was migrated by a newer castor whose schema this version does not know. */
+export class PostgresSchemaError extends Error {
+  override readonly name = "PostgresSchemaError";
+}
+
+/**
+ * Brings the schema up to date in one transaction. The advisory lock makes a second node that
+ * starts at the same moment wait here and then find the schema current, instead of racing to
+ * create the same tables.
+ */
+export async function migrate(pool: pg.Pool, database: string): Promise<void> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query("BEGIN");
+    await client.query("SELECT pg_advisory_xact_lock($1)", [MIGRATION_LOCK_KEY.toString()]);
+    await client.query(`
+      CREATE TABLE IF NOT EXISTS castor_schema (
+        one     boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one),
+        version integer NOT NULL
+      )`);
+    await client.query("INSERT INTO castor_schema (version) VALUES (0) ON CONFLICT DO NOTHING");
+    const current = (await client.query<{ version: number }>("SELECT version FROM castor_schema")).rows[0].version;
+    if (current > MIGRATIONS.length) {
+      throw new PostgresSchemaError(
+        `the PostgreSQL database ${database} has castor schema version ${current}, but this castor only knows versions up to ${MIGRATIONS.length}: upgrade castor (or point CASTOR_DATABASE_URL at another database)`,
+      );
+    }
+    for (let version = current; version < MIGRATIONS.length; version++) {
+      await client.query(MIGRATIONS[version]);
+    }
+    if (current < MIGRATIONS.length) await client.query("UPDATE castor_schema SET version = $1", [MIGRATIONS.length]);
+    await client.query("COMMIT");
+  } catch (err) {
+    await client.query("ROLLBACK").catch((rollbackError: Error) => {
+      broken = rollbackError;
+    });
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}
