@@ -13,7 +13,7 @@
  */
 import { HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
 import { MAX_XORB_CHUNKS } from "../format/xorb.js";
-import { CorruptRecordError, InvalidRecordError } from "./store.js";
+import { CorruptRecordError, InvalidRecordError } from "./errors.js";
 
 /** One chunk of a stored xorb, in xorb order. */
 export interface StoredChunk {
@@ -271,4 +271,41 @@ export function storedHash(bytes: Uint8Array, what: string): Hash {
     );
   }
   return new Uint8Array(bytes.buffer, bytes.byteOffset, HASH_BYTES);
+}
+
+/** A `xorbs` row as both backends read it (the column names of their schemas). */
+export interface XorbRow {
+  hash: Uint8Array;
+  serialized_length: number;
+  uncompressed_length: number;
+  chunks: Uint8Array;
+}
+
+/** A `files` row without its key, as both backends read it. */
+export interface FileRow {
+  size: number;
+  sha256: Uint8Array | null;
+  terms: Uint8Array;
+}
+
+/** The record of a stored xorb row; CorruptRecordError when the row no longer decodes. */
+export function xorbRecordOf(row: XorbRow): XorbRecord {
+  const hash = storedHash(row.hash, "xorb hash");
+  return {
+    hash,
+    serializedLength: row.serialized_length,
+    uncompressedLength: row.uncompressed_length,
+    chunks: unpackChunkTable(row.chunks, `xorb ${hashToHex(hash)}`),
+  };
+}
+
+/** The record of the stored file row of `hash`; CorruptRecordError when the row no longer decodes. */
+export function fileRecordOf(hash: Hash, row: FileRow): FileRecord {
+  const name = `file ${hashToHex(hash)}`;
+  return {
+    hash,
+    size: row.size,
+    terms: unpackFileTerms(row.terms, name),
+    sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
+  };
 }

@@ -74,32 +74,7 @@ export interface HubToken {
 
 export type NewHubToken = Omit<HubToken, "createdAt" | "revokedAt">;
 
-/** Thrown when creating something that already exists (repo, revision, token id or secret hash). */
-export class AlreadyExistsError extends Error {
-  override readonly name = "AlreadyExistsError";
-}
-
-/**
- * Thrown when a write refers to a row that does not exist (a revision, token or shard
- * registration naming an unknown repository id).
- */
-export class NotFoundError extends Error {
-  override readonly name = "NotFoundError";
-}
-
-/**
- * Thrown when a CAS record cannot be stored as given (a hash that is not 32 bytes, a length
- * that is not a u32, a xorb without chunks or with too many); nothing of the write is stored.
- * It signals a bug in the caller, which validates untrusted input before recording it.
- */
-export class InvalidRecordError extends Error {
-  override readonly name = "InvalidRecordError";
-}
-
-/** Thrown by a read when a stored row no longer decodes (damaged database). */
-export class CorruptRecordError extends Error {
-  override readonly name = "CorruptRecordError";
-}
+export { AlreadyExistsError, CorruptRecordError, InvalidRecordError, NotFoundError } from "./errors.js";
 
 export interface MetadataStore extends CasMetadataStore, MetadataMigration {
   /** Creates the repository and its `main` branch atomically. AlreadyExistsError if present. */

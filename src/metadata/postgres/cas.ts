@@ -12,22 +12,11 @@
 import type pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
 import { bytesToPlainHex, hashToHex, HASH_BYTES, type Hash } from "../../format/hash.js";
-import { checkHash, packFileRecord, packXorbRecord, storedHash, unpackChunkTable, unpackFileTerms, type FileRecord, type ShardRegistration, type XorbRecord } from "../cas.js";
+import { checkHash, packFileRecord, packXorbRecord, storedHash, type FileRecord, type ShardRegistration, type XorbRecord, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import type { DedupEntry } from "../migration.js";
-import { InvalidRecordError, NotFoundError } from "../store.js";
+import { InvalidRecordError, NotFoundError } from "../errors.js";
 import type { PostgresConnection } from "./connection.js";
 
-export interface XorbRow {
-  hash: Buffer;
-  serialized_length: number;
-  uncompressed_length: number;
-  chunks: Buffer;
-}
-export interface FileRow {
-  size: number;
-  sha256: Buffer | null;
-  terms: Buffer;
-}
 
 /** The `index`-th (1-based) hash of a parameter holding packed 32-byte hashes. */
 const hashAt = (param: string, index: string): string => `substring(${param}::bytea FROM (${index})::integer * 32 - 31 FOR 32)`;
@@ -97,7 +86,7 @@ export class PostgresCasRecords {
     if (hashes.length === 0) return found;
     const distinct = [...new Map(hashes.map((hash) => [bytesToPlainHex(hash), hash])).values()];
     for (const row of (await this.run<XorbRow>("getXorbs", [distinct])).rows) {
-      const record = toXorbRecord(row);
+      const record = xorbRecordOf(row);
       found.set(hashToHex(record.hash), record);
     }
     return found;
@@ -148,14 +137,7 @@ export class PostgresCasRecords {
     const { rows } = await this.run<FileRow>("getFile", [hash]);
     if (rows.length === 0) return null;
     const row = rows[0];
-    const fileHash = new Uint8Array(hash);
-    const name = `file ${hashToHex(fileHash)}`;
-    return {
-      hash: fileHash,
-      size: row.size,
-      terms: unpackFileTerms(row.terms, name),
-      sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
-    };
+    return fileRecordOf(new Uint8Array(hash), row);
   }
 
   async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
@@ -249,12 +231,3 @@ function packRegistration(files: readonly FileRecord[], dedupEntries: readonly D
   };
 }
 
-export function toXorbRecord(row: XorbRow): XorbRecord {
-  const hash = storedHash(row.hash, "xorb hash");
-  return {
-    hash,
-    serializedLength: row.serialized_length,
-    uncompressedLength: row.uncompressed_length,
-    chunks: unpackChunkTable(row.chunks, `xorb ${hashToHex(hash)}`),
-  };
-}

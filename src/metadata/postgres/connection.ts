@@ -8,7 +8,7 @@
  */
 import pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
-import { CorruptRecordError } from "../store.js";
+import { CorruptRecordError } from "../errors.js";
 import { migrate, PostgresSchemaError } from "./schema.js";
 
 const { Pool, DatabaseError, TypeOverrides, types } = pg;

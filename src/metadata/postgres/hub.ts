@@ -6,7 +6,8 @@
  */
 import type pg from "pg";
 import type { QueryResultRow } from "pg";
-import { AlreadyExistsError, NotFoundError, type Access, type HubToken, type NewHubToken, type Repo, type RepoType, type Revision, type RevisionKind } from "../store.js";
+import { AlreadyExistsError, NotFoundError } from "../errors.js";
+import type { Access, HubToken, NewHubToken, Repo, RepoType, Revision, RevisionKind } from "../store.js";
 import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection } from "./connection.js";
 
 export interface RepoRow {

@@ -5,8 +5,7 @@
  */
 import type pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
-import { hashToHex } from "../../format/hash.js";
-import { checkHash, packFileRecord, packXorbRecord, storedHash, unpackFileTerms } from "../cas.js";
+import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import {
   checkPageLimit,
   exportPage,
@@ -25,8 +24,9 @@ import {
   type Sha256IndexEntry,
   type ShardRow,
 } from "../migration.js";
-import { AlreadyExistsError, NotFoundError, type HubToken, type Repo, type Revision } from "../store.js";
-import { toXorbRecord, type FileRow, type PostgresCasRecords, type XorbRow } from "./cas.js";
+import { AlreadyExistsError, NotFoundError } from "../errors.js";
+import type { HubToken, Repo, Revision } from "../store.js";
+import type { PostgresCasRecords } from "./cas.js";
 import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection } from "./connection.js";
 import { REPO_COLUMNS, toRepo, type PostgresHubRecords, type RepoRow } from "./hub.js";
 
@@ -157,7 +157,7 @@ export class PostgresMigrationRecords {
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
     checkPageLimit(limit);
     const { rows } = await this.run<DatedXorbRow>("exportXorbs", [parseHashCursor(after), limit]);
-    const xorbs = rows.map((row) => ({ ...toXorbRecord(row), createdAt: row.created_at }));
+    const xorbs = rows.map((row) => ({ ...xorbRecordOf(row), createdAt: row.created_at }));
     return exportPage(xorbs, limit, (last) => hashCursor(last.hash));
   }
 
@@ -177,17 +177,7 @@ export class PostgresMigrationRecords {
   async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
     checkPageLimit(limit);
     const { rows } = await this.run<DatedFileRow>("exportFiles", [parseHashCursor(after), limit]);
-    const files = rows.map((row): DatedFile => {
-      const hash = storedHash(row.hash, "file hash");
-      const name = `file ${hashToHex(hash)}`;
-      return {
-        hash,
-        size: row.size,
-        terms: unpackFileTerms(row.terms, name),
-        sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
-        createdAt: row.created_at,
-      };
-    });
+    const files = rows.map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: row.created_at }));
     return exportPage(files, limit, (last) => hashCursor(last.hash));
   }
 

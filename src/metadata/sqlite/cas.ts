@@ -4,8 +4,8 @@
  */
 import type Database from "better-sqlite3";
 import { bytesToPlainHex, hashToHex, type Hash } from "../../format/hash.js";
-import { checkHash, packXorbRecord, storedHash, unpackChunkTable, unpackFileTerms, type FileRecord, type ShardRegistration, type XorbRecord } from "../cas.js";
-import { InvalidRecordError } from "../store.js";
+import { checkHash, packXorbRecord, storedHash, type FileRecord, type ShardRegistration, type XorbRecord, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
+import { InvalidRecordError } from "../errors.js";
 import type { SqliteConnection } from "./connection.js";
 import { configureConnection } from "./schema.js";
 import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps, runAllSteps, type ShardStatements } from "./shard-registration.js";
@@ -13,17 +13,6 @@ import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps
 /** Hashes per `getXorbs` query; batch sizes are powers of two up to this, so few statements exist. */
 const XORB_BATCH_MAX = 256;
 
-export interface XorbRow {
-  hash: Buffer;
-  serialized_length: number;
-  uncompressed_length: number;
-  chunks: Buffer;
-}
-export interface FileRow {
-  size: number;
-  sha256: Buffer | null;
-  terms: Buffer;
-}
 type XorbBatchStatement = Database.Statement<Uint8Array[], XorbRow>;
 export interface CasStatements extends ShardStatements {
   insertXorb: Database.Statement<[Uint8Array, number, number, number, Uint8Array]>;
@@ -103,7 +92,7 @@ export class SqliteCasRecords {
       while (size < batch.length) size *= 2;
       while (batch.length < size) batch.push(batch[batch.length - 1]);
       for (const row of this.xorbBatch(size).all(...batch)) {
-        const record = toXorbRecord(row);
+        const record = xorbRecordOf(row);
         found.set(hashToHex(record.hash), record);
       }
     }
@@ -127,14 +116,7 @@ export class SqliteCasRecords {
   async getFile(hash: Hash): Promise<FileRecord | null> {
     const row = this.sql.getFile.get(hash);
     if (!row) return null;
-    const fileHash = new Uint8Array(hash);
-    const name = `file ${hashToHex(fileHash)}`;
-    return {
-      hash: fileHash,
-      size: row.size,
-      terms: unpackFileTerms(row.terms, name),
-      sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
-    };
+    return fileRecordOf(new Uint8Array(hash), row);
   }
 
   async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
@@ -159,12 +141,3 @@ export class SqliteCasRecords {
   }
 }
 
-export function toXorbRecord(row: XorbRow): XorbRecord {
-  const hash = storedHash(row.hash, "xorb hash");
-  return {
-    hash,
-    serializedLength: row.serialized_length,
-    uncompressedLength: row.uncompressed_length,
-    chunks: unpackChunkTable(row.chunks, `xorb ${hashToHex(hash)}`),
-  };
-}

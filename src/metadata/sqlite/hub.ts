@@ -2,7 +2,8 @@
  * The hub's records in the embedded store: repositories, their revisions, and hub tokens.
  */
 import type Database from "better-sqlite3";
-import { AlreadyExistsError, NotFoundError, type Access, type HubToken, type NewHubToken, type Repo, type RepoType, type Revision, type RevisionKind } from "../store.js";
+import { AlreadyExistsError, NotFoundError } from "../errors.js";
+import type { Access, HubToken, NewHubToken, Repo, RepoType, Revision, RevisionKind } from "../store.js";
 import type { SqliteConnection } from "./connection.js";
 import { isConstraint } from "./schema.js";
 

@@ -5,7 +5,7 @@
  */
 import type Database from "better-sqlite3";
 import { hashToHex, type Hash } from "../../format/hash.js";
-import { checkHash, packFileRecord, packXorbRecord, storedHash, unpackFileTerms } from "../cas.js";
+import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import {
   checkPageLimit,
   exportPage,
@@ -24,8 +24,9 @@ import {
   type Sha256IndexEntry,
   type ShardRow,
 } from "../migration.js";
-import { AlreadyExistsError, NotFoundError, type HubToken, type Repo, type Revision } from "../store.js";
-import { toXorbRecord, type CasStatements, type FileRow, type XorbRow } from "./cas.js";
+import { AlreadyExistsError, NotFoundError } from "../errors.js";
+import type { HubToken, Repo, Revision } from "../store.js";
+import type { CasStatements } from "./cas.js";
 import type { SqliteConnection } from "./connection.js";
 import { toRepo, type HubStatements, type RepoRow } from "./hub.js";
 import { isConstraint } from "./schema.js";
@@ -157,7 +158,7 @@ export class SqliteMigrationRecords {
 
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
     checkPageLimit(limit);
-    const rows = this.sql.exportXorbs.all(parseHashCursor(after), limit).map((row) => ({ ...toXorbRecord(row), createdAt: new Date(row.created_at) }));
+    const rows = this.sql.exportXorbs.all(parseHashCursor(after), limit).map((row) => ({ ...xorbRecordOf(row), createdAt: new Date(row.created_at) }));
     return exportPage(rows, limit, (last) => hashCursor(last.hash));
   }
 
@@ -177,17 +178,7 @@ export class SqliteMigrationRecords {
 
   async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
     checkPageLimit(limit);
-    const rows = this.sql.exportFiles.all(parseHashCursor(after), limit).map((row): DatedFile => {
-      const hash = storedHash(row.hash, "file hash");
-      const name = `file ${hashToHex(hash)}`;
-      return {
-        hash,
-        size: row.size,
-        terms: unpackFileTerms(row.terms, name),
-        sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
-        createdAt: new Date(row.created_at),
-      };
-    });
+    const rows = this.sql.exportFiles.all(parseHashCursor(after), limit).map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: new Date(row.created_at) }));
     return exportPage(rows, limit, (last) => hashCursor(last.hash));
   }
 

@@ -17,7 +17,7 @@ import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import Database from "better-sqlite3";
 import { bytesToPlainHex } from "../../format/hash.js";
 import { checkHash, packFileRecord, type ShardRegistration } from "../cas.js";
-import { NotFoundError } from "../store.js";
+import { NotFoundError } from "../errors.js";
 
 /** How long a write waits for another process's write lock before SQLITE_BUSY (as the main connection). */
 const BUSY_TIMEOUT_MS = 5000;

@@ -1,0 +1,32 @@
+/**
+ * The errors every metadata store throws, whatever its backend. They live apart from the
+ * store interfaces (store.ts, cas.ts, migration.ts) so those modules import each other's types
+ * only, never each other at run time.
+ */
+
+/** Thrown when creating something that already exists (repo, revision, token id or secret hash). */
+export class AlreadyExistsError extends Error {
+  override readonly name = "AlreadyExistsError";
+}
+
+/**
+ * Thrown when a write refers to a row that does not exist (a revision, token or shard
+ * registration naming an unknown repository id).
+ */
+export class NotFoundError extends Error {
+  override readonly name = "NotFoundError";
+}
+
+/**
+ * Thrown when a CAS record cannot be stored as given (a hash that is not 32 bytes, a length
+ * that is not a u32, a xorb without chunks or with too many); nothing of the write is stored.
+ * It signals a bug in the caller, which validates untrusted input before recording it.
+ */
+export class InvalidRecordError extends Error {
+  override readonly name = "InvalidRecordError";
+}
+
+/** Thrown by a read when a stored row no longer decodes (damaged database). */
+export class CorruptRecordError extends Error {
+  override readonly name = "CorruptRecordError";
+}
