@@ -39,8 +39,11 @@ export const WORKER_DIGEST_MIN_BYTES = 16 * 1024 * 1024;
 export interface PendingDigest {
   /** The digest; rejects only for I/O errors (worker trouble falls back to this thread). */
   digest: Promise<Uint8Array>;
-  /** Stops the worker (the upload ended early); `digest` then never settles. */
-  cancel(): void;
+  /**
+   * Stops the worker (the upload ended early); `digest` then never settles. Resolves once the
+   * worker thread has exited.
+   */
+  cancel(): Promise<void>;
 }
 
 /** Starts hashing `path` on a worker. */
@@ -72,9 +75,9 @@ export function sha256OfFileInWorker(path: string): PendingDigest {
   });
   return {
     digest,
-    cancel() {
+    async cancel() {
       cancelled = true;
-      void (worker as Worker | null)?.terminate();
+      await (worker as Worker | null)?.terminate();
     },
   };
 }

@@ -161,7 +161,7 @@ class PooledFileScan implements FileScan {
       }
     } finally {
       // Abandoned (a failed upload): the worker must not go on reading a file nobody waits for.
-      if (!complete) pending?.cancel();
+      if (!complete) void pending?.cancel();
       await handle.close().catch(() => undefined);
     }
   }

@@ -189,8 +189,12 @@ describe("file digests", () => {
     const path = join(work, "digest-cancel");
     await writeFile(path, fileBytes(2_000_000, 13));
     const pending = sha256OfFileInWorker(path);
-    pending.cancel();
-    const outcome = await Promise.race([pending.digest.then(() => "settled"), new Promise((resolve) => setTimeout(() => resolve("pending"), 300))]);
+    const threadsBefore = process.getActiveResourcesInfo().filter((kind) => kind === "MessagePort").length;
+    assert.ok(threadsBefore >= 1, "the worker is running");
+    await pending.cancel();
+    // The worker has exited and delivered all its events: a digest still pending now never settles.
+    assert.equal(process.getActiveResourcesInfo().filter((kind) => kind === "MessagePort").length, threadsBefore - 1, "the worker's port is gone");
+    const outcome = await Promise.race([pending.digest.then(() => "settled"), new Promise((resolve) => setImmediate(() => resolve("pending")))]);
     assert.equal(outcome, "pending", "a cancelled digest never settles");
   });
 });
