@@ -76,7 +76,8 @@ export type NewHubToken = Omit<HubToken, "createdAt" | "revokedAt">;
 
 export { AlreadyExistsError, CorruptRecordError, InvalidRecordError, NotFoundError } from "./errors.js";
 
-export interface MetadataStore extends CasMetadataStore, MetadataMigration {
+/** The hub's records: repositories, their revisions, hub tokens. */
+export interface HubMetadataStore {
   /** Creates the repository and its `main` branch atomically. AlreadyExistsError if present. */
   createRepo(type: RepoType, name: string): Promise<Repo>;
   getRepo(type: RepoType, name: string): Promise<Repo | null>;
@@ -108,7 +109,10 @@ export interface MetadataStore extends CasMetadataStore, MetadataMigration {
    * returns true and keeps the first `revokedAt`.
    */
   revokeHubToken(id: string): Promise<boolean>;
+}
 
+/** Everything castor keeps besides blobs, one record family per interface. */
+export interface MetadataStore extends HubMetadataStore, CasMetadataStore, MetadataMigration {
   /** Resolves when the store answers a trivial query (for /readyz). */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -1,0 +1,131 @@
+/**
+ * A `MetadataStore` made of one object per record family — what both backends are: their
+ * `hub`, `cas` and `migration` records live in files of their own (sqlite/, postgres/) and
+ * this class presents them as the one store the rest of castor uses. A backend adds only
+ * `ping` and `close`.
+ */
+import type { Hash } from "../format/hash.js";
+import type { CasMetadataStore, FileRecord, ShardRegistration, XorbRecord } from "./cas.js";
+import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, MetadataMigration, Sha256IndexEntry, ShardRow } from "./migration.js";
+import type { HubMetadataStore, HubToken, MetadataStore, NewHubToken, Repo, RepoType, Revision, RevisionKind } from "./store.js";
+
+export interface RecordFamilies {
+  hub: HubMetadataStore;
+  cas: CasMetadataStore;
+  migration: MetadataMigration;
+}
+
+export abstract class RecordFamiliesStore implements MetadataStore {
+  protected constructor(private readonly families: RecordFamilies) {}
+
+  // Hub records
+  createRepo(type: RepoType, name: string): Promise<Repo> {
+    return this.families.hub.createRepo(type, name);
+  }
+  getRepo(type: RepoType, name: string): Promise<Repo | null> {
+    return this.families.hub.getRepo(type, name);
+  }
+  getRepoById(id: number): Promise<Repo | null> {
+    return this.families.hub.getRepoById(id);
+  }
+  listRepos(): Promise<Repo[]> {
+    return this.families.hub.listRepos();
+  }
+  createRevision(repoId: number, name: string, kind: RevisionKind): Promise<Revision> {
+    return this.families.hub.createRevision(repoId, name, kind);
+  }
+  getRevision(repoId: number, name: string): Promise<Revision | null> {
+    return this.families.hub.getRevision(repoId, name);
+  }
+  listRevisions(repoId: number): Promise<Revision[]> {
+    return this.families.hub.listRevisions(repoId);
+  }
+  createHubToken(token: NewHubToken): Promise<HubToken> {
+    return this.families.hub.createHubToken(token);
+  }
+  findHubTokenBySecretHash(secretHash: string): Promise<HubToken | null> {
+    return this.families.hub.findHubTokenBySecretHash(secretHash);
+  }
+  listHubTokens(): Promise<HubToken[]> {
+    return this.families.hub.listHubTokens();
+  }
+  revokeHubToken(id: string): Promise<boolean> {
+    return this.families.hub.revokeHubToken(id);
+  }
+
+  // CAS records
+  putXorb(xorb: XorbRecord): Promise<boolean> {
+    return this.families.cas.putXorb(xorb);
+  }
+  getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
+    return this.families.cas.getXorbs(hashes);
+  }
+  getXorbSize(hash: Hash): Promise<number | null> {
+    return this.families.cas.getXorbSize(hash);
+  }
+  registerShard(registration: ShardRegistration): Promise<boolean> {
+    return this.families.cas.registerShard(registration);
+  }
+  getFile(hash: Hash): Promise<FileRecord | null> {
+    return this.families.cas.getFile(hash);
+  }
+  isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
+    return this.families.cas.isFileInRepo(fileHash, repoId);
+  }
+  findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {
+    return this.families.cas.findFileBySha256(repoId, sha256);
+  }
+  findDedupXorbs(chunkHash: Hash, limit: number): Promise<Hash[]> {
+    return this.families.cas.findDedupXorbs(chunkHash, limit);
+  }
+
+  // Migration
+  importRepo(repo: Omit<Repo, "id">): ReturnType<MetadataStore["importRepo"]> {
+    return this.families.migration.importRepo(repo);
+  }
+  importRevisions(revisions: readonly Revision[]): Promise<number> {
+    return this.families.migration.importRevisions(revisions);
+  }
+  importHubTokens(tokens: readonly HubToken[]): Promise<number> {
+    return this.families.migration.importHubTokens(tokens);
+  }
+  exportXorbs(after: string | null, limit: number): ReturnType<MetadataStore["exportXorbs"]> {
+    return this.families.migration.exportXorbs(after, limit);
+  }
+  importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
+    return this.families.migration.importXorbs(xorbs);
+  }
+  exportFiles(after: string | null, limit: number): ReturnType<MetadataStore["exportFiles"]> {
+    return this.families.migration.exportFiles(after, limit);
+  }
+  importFiles(files: readonly DatedFile[]): Promise<number> {
+    return this.families.migration.importFiles(files);
+  }
+  exportFileRepoLinks(after: string | null, limit: number): ReturnType<MetadataStore["exportFileRepoLinks"]> {
+    return this.families.migration.exportFileRepoLinks(after, limit);
+  }
+  importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
+    return this.families.migration.importFileRepoLinks(links);
+  }
+  exportSha256Index(after: string | null, limit: number): ReturnType<MetadataStore["exportSha256Index"]> {
+    return this.families.migration.exportSha256Index(after, limit);
+  }
+  importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
+    return this.families.migration.importSha256Index(entries);
+  }
+  exportShards(after: string | null, limit: number): ReturnType<MetadataStore["exportShards"]> {
+    return this.families.migration.exportShards(after, limit);
+  }
+  importShards(shards: readonly ShardRow[]): Promise<number> {
+    return this.families.migration.importShards(shards);
+  }
+  exportDedupEntries(after: string | null, limit: number): ReturnType<MetadataStore["exportDedupEntries"]> {
+    return this.families.migration.exportDedupEntries(after, limit);
+  }
+  importDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
+    return this.families.migration.importDedupEntries(entries);
+  }
+
+  abstract ping(): Promise<void>;
+  abstract close(): Promise<void>;
+}
