@@ -9,7 +9,7 @@
 import pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
 import { CorruptRecordError } from "../errors.js";
-import { migrate, PostgresSchemaError } from "./schema.js";
+import { inTransaction, migrate, PostgresSchemaError } from "./schema.js";
 
 const { Pool, DatabaseError, TypeOverrides, types } = pg;
 
@@ -113,23 +113,8 @@ export class PostgresConnection {
   }
 
   /** Runs `work` in a transaction on one pooled connection; any error rolls everything back. */
-  async inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      await client.query("BEGIN");
-      const result = await work(client);
-      await client.query("COMMIT");
-      return result;
-    } catch (err) {
-      // A connection that cannot even roll back is in an unknown state: the pool drops it.
-      await client.query("ROLLBACK").catch((rollbackError: Error) => {
-        broken = rollbackError;
-      });
-      throw err;
-    } finally {
-      client.release(broken);
-    }
+  inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+    return inTransaction(this.pool, work);
   }
 
   async close(): Promise<void> {

@@ -146,10 +146,7 @@ export class PostgresSchemaError extends Error {
  * create the same tables.
  */
 export async function migrate(pool: pg.Pool, database: string): Promise<void> {
-  const client = await pool.connect();
-  let broken: Error | undefined;
-  try {
-    await client.query("BEGIN");
+  await inTransaction(pool, async (client) => {
     await client.query("SELECT pg_advisory_xact_lock($1)", [MIGRATION_LOCK_KEY.toString()]);
     await client.query(`
       CREATE TABLE IF NOT EXISTS castor_schema (
@@ -167,8 +164,20 @@ export async function migrate(pool: pg.Pool, database: string): Promise<void> {
       await client.query(MIGRATIONS[version]);
     }
     if (current < MIGRATIONS.length) await client.query("UPDATE castor_schema SET version = $1", [MIGRATIONS.length]);
+  });
+}
+
+/** Runs `work` in a transaction on one connection of `pool`; any error rolls everything back. */
+export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query("BEGIN");
+    const result = await work(client);
     await client.query("COMMIT");
+    return result;
   } catch (err) {
+    // A connection that cannot even roll back is in an unknown state: the pool drops it.
     await client.query("ROLLBACK").catch((rollbackError: Error) => {
       broken = rollbackError;
     });
