@@ -5,6 +5,7 @@
  */
 import { isIP } from "node:net";
 import { resolve } from "node:path";
+import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from "./http/connection-limits.js";
 
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
@@ -47,6 +48,10 @@ export interface CastorConfig {
   maxXorbBytes: number;
   maxShardBytes: number;
   transferMode: "proxy" | "presigned";
+  /** Connection timeouts and bounds (src/http/connection-limits.ts), all in milliseconds or bytes. */
+  limits: ConnectionLimits;
+  /** How long a shutdown waits for requests in progress before it closes their connections. */
+  shutdownGraceMs: number;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 }
 
@@ -56,6 +61,8 @@ export const DEFAULT_MAX_XORB_BYTES = 64 * MiB + 8 * 8192 + 512 * 1024;
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
 /** SigV4 presigned URLs live at most 7 days. */
 export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
+/** Long enough for an upload or download in progress to finish; short enough for a rolling restart. */
+export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
 
 /** Every setting castor reads, by environment name; the flag is derived from it. */
 export const SETTINGS = [
@@ -79,6 +86,13 @@ export const SETTINGS = [
   "CASTOR_MAX_XORB_BYTES",
   "CASTOR_MAX_SHARD_BYTES",
   "CASTOR_TRANSFER_MODE",
+  "CASTOR_HEADER_TIMEOUT",
+  "CASTOR_BODY_TIMEOUT",
+  "CASTOR_BODY_MIN_RATE",
+  "CASTOR_SEND_TIMEOUT",
+  "CASTOR_LINGER_TIMEOUT",
+  "CASTOR_LINGER_BYTES",
+  "CASTOR_SHUTDOWN_GRACE",
   "CASTOR_LOG_LEVEL",
 ] as const;
 export type SettingName = (typeof SETTINGS)[number];
@@ -165,6 +179,15 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BYTES)),
     maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
     transferMode,
+    limits: {
+      headerTimeoutMs: seconds("CASTOR_HEADER_TIMEOUT", get("CASTOR_HEADER_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.headerTimeoutMs),
+      bodyTimeoutMs: seconds("CASTOR_BODY_TIMEOUT", get("CASTOR_BODY_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.bodyTimeoutMs),
+      bodyMinBytesPerSecond: positiveInt("CASTOR_BODY_MIN_RATE", get("CASTOR_BODY_MIN_RATE") ?? String(DEFAULT_CONNECTION_LIMITS.bodyMinBytesPerSecond)),
+      sendTimeoutMs: seconds("CASTOR_SEND_TIMEOUT", get("CASTOR_SEND_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.sendTimeoutMs),
+      lingerTimeoutMs: seconds("CASTOR_LINGER_TIMEOUT", get("CASTOR_LINGER_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.lingerTimeoutMs),
+      lingerBytes: positiveInt("CASTOR_LINGER_BYTES", get("CASTOR_LINGER_BYTES") ?? String(DEFAULT_CONNECTION_LIMITS.lingerBytes)),
+    },
+    shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", [
       "fatal",
       "error",
@@ -227,6 +250,19 @@ function positiveInt(name: SettingName, value: string): number {
     throw new ConfigError(`${name} must be a whole number ≥ 1, got ${JSON.stringify(value)}`);
   }
   return Number(value);
+}
+
+/**
+ * A duration in seconds (decimals allowed, e.g. 0.5), as milliseconds; `defaultMs` when unset.
+ * At least a millisecond: 0 would mean "no limit" to Node and is never what a limit should say.
+ */
+function seconds(name: SettingName, value: string | undefined, defaultMs: number): number {
+  if (value === undefined) return defaultMs;
+  const ms = /^\d+(\.\d+)?$/.test(value) ? Math.round(Number(value) * 1000) : NaN;
+  if (!(ms >= 1) || !Number.isSafeInteger(ms)) {
+    throw new ConfigError(`${name} must be a number of seconds > 0 (e.g. 30 or 0.5), got ${JSON.stringify(value)}`);
+  }
+  return ms;
 }
 
 function parseBool(name: SettingName, value: string): boolean {
