@@ -5,6 +5,7 @@
  */
 import { isIP } from "node:net";
 import { resolve } from "node:path";
+import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from "./http/connection-limits.js";
 
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
@@ -54,6 +55,10 @@ export interface CastorConfig {
    */
   minFreeBytes: number;
   transferMode: "proxy" | "presigned";
+  /** Connection timeouts and bounds (src/http/connection-limits.ts), all in milliseconds or bytes. */
+  limits: ConnectionLimits;
+  /** How long a shutdown waits for requests in progress before it closes their connections. */
+  shutdownGraceMs: number;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 }
 
@@ -72,6 +77,8 @@ export const DEFAULT_MAX_SHARD_CHUNK_REFS = 1 << 24;
 export const DEFAULT_MIN_FREE_BYTES = 16 * MiB;
 /** SigV4 presigned URLs live at most 7 days. */
 export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
+/** Long enough for an upload or download in progress to finish; short enough for a rolling restart. */
+export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
 
 /** Every setting castor reads, by environment name; the flag is derived from it. */
 export const SETTINGS = [
@@ -97,6 +104,13 @@ export const SETTINGS = [
   "CASTOR_MAX_SHARD_CHUNK_REFS",
   "CASTOR_MIN_FREE_BYTES",
   "CASTOR_TRANSFER_MODE",
+  "CASTOR_HEADER_TIMEOUT",
+  "CASTOR_BODY_TIMEOUT",
+  "CASTOR_BODY_MIN_RATE",
+  "CASTOR_SEND_TIMEOUT",
+  "CASTOR_LINGER_TIMEOUT",
+  "CASTOR_LINGER_BYTES",
+  "CASTOR_SHUTDOWN_GRACE",
   "CASTOR_LOG_LEVEL",
 ] as const;
 export type SettingName = (typeof SETTINGS)[number];
@@ -185,6 +199,15 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     maxShardChunkRefs: positiveInt("CASTOR_MAX_SHARD_CHUNK_REFS", get("CASTOR_MAX_SHARD_CHUNK_REFS") ?? String(DEFAULT_MAX_SHARD_CHUNK_REFS)),
     minFreeBytes: nonNegativeInt("CASTOR_MIN_FREE_BYTES", get("CASTOR_MIN_FREE_BYTES") ?? String(DEFAULT_MIN_FREE_BYTES)),
     transferMode,
+    limits: {
+      headerTimeoutMs: seconds("CASTOR_HEADER_TIMEOUT", get("CASTOR_HEADER_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.headerTimeoutMs),
+      bodyTimeoutMs: seconds("CASTOR_BODY_TIMEOUT", get("CASTOR_BODY_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.bodyTimeoutMs),
+      bodyMinBytesPerSecond: positiveInt("CASTOR_BODY_MIN_RATE", get("CASTOR_BODY_MIN_RATE") ?? String(DEFAULT_CONNECTION_LIMITS.bodyMinBytesPerSecond)),
+      sendTimeoutMs: seconds("CASTOR_SEND_TIMEOUT", get("CASTOR_SEND_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.sendTimeoutMs),
+      lingerTimeoutMs: seconds("CASTOR_LINGER_TIMEOUT", get("CASTOR_LINGER_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.lingerTimeoutMs),
+      lingerBytes: positiveInt("CASTOR_LINGER_BYTES", get("CASTOR_LINGER_BYTES") ?? String(DEFAULT_CONNECTION_LIMITS.lingerBytes)),
+    },
+    shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", [
       "fatal",
       "error",
@@ -254,6 +277,19 @@ function nonNegativeInt(name: SettingName, value: string): number {
     throw new ConfigError(`${name} must be a whole number of bytes ≥ 0, got ${JSON.stringify(value)}`);
   }
   return Number(value);
+}
+
+/**
+ * A duration in seconds (decimals allowed, e.g. 0.5), as milliseconds; `defaultMs` when unset.
+ * At least a millisecond: 0 would mean "no limit" to Node and is never what a limit should say.
+ */
+function seconds(name: SettingName, value: string | undefined, defaultMs: number): number {
+  if (value === undefined) return defaultMs;
+  const ms = /^\d+(\.\d+)?$/.test(value) ? Math.round(Number(value) * 1000) : NaN;
+  if (!(ms >= 1) || !Number.isSafeInteger(ms)) {
+    throw new ConfigError(`${name} must be a number of seconds > 0 (e.g. 30 or 0.5), got ${JSON.stringify(value)}`);
+  }
+  return ms;
 }
 
 function parseBool(name: SettingName, value: string): boolean {

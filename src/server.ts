@@ -79,6 +79,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     }
     const app = await buildCastorApp({
       logger,
+      limits: config.limits,
       store,
       hub: new HubService(store),
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
@@ -107,7 +108,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       keys,
       listenUrl: url,
       publicUrl: boundPublicUrl,
-      close: () => (closed ??= closeAll(app, store, blobs!, logger)),
+      close: () => (closed ??= closeAll(app, store, blobs!, logger, config.shutdownGraceMs)),
     };
   } catch (error) {
     blobs?.close?.();
@@ -133,11 +134,21 @@ async function listen(app: FastifyInstance, config: CastorConfig): Promise<numbe
   return (app.server.address() as AddressInfo).port;
 }
 
-async function closeAll(app: FastifyInstance, store: MetadataStore, blobs: BlobStore, logger: Logger): Promise<void> {
-  logger.info("castor shutting down: finishing requests in progress");
+/**
+ * Requests in progress get `graceMs` to finish (CASTOR_SHUTDOWN_GRACE); then every connection
+ * left is closed, so one stalled client cannot hold a rolling restart. Their uploads fail like
+ * any interrupted upload (staged data dropped); clients retry on another node.
+ */
+async function closeAll(app: FastifyInstance, store: MetadataStore, blobs: BlobStore, logger: Logger, graceMs: number): Promise<void> {
+  logger.info({ graceSeconds: graceMs / 1000 }, "castor shutting down: finishing requests in progress");
+  const cutOff = setTimeout(() => {
+    logger.warn({ graceSeconds: graceMs / 1000 }, "requests still in progress after the shutdown grace: closing their connections");
+    app.server.closeAllConnections();
+  }, graceMs);
   try {
     await app.close();
   } finally {
+    clearTimeout(cutOff);
     blobs.close?.();
     await store.close();
   }

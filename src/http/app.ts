@@ -15,6 +15,7 @@ import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
 import { registerCasAuth } from "./cas-auth.js";
+import { DEFAULT_CONNECTION_LIMITS, httpServerOptions, installConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
 import { registerDedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
 import { registerHealthRoutes } from "./health.js";
@@ -28,6 +29,8 @@ import { registerXorbRoutes } from "./xorb-routes.js";
 export interface HttpAppOptions {
   /** A pino logger (see `createLogger`); fastify derives one child per request from it. */
   logger: FastifyBaseLogger;
+  /** Timeouts and bounds of connections (`config.limits`); each one missing takes its default. */
+  limits?: Partial<ConnectionLimits>;
 }
 
 /**
@@ -39,7 +42,9 @@ const MAX_PATH_PARAM_CHARS = 256;
 const IDLE_REAP_INTERVAL_MS = 100;
 
 export function createHttpApp(options: HttpAppOptions): FastifyInstance {
+  const limits: ConnectionLimits = { ...DEFAULT_CONNECTION_LIMITS, ...options.limits };
   const app = Fastify({
+    http: httpServerOptions(limits),
     loggerInstance: options.logger,
     logController: new OneLinePerRequest(),
     genReqId: requestIdFor,
@@ -69,6 +74,7 @@ export function createHttpApp(options: HttpAppOptions): FastifyInstance {
   app.addHook("onRequest", async (request, reply) => {
     reply.header(REQUEST_ID_HEADER, request.id);
   });
+  installConnectionLimits(app, limits);
   app.addHook("onSend", async (_request, reply, payload) => {
     if (closing) reply.header("connection", "close");
     return payload;

@@ -32,6 +32,7 @@
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { bodyCutSignal, keepConnectionWhileDiscarding } from "./connection-limits.js";
 import { HttpError, pathOf } from "./errors.js";
 
 /** 413 for a body over the route's cap; the connection is closed since the rest is not read. */
@@ -105,8 +106,9 @@ const MAX_WAITING_PIECES = 4;
 /**
  * The body's pieces as they arrive, in order, each a buffer the caller may keep. Throws
  * `PayloadTooLargeError` as soon as more than `maxBytes` (default: the route's `bodyLimit`)
- * have arrived, before handing on the piece that crossed the line, and `BodyInterruptedError`
- * when the client goes away mid-body.
+ * have arrived, before handing on the piece that crossed the line, `BodyInterruptedError`
+ * when the client goes away mid-body, and a 408 `HttpError` when the body arrives too slowly
+ * (CASTOR_BODY_TIMEOUT, CASTOR_BODY_MIN_RATE: see connection-limits.ts).
  *
  * Stopping early (an exception in the consuming loop, a `break`) leaves the rest of the body
  * unread and the connection intact, so the route can still answer; `settleUnreadBody` then
@@ -145,6 +147,13 @@ export async function* bodyPieces(request: FastifyRequest, maxBytes: number = bo
     if (!ended) failure ??= new BodyInterruptedError(request);
     notify();
   };
+  const cut = bodyCutSignal(request.raw);
+  const onCut = () => {
+    failure ??= cut!.reason;
+    notify();
+  };
+  if (cut?.aborted) onCut();
+  cut?.addEventListener("abort", onCut);
   stream.on("data", onData).on("end", onEnd).on("error", onError).on("close", onClose);
   let received = 0;
   try {
@@ -163,6 +172,7 @@ export async function* bodyPieces(request: FastifyRequest, maxBytes: number = bo
     }
   } finally {
     stream.off("data", onData).off("end", onEnd).off("error", onError).off("close", onClose);
+    cut?.removeEventListener("abort", onCut);
     // Whatever was not consumed stays unread (pieces already taken off the stream are dropped).
     if (!ended) stream.pause();
   }
@@ -181,14 +191,17 @@ export async function discardBody(request: FastifyRequest, maxBytes: number = bo
  *
  * Closing the connection with body bytes still in flight makes the client's TCP stack see a
  * reset, and many clients then report the reset instead of the answer. So, unless the error
- * itself asks for `Connection: close` (413: the rest may be endless), the rest of the body is
- * read and dropped in the background while the answer goes out; the connection stays usable.
- * That background read is bounded by the route's `bodyLimit`: past it the socket is closed.
+ * itself asks for `Connection: close` (413: the rest may be endless; then the answer is
+ * followed by a bounded linger, see connection-limits.ts), the rest of the body is read and
+ * dropped in the background while the answer goes out; the connection stays usable. That
+ * background read is bounded by the route's `bodyLimit` (past it the socket is closed) and by
+ * the body timeouts.
  */
 export function settleUnreadBody<E>(request: FastifyRequest, error: E): E {
   const stream = bodyStreamOf(request);
   if (stream.readableEnded || stream.destroyed) return error;
   if (error instanceof HttpError && error.headers.connection === "close") return error;
+  keepConnectionWhileDiscarding(request.raw);
   const limit = bodyLimitOf(request);
   let dropped = 0;
   const onData = (piece: Buffer) => {

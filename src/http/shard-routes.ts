@@ -28,7 +28,7 @@ import { hashToHex } from "../format/hash.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { casAccessOf } from "./cas-auth.js";
 import { ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
-import { acceptRawBodies, bodyPieces, declaredLengthOf, settleUnreadBody } from "./raw-body.js";
+import { acceptRawBodies, bodyLimitOf, bodyPieces, declaredLengthOf, settleUnreadBody } from "./raw-body.js";
 
 export interface ShardRouteDeps {
   shards: Pick<ShardRegistrationService, "register" | "maxShardBytes">;
@@ -161,26 +161,34 @@ async function uploadRepoId(request: FastifyRequest, deps: ShardRouteDeps): Prom
 }
 
 /**
- * The body in one buffer. With a Content-Length (already checked against the cap) the buffer
- * is allocated once and filled, so the body is never held twice.
+ * The body in one buffer, holding only what has arrived: a Content-Length is a promise, not a
+ * reservation (40 stalled uploads announcing 65 MiB each must not pin 2.6 GB). The buffer grows
+ * by doubling, up to the announced length, so a body is copied O(log n) times and held at most
+ * twice while growing; each piece is copied in and released at once (a piece can pin a whole
+ * 64 KiB socket read buffer, so keeping pieces of a dribbled body would cost far more).
  */
 async function readWholeBody(request: FastifyRequest): Promise<Uint8Array> {
   const declared = declaredLengthOf(request);
-  if (declared !== undefined) {
-    const body = Buffer.allocUnsafe(declared);
-    let at = 0;
-    for await (const piece of bodyPieces(request)) {
-      // The HTTP parser never delivers more than Content-Length; checked anyway, it is cheap.
-      if (at + piece.length > declared) throw new HttpError(400, `The request body is longer than its Content-Length of ${declared} bytes`, { connection: "close" });
-      body.set(piece, at);
-      at += piece.length;
+  let body = Buffer.allocUnsafe(Math.min(declared ?? INITIAL_BODY_BUFFER_BYTES, INITIAL_BODY_BUFFER_BYTES));
+  let at = 0;
+  for await (const piece of bodyPieces(request)) {
+    // The HTTP parser never delivers more than Content-Length; checked anyway, it is cheap.
+    if (declared !== undefined && at + piece.length > declared) {
+      throw new HttpError(400, `The request body is longer than its Content-Length of ${declared} bytes`, { connection: "close" });
     }
-    return body.subarray(0, at);
+    if (at + piece.length > body.length) {
+      const grown = Buffer.allocUnsafe(Math.min(Math.max(body.length * 2, at + piece.length), declared ?? bodyLimitOf(request)));
+      body.copy(grown, 0, 0, at);
+      body = grown;
+    }
+    body.set(piece, at);
+    at += piece.length;
   }
-  const pieces: Buffer[] = [];
-  for await (const piece of bodyPieces(request)) pieces.push(piece);
-  return Buffer.concat(pieces);
+  return body.subarray(0, at);
 }
+
+/** First allocation of a shard body: one socket read's worth; most shards are small. */
+const INITIAL_BODY_BUFFER_BYTES = 64 * 1024;
 
 /** Aborts when the response closes before it finished: the client went away. */
 function abortOnClientGone(reply: FastifyReply): AbortController {

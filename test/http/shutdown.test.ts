@@ -69,21 +69,16 @@ describe("graceful close", () => {
     assert.equal(await settledWithin(closed, 2000), true, "close does not wait for the 72 s keep-alive timeout");
   });
 
-  it("closes a connection whose request completes after closing began, even when its answer went out before", async () => {
+  it("closes a connection whose answer went out before its body arrived, without waiting for the body", async () => {
     const { app, port } = await startApp();
     const socket = await openSocket(port);
     const answer = readUntilClosed(socket);
-    // A GET with a body: fastify answers at once, while the body is still arriving.
+    // A GET with a body: fastify answers at once, while the body is still arriving. Such an
+    // early answer closes its connection (connection-limits.ts), so nothing is left to reap.
     socket.write("GET /fast HTTP/1.1\r\nHost: castor\r\nContent-Length: 10\r\n\r\n01234");
-    await new Promise((resolve) => setTimeout(resolve, 50));
-
-    const closed = app.close();
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    assert.equal(await settledWithin(closed, 0), false);
-    socket.write("56789");
-
     const response = await answer;
     assert.match(response, /^HTTP\/1\.1 200 OK\r\n/);
-    assert.equal(await settledWithin(closed, 2000), true, "the connection was reaped once idle");
+    assert.match(response, /\r\nconnection: close\r\n/i);
+    assert.equal(await settledWithin(app.close(), 2000), true);
   });
 });

@@ -1,0 +1,236 @@
+/**
+ * How long castor waits for a client, and how it lets go of one (CASTOR_HEADER_TIMEOUT,
+ * CASTOR_BODY_TIMEOUT, CASTOR_BODY_MIN_RATE, CASTOR_SEND_TIMEOUT, CASTOR_LINGER_TIMEOUT,
+ * CASTOR_LINGER_BYTES). Without limits a client holds a connection, its descriptor and whatever
+ * the request staged for as long as it likes, by sending nothing, or one byte every few seconds,
+ * or by not reading the answer.
+ *
+ * - Headers: Node's `headersTimeout` (408, then the connection is closed). It runs from the
+ *   connection's first byte of each request, so a connection that sends nothing is covered too.
+ * - Request bodies: a watchdog per request (`watchRequestBody`) cuts a body that pauses longer
+ *   than `bodyTimeoutMs`, or averages under `bodyMinBytesPerSecond` over a `bodyTimeoutMs` window,
+ *   counting only time in which castor was actually waiting for the client (not time its own
+ *   consumer held the stream back). A route reading with `bodyPieces` sees a 408 error (its
+ *   staged data is dropped as for any failed upload); otherwise the connection is destroyed.
+ * - Answers the client does not read: the socket's inactivity timeout (`sendTimeoutMs`), which
+ *   Node suspends while a write makes progress; when it fires with output still queued, the
+ *   socket is destroyed, which fails the pending writes (their callbacks still run, so pooled
+ *   buffers go back) and ends the response's streams.
+ * - Answers sent before the body was read (401/403 from the auth hook, 413 by Content-Length,
+ *   a 408, a route that gives up): RFC 9112 §9.6's graceful close. Closing a socket that still
+ *   has unread input makes the kernel send a reset, which destroys the answer in flight (a
+ *   client sees a reset; nginx, still writing the body, sees EPIPE, answers 502 and marks the
+ *   node down). So such an answer carries `Connection: close`, then the write side is closed
+ *   (FIN after the answer) and the rest of the body is read and dropped until it ends, or for at
+ *   most `lingerTimeoutMs` / `lingerBytes`, and only then is the socket closed. The bounds are
+ *   small on purpose: they are spent on clients castor refused (unauthenticated ones included),
+ *   and a peer has the answer within milliseconds of its arrival; see the defaults below.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+import type { FastifyInstance } from "fastify";
+import { HttpError, pathOf } from "./errors.js";
+
+export interface ConnectionLimits {
+  /** Longest time from a request's first byte to the end of its headers. */
+  headerTimeoutMs: number;
+  /** Longest pause within a request body; also the window `bodyMinBytesPerSecond` is averaged over. */
+  bodyTimeoutMs: number;
+  /** Slowest average rate a request body may arrive at, over each `bodyTimeoutMs` window. */
+  bodyMinBytesPerSecond: number;
+  /** Longest time an answer may make no progress because the client does not read it. */
+  sendTimeoutMs: number;
+  /** After an answer sent before the request body was read: longest time its rest is read and dropped. */
+  lingerTimeoutMs: number;
+  /** … and the most bytes of it that are read and dropped. */
+  lingerBytes: number;
+}
+
+export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
+  // Real clients send their headers in one packet; nginx's client_header_timeout is 60 s.
+  headerTimeoutMs: 30_000,
+  // nginx's client_body_timeout. hf_xet and hf.js stream a body without pauses; castor's own
+  // backpressure (a slow disk or bucket) is not counted against the client.
+  bodyTimeoutMs: 60_000,
+  // 1 KiB/s: a 64 MiB xorb at this rate takes 18 hours; hf_xet's 8 parallel uploads on a
+  // 256 kbit/s uplink still send 4 KiB/s each. A body of one byte every 10 s is far below.
+  bodyMinBytesPerSecond: 1024,
+  // nginx's send_timeout. A client reading a 64 MiB range on a slow link still makes progress.
+  sendTimeoutMs: 60_000,
+  // Measured with nginx configured as the README shows (test/e2e/early-answers.test.ts, 70 MiB
+  // uploads refused with 401): closing after 1 byte gave 502s and took the nodes out of
+  // rotation; from 64 KiB on, every answer got through, and nginx stopped sending within 1 ms
+  // on loopback. Over a network the bytes in flight while the answer travels are bandwidth ×
+  // round trip: 4 MiB covers 1 Gbit/s × 30 ms, 2 s a loaded peer. A refused client costs at
+  // most that much reading, and no memory.
+  lingerTimeoutMs: 2_000,
+  lingerBytes: 4 * 1024 * 1024,
+};
+
+/** The options Node's HTTP server takes at construction (fastify's `http` option). */
+export function httpServerOptions(limits: ConnectionLimits): { headersTimeout: number; connectionsCheckingInterval: number } {
+  return {
+    headersTimeout: limits.headerTimeoutMs,
+    // Node checks header deadlines on this interval (default 30 s, which would double a 30 s
+    // limit); a tenth of the limit, at most 1 s, keeps the overshoot small.
+    connectionsCheckingInterval: Math.max(10, Math.min(1000, Math.floor(limits.headerTimeoutMs / 10))),
+  };
+}
+
+/**
+ * Installs the body watchdog, the send timeout and the graceful early close on `app` (the root
+ * instance, before its routes). The header timeout is `httpServerOptions`' part.
+ */
+export function installConnectionLimits(app: FastifyInstance, limits: ConnectionLimits): void {
+  const requestsInProgress = new WeakMap<Socket, number>();
+  app.server.setTimeout(limits.sendTimeoutMs);
+  // With a listener, Node leaves the decision to it. Queued output that made no progress for
+  // the whole timeout (Node suspends the timeout while a write progresses) is an answer the
+  // client does not read; a socket with nothing in progress is idle, and Node would close it.
+  // A request being worked on (a long validation, a body the watchdog watches) is left alone.
+  app.server.on("timeout", (socket: Socket) => {
+    if (socket.writableLength > 0 || !requestsInProgress.get(socket)) socket.destroy();
+  });
+
+  app.addHook("onRequest", async (request, reply) => {
+    const socket = request.raw.socket;
+    requestsInProgress.set(socket, (requestsInProgress.get(socket) ?? 0) + 1);
+    reply.raw.once("close", () => requestsInProgress.set(socket, (requestsInProgress.get(socket) ?? 1) - 1));
+    if (hasBody(request.raw)) watchRequestBody(request.raw, reply.raw, limits);
+  });
+
+  app.addHook("onSend", async (request, reply, payload) => {
+    const raw = request.raw;
+    if (hasBody(raw) && !raw.complete && !discardingInBackground.has(raw)) {
+      reply.header("connection", "close");
+      lingerAfterAnswer(raw, limits);
+    }
+    return payload;
+  });
+}
+
+/** The request announced a body (a positive Content-Length, or chunked). */
+export function hasBody(request: IncomingMessage): boolean {
+  return request.headers["transfer-encoding"] !== undefined || Number(request.headers["content-length"] ?? 0) > 0;
+}
+
+/** Requests whose route chose to read the rest of the body on a connection it keeps (settleUnreadBody). */
+const discardingInBackground = new WeakSet<IncomingMessage>();
+
+/** Marks the request's answer as one that keeps its connection while the rest of its body is dropped. */
+export function keepConnectionWhileDiscarding(request: IncomingMessage): void {
+  discardingInBackground.add(request);
+}
+
+/** Per request with a body: aborted with a 408 `HttpError` when the watchdog cuts the body. */
+const bodyCuts = new WeakMap<IncomingMessage, AbortController>();
+
+/** Aborted (reason: a 408 `HttpError`) when the request's body arrives too slowly; undefined without a watchdog. */
+export function bodyCutSignal(request: IncomingMessage): AbortSignal | undefined {
+  return bodyCuts.get(request)?.signal;
+}
+
+/**
+ * Watches a body's progress by the socket's byte count (no listener on the body, so the
+ * consumer's flow control stays its own) until the body is complete or the connection closes.
+ */
+function watchRequestBody(request: IncomingMessage, response: ServerResponse, limits: ConnectionLimits): void {
+  const socket = request.socket;
+  const cut = new AbortController();
+  bodyCuts.set(request, cut);
+  const tickMs = Math.max(10, Math.min(1000, Math.floor(limits.bodyTimeoutMs / 4)));
+  const windowMinBytes = (limits.bodyMinBytesPerSecond * limits.bodyTimeoutMs) / 1000;
+  let lastBytes = socket.bytesRead;
+  let lastTick = Date.now();
+  let waitedSinceByte = 0;
+  let windowWaited = 0;
+  let windowStartBytes = lastBytes;
+
+  const timer = setInterval(() => {
+    if (request.complete || socket.destroyed) return stop();
+    const now = Date.now();
+    const elapsed = now - lastTick;
+    lastTick = now;
+    const bytes = socket.bytesRead;
+    // Only time in which castor wanted bytes and had none buffered counts against the client:
+    // a consumer that paused the stream (backpressure) or has not started reading holds it back.
+    const waitingForClient = request.readableFlowing === true && request.readableLength === 0;
+    if (bytes !== lastBytes) {
+      lastBytes = bytes;
+      waitedSinceByte = 0;
+    } else if (waitingForClient) {
+      waitedSinceByte += elapsed;
+    }
+    if (waitingForClient) windowWaited += elapsed;
+    if (waitedSinceByte >= limits.bodyTimeoutMs) {
+      return cutBody(`no byte of it arrived for ${limits.bodyTimeoutMs / 1000} s`);
+    }
+    if (windowWaited >= limits.bodyTimeoutMs) {
+      if (bytes - windowStartBytes < windowMinBytes) {
+        return cutBody(`it arrived at less than ${limits.bodyMinBytesPerSecond} bytes/s over ${limits.bodyTimeoutMs / 1000} s`);
+      }
+      windowWaited = 0;
+      windowStartBytes = bytes;
+    }
+  }, tickMs).unref();
+  const stop = () => {
+    clearInterval(timer);
+    socket.off("close", stop);
+  };
+  socket.once("close", stop);
+
+  function cutBody(why: string): void {
+    stop();
+    // The answer is out (lingering, or dropping the rest in the background): nothing to tell.
+    if (response.headersSent || response.writableEnded) {
+      socket.destroy();
+      return;
+    }
+    cut.abort(
+      new HttpError(408, `The request body of ${request.method} ${pathOf(request.url ?? "")} was cut because ${why}: check the connection and send the request again`, {
+        connection: "close",
+      }),
+    );
+    // A route reading with bodyPieces answers the 408 now; anything else (a route not reading,
+    // fastify's own body parser) gets no say: the connection goes once the linger bound passed.
+    setTimeout(() => {
+      if (!response.headersSent) socket.destroy();
+    }, limits.lingerTimeoutMs).unref();
+  }
+}
+
+/**
+ * Instead of Node closing the socket once the answer is written (it would, for `Connection:
+ * close`), closes the write side, reads and drops the rest of the body within the linger
+ * bounds, and closes then. See the file comment for why.
+ */
+function lingerAfterAnswer(request: IncomingMessage, limits: ConnectionLimits): void {
+  const socket = request.socket;
+  socket.destroySoon = () => {
+    if (socket.destroyed) return;
+    // FIN after the answer: the client (or proxy) sees the answer complete.
+    socket.end();
+    if (request.complete) {
+      socket.destroy();
+      return;
+    }
+    let dropped = 0;
+    const close = () => {
+      clearTimeout(timer);
+      socket.destroy();
+    };
+    const timer = setTimeout(close, limits.lingerTimeoutMs).unref();
+    // Our own listener instead of Node's discarding: it counts, and it keeps reading even when
+    // a route had paused the body.
+    request.removeAllListeners("data");
+    request.on("data", (piece: Buffer) => {
+      dropped += piece.length;
+      if (dropped > limits.lingerBytes) close();
+    });
+    request.once("end", close);
+    request.on("error", () => undefined);
+    socket.once("close", () => clearTimeout(timer));
+    request.resume();
+  };
+}
+

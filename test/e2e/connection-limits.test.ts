@@ -1,0 +1,252 @@
+/**
+ * Connection limits end to end (src/http/connection-limits.ts): real `castor serve` processes
+ * with small CASTOR_* timeouts, raw sockets that behave like the clients the limits exist for
+ * (headers or bodies dribbled, answers never read, uploads stalled), and the server's own
+ * resources read from /proc: descriptors, resident memory, staged files.
+ */
+import assert from "node:assert/strict";
+import { readdir, readFile } from "node:fs/promises";
+import type { Socket } from "node:net";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
+import { KEYS_DIR_NAME, URL_KEY_FILE_NAME } from "../../src/auth/keys.js";
+import { CompressionScheme } from "../../src/format/compression.js";
+import { hashToHex } from "../../src/format/hash.js";
+import { serializeXorb } from "../../src/format/xorb.js";
+import { openSocket } from "../helpers/raw-socket.js";
+import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { splitmix64Bytes } from "../helpers/vectors.js";
+
+const MiB = 1024 * 1024;
+const SOME_XORB = "ab".repeat(32);
+/** A xorb whose first bytes parse, so an upload of it is staged while its body arrives. */
+const validXorb = serializeXorb(Array.from({ length: 8 }, (_, i) => ({ data: splitmix64Bytes(BigInt(100 + i), 128 * 1024), scheme: CompressionScheme.None })));
+
+interface Connection {
+  socket: Socket;
+  /** Everything the server sent so far. */
+  received(): string;
+  /** Resolves once the server closed (or reset) the connection, with the ms it took from `since`. */
+  closed: Promise<number>;
+}
+
+async function connect(server: ServerProcess, options: { read?: boolean } = {}): Promise<Connection> {
+  const socket = await openSocket(Number(new URL(server.url).port));
+  const opened = Date.now();
+  let text = "";
+  // A socket that is not read: the kernel's buffers fill and the server's writes stall.
+  if (options.read === false) socket.pause();
+  else socket.setEncoding("latin1").on("data", (chunk: string) => (text += chunk));
+  const closed = new Promise<number>((resolve) => {
+    socket.once("close", () => resolve(Date.now() - opened));
+    socket.on("error", () => undefined);
+  });
+  return { socket, received: () => text, closed };
+}
+
+/** Writes `piece` every `everyMs` until the connection closes. */
+function dribble(connection: Connection, piece: string, everyMs: number): void {
+  const timer = setInterval(() => {
+    if (!connection.socket.destroyed) connection.socket.write(piece);
+  }, everyMs);
+  void connection.closed.then(() => clearInterval(timer));
+}
+
+/** Resolves with `promise`'s value, or rejects when it takes longer than `ms`. */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Polls `read` until `holds` accepts its value or `ms` pass; returns the last value for the caller's assertion. */
+async function eventually<T>(read: () => Promise<T>, holds: (value: T) => boolean, ms = 10_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await read();
+    if (holds(value) || Date.now() > deadline) return value;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+const openDescriptors = async (server: ServerProcess) => (await readdir(`/proc/${server.child.pid}/fd`)).length;
+const residentBytes = async (server: ServerProcess) => Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${server.child.pid}/status`, "utf8"))![1]) * 1024;
+const stagedFiles = (server: ServerProcess) => readdir(join(server.dataDir, "blobs", "tmp")).catch(() => [] as string[]);
+
+/**
+ * Bytes still waiting in the server's receive queues of connections to `port`
+ * (/proc/net/tcp, hex `rx_queue`): 0 once the server has read everything its clients sent.
+ */
+async function unreadByServer(port: number): Promise<number> {
+  const portHex = port.toString(16).toUpperCase().padStart(4, "0");
+  let unread = 0;
+  for (const line of (await readFile("/proc/net/tcp", "utf8")).split("\n").slice(1)) {
+    const fields = line.trim().split(/\s+/);
+    if (fields.length < 5 || !fields[1].endsWith(`:${portHex}`) || fields[3] !== "01") continue;
+    unread += parseInt(fields[4].split(":")[1], 16);
+  }
+  return unread;
+}
+
+async function writeToken(server: ServerProcess): Promise<string> {
+  const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/limits" });
+  return (await fixture.casToken("write")).accessToken;
+}
+
+function uploadHead(path: string, contentLength: number, token?: string): string {
+  return `POST ${path} HTTP/1.1\r\nHost: castor\r\nContent-Length: ${contentLength}\r\n${token ? `Authorization: Bearer ${token}\r\n` : ""}\r\n`;
+}
+
+describe("request timeouts", () => {
+  let server: ServerProcess;
+  let token: string;
+  before(async () => {
+    server = await startCastorServer({
+      env: { CASTOR_HEADER_TIMEOUT: "0.5", CASTOR_BODY_TIMEOUT: "1", CASTOR_BODY_MIN_RATE: "1024", CASTOR_LINGER_TIMEOUT: "0.5" },
+    });
+    token = await writeToken(server);
+  });
+  after(() => server?.stop());
+
+  it("closes a connection whose headers arrive one line at a time, with 408", async () => {
+    const connection = await connect(server);
+    connection.socket.write(`GET /healthz HTTP/1.1\r\n`);
+    dribble(connection, "X-Slow: 1\r\n", 100);
+    const tookMs = await within(connection.closed, 5000, "the header timeout closed the connection");
+    assert.ok(tookMs >= 400, `closed after ${tookMs} ms, before the 0.5 s header timeout`);
+    assert.match(connection.received(), /^HTTP\/1\.1 408 /);
+  });
+
+  it("closes a connection that sends nothing at all", async () => {
+    const connection = await connect(server);
+    await within(connection.closed, 5000, "the header timeout closed the silent connection");
+  });
+
+  it("cuts a xorb upload whose body dribbles: 408, staged file removed, descriptors released", async () => {
+    const descriptorsBefore = await openDescriptors(server);
+    const connection = await connect(server);
+    connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
+    connection.socket.write(validXorb.bytes.subarray(0, 4096));
+    // The upload is being staged (the route is reading the body) before the dribble starts.
+    const staged = await eventually(() => stagedFiles(server), (files) => files.length === 1);
+    assert.equal(staged.length, 1, "the upload was staged");
+    dribble(connection, "x", 200);
+    await within(connection.closed, 6000, "the body timeouts cut the dribbling upload");
+    assert.match(connection.received(), /^HTTP\/1\.1 408 /);
+    assert.match(connection.received(), /"error":"The request body of POST \/v1\/xorbs\/default\/[0-9a-f]{64} was cut because it arrived at less than 1024 bytes\/s/);
+    assert.deepEqual(await eventually(() => stagedFiles(server), (files) => files.length === 0), [], "the staged file is removed");
+    assert.ok((await eventually(() => openDescriptors(server), (n) => n <= descriptorsBefore)) <= descriptorsBefore, "descriptors released");
+  });
+
+  it("cuts a body that stops altogether after the body timeout", async () => {
+    const connection = await connect(server);
+    connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
+    connection.socket.write(validXorb.bytes.subarray(0, 4096));
+    const tookMs = await within(connection.closed, 6000, "the body timeout cut the stalled upload");
+    assert.ok(tookMs >= 900, `cut after ${tookMs} ms, before the 1 s body timeout`);
+    assert.match(connection.received(), /^HTTP\/1\.1 408 [\s\S]*no byte of it arrived for 1 s/);
+    assert.deepEqual(await eventually(() => stagedFiles(server), (files) => files.length === 0), []);
+  });
+
+  it("answers an unauthenticated upload that dribbles with 401 and closes it within the linger bound", async () => {
+    const connection = await connect(server);
+    connection.socket.write(uploadHead(`/v1/xorbs/default/${SOME_XORB}`, 100 * 1000 * 1000));
+    dribble(connection, "x", 100);
+    const tookMs = await within(connection.closed, 3000, "the refused upload's connection was closed");
+    assert.match(connection.received(), /^HTTP\/1\.1 401 [\s\S]*\r\nconnection: close\r\n/i);
+    assert.ok(tookMs < 2000, `closed after ${tookMs} ms`);
+  });
+});
+
+describe("stalled shard uploads", () => {
+  const UPLOADS = 40;
+  const SENT_BYTES = 256 * 1024;
+  let server: ServerProcess;
+  let token: string;
+  before(async () => {
+    server = await startCastorServer({ env: { CASTOR_BODY_TIMEOUT: "4", CASTOR_BODY_MIN_RATE: "1024" } });
+    token = await writeToken(server);
+  });
+  after(() => server?.stop());
+
+  it(`hold memory by bytes received, not bytes announced, and are cut by the body timeout (${UPLOADS} × 65 MiB announced)`, async () => {
+    const rssBefore = await residentBytes(server);
+    const connections = await Promise.all(Array.from({ length: UPLOADS }, () => connect(server)));
+    const head = uploadHead("/v1/shards", 65 * MiB, token);
+    // Written in the same tick as the headers: the route reads it as it arrives.
+    for (const { socket } of connections) socket.write(Buffer.concat([Buffer.from(head), splitmix64Bytes(7n, SENT_BYTES)]));
+    const port = Number(new URL(server.url).port);
+    assert.equal(await eventually(() => unreadByServer(port), (n) => n === 0), 0, "the server read everything sent");
+    const grownBytes = (await residentBytes(server)) - rssBefore;
+    // 40 × 65 MiB would be 2.6 GB; what arrived is 40 × 256 KiB = 10 MiB, held in buffers of at most twice that.
+    assert.ok(grownBytes < 150 * MiB, `resident memory grew by ${Math.round(grownBytes / MiB)} MiB`);
+
+    const closedWithin = await within(Promise.all(connections.map((connection) => connection.closed)), 15_000, "the body timeout cut every stalled shard upload");
+    assert.equal(closedWithin.length, UPLOADS);
+    for (const connection of connections) assert.match(connection.received(), /^HTTP\/1\.1 408 /);
+  });
+});
+
+describe("answers the client does not read", () => {
+  const DOWNLOADS = 100;
+  let server: ServerProcess;
+  let url: string;
+  let xorbBytes: number;
+  before(async () => {
+    server = await startCastorServer({ env: { CASTOR_SEND_TIMEOUT: "1" } });
+    const token = await writeToken(server);
+    // 24 MiB of incompressible chunks: more than loopback's socket buffers take in, so a
+    // response that is not read stays in progress.
+    const xorb = serializeXorb(Array.from({ length: 192 }, (_, i) => ({ data: splitmix64Bytes(BigInt(i + 1), 128 * 1024), scheme: CompressionScheme.None })));
+    const upload = await fetch(`${server.url}/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, { method: "POST", body: xorb.bytes, headers: { authorization: `Bearer ${token}` } });
+    assert.equal(upload.status, 200, await upload.text());
+    const key = Buffer.from((await readFile(join(server.dataDir, KEYS_DIR_NAME, URL_KEY_FILE_NAME), "utf8")).trim(), "utf8");
+    const urls = new HmacTransferUrls({ key, publicUrl: server.publicUrl, ttlSeconds: 600 });
+    xorbBytes = xorb.bytes.length;
+    url = urls.sign(xorb.info.hash, [{ start: 0, end: xorb.bytes.length - 1 }]);
+  });
+  after(() => server?.stop());
+
+  it(`are cut by the send timeout and release their descriptors (${DOWNLOADS} downloads never read)`, async () => {
+    const descriptorsBefore = await openDescriptors(server);
+    const { pathname, search } = new URL(url);
+    const connections = await Promise.all(Array.from({ length: DOWNLOADS }, () => connect(server, { read: false })));
+    for (const { socket } of connections) socket.write(`GET ${pathname}${search} HTTP/1.1\r\nHost: castor\r\nRange: bytes=0-${xorbBytes - 1}\r\n\r\n`);
+    // Each download in progress holds its socket and the open xorb.
+    const during = await eventually(() => openDescriptors(server), (n) => n >= descriptorsBefore + 2 * DOWNLOADS);
+    assert.ok(during >= descriptorsBefore + 2 * DOWNLOADS, `${during} descriptors open during the downloads, ${descriptorsBefore} before`);
+    const afterwards = await eventually(() => openDescriptors(server), (n) => n <= descriptorsBefore);
+    assert.ok(afterwards <= descriptorsBefore, `${afterwards} descriptors open after the send timeout, ${descriptorsBefore} before`);
+    // A client that does not read does not see the close either, until it reads again.
+    for (const { socket } of connections) socket.resume();
+    await within(Promise.all(connections.map((connection) => connection.closed)), 5000, "every unread download was closed by the server");
+  });
+});
+
+describe("shutdown with a stalled client", () => {
+  it("exits within CASTOR_SHUTDOWN_GRACE, removing the stalled upload's staged file", async () => {
+    const server = await startCastorServer({ env: { CASTOR_SHUTDOWN_GRACE: "1", CASTOR_BODY_TIMEOUT: "600" } });
+    try {
+      const token = await writeToken(server);
+      const connection = await connect(server);
+      connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
+      connection.socket.write(validXorb.bytes.subarray(0, 4096));
+      await eventually(() => stagedFiles(server), (files) => files.length === 1);
+      const signalledAt = Date.now();
+      server.child.kill("SIGTERM");
+      const status = await within(server.exited, 6000, "castor serve exited after SIGTERM");
+      const tookMs = Date.now() - signalledAt;
+      assert.deepEqual(status, { code: 0, signal: null });
+      assert.ok(tookMs >= 900, `exited after ${tookMs} ms, before the 1 s grace`);
+      await within(connection.closed, 1000, "the stalled connection was closed");
+      await server.waitForLog((line) => line.msg === "requests still in progress after the shutdown grace: closing their connections");
+      assert.deepEqual(await stagedFiles(server), [], "the stalled upload's staged file was removed");
+    } finally {
+      await server.stop("SIGKILL");
+    }
+  });
+});
