@@ -5,6 +5,7 @@
  * progress finish, and only then are the stores closed.
  */
 import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import type { DestinationStream, Logger } from "pino";
@@ -17,7 +18,8 @@ import type { PresignedTransferUrls } from "./cas/presigned-transfer.js";
 import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
 import { HubService } from "./hub/index.js";
-import { buildCastorApp } from "./http/app.js";
+import { buildCastorApp, SPOOL_DIR_NAME } from "./http/app.js";
+import { sweepSpool } from "./http/body-spool.js";
 import { createLogger } from "./http/logging.js";
 import { openMetadataStore } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
@@ -68,7 +70,8 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     blobs = await openBlobStore(config);
     // Uploads cut short by a crash left staging files; nothing else writes here yet.
     const swept = await blobs.sweepTemp(config.s3 ? { olderThanMs: SHARED_STAGING_SWEEP_AGE_MS } : {});
-    if (swept > 0) logger.info({ swept }, `removed ${swept} staging leftover(s) of interrupted uploads`);
+    const spooled = await sweepSpool(join(config.dataDir, SPOOL_DIR_NAME), SHARED_STAGING_SWEEP_AGE_MS);
+    if (swept + spooled > 0) logger.info({ swept, spooled }, `removed ${swept + spooled} staging leftover(s) of interrupted uploads`);
     let presignedUrls: PresignedTransferUrls | undefined;
     if (config.transferMode === "presigned") {
       // Loaded only here, like the S3 store itself (storage/open.ts): the embedded default never needs the AWS SDK.

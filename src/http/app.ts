@@ -4,6 +4,7 @@
  * `buildCastorApp` adds the routes on top. Tests build the frame alone to exercise a single
  * piece (e.g. the CAS auth hook with test routes).
  */
+import { join } from "node:path";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
@@ -25,6 +26,9 @@ import { registerReconstructionRoutes } from "./reconstruction-routes.js";
 import { registerShardRoutes } from "./shard-routes.js";
 import { registerTransferRoutes } from "./transfer-routes.js";
 import { registerXorbRoutes } from "./xorb-routes.js";
+
+/** Folder of the data dir where large shard bodies wait on disk while they arrive (body-spool.ts). */
+export const SPOOL_DIR_NAME = "spool";
 
 export interface HttpAppOptions {
   /** A pino logger (see `createLogger`); fastify derives one child per request from it. */
@@ -131,6 +135,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   await registerShardRoutes(app, {
     shards: { maxShardBytes: shards.maxShardBytes, register: (body, options) => storageFull.track(shards.register(body, options)) },
     repos: deps.store,
+    spool: { dir: join(deps.dataDir, SPOOL_DIR_NAME) },
   });
   await registerDedupRoutes(app, { dedup: deps.dedup });
   await registerReconstructionRoutes(app, {

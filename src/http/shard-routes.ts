@@ -21,6 +21,7 @@
  * Register with `await registerShardRoutes(app, deps)` after `registerCasAuth`.
  */
 import type { ServerResponse } from "node:http";
+import { tmpdir } from "node:os";
 import { PassThrough } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { ShardRejectedError, type ShardProgress, type ShardRegistrationService } from "../cas/shard-registration.js";
@@ -28,7 +29,8 @@ import { hashToHex } from "../format/hash.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { casAccessOf } from "./cas-auth.js";
 import { ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
-import { acceptRawBodies, bodyLimitOf, bodyPieces, declaredLengthOf, settleUnreadBody } from "./raw-body.js";
+import { DEFAULT_SPOOL_MEMORY_BYTES, receiveSpooled, type SpoolOptions } from "./body-spool.js";
+import { acceptRawBodies, bodyPieces, settleUnreadBody } from "./raw-body.js";
 
 export interface ShardRouteDeps {
   shards: Pick<ShardRegistrationService, "register" | "maxShardBytes">;
@@ -36,6 +38,8 @@ export interface ShardRouteDeps {
   repos: Pick<MetadataStore, "getRepo">;
   /** How often `/v2/shards` re-sends the last progress frame while validating. */
   heartbeatIntervalMs?: number;
+  /** Where bodies past `spool.memoryBytes` wait on disk while they arrive (default: the OS temp folder, 2 MiB). */
+  spool?: Partial<SpoolOptions>;
 }
 
 /** Production re-sends about every 20 s; a little less keeps clients with a 30 s read timeout safe. */
@@ -144,7 +148,8 @@ export async function registerShardRoutes(app: FastifyInstance, deps: ShardRoute
 async function receiveUpload(request: FastifyRequest, deps: ShardRouteDeps): Promise<{ repoId: number; body: Uint8Array }> {
   try {
     const repoId = await uploadRepoId(request, deps);
-    return { repoId, body: await readWholeBody(request) };
+    const spool: SpoolOptions = { dir: deps.spool?.dir ?? tmpdir(), memoryBytes: deps.spool?.memoryBytes ?? DEFAULT_SPOOL_MEMORY_BYTES };
+    return { repoId, body: await receiveSpooled(bodyPieces(request), spool) };
   } catch (error) {
     throw settleUnreadBody(request, error);
   }
@@ -159,36 +164,6 @@ async function uploadRepoId(request: FastifyRequest, deps: ShardRouteDeps): Prom
   }
   return record.id;
 }
-
-/**
- * The body in one buffer, holding only what has arrived: a Content-Length is a promise, not a
- * reservation (40 stalled uploads announcing 65 MiB each must not pin 2.6 GB). The buffer grows
- * by doubling, up to the announced length, so a body is copied O(log n) times and held at most
- * twice while growing; each piece is copied in and released at once (a piece can pin a whole
- * 64 KiB socket read buffer, so keeping pieces of a dribbled body would cost far more).
- */
-async function readWholeBody(request: FastifyRequest): Promise<Uint8Array> {
-  const declared = declaredLengthOf(request);
-  let body = Buffer.allocUnsafe(Math.min(declared ?? INITIAL_BODY_BUFFER_BYTES, INITIAL_BODY_BUFFER_BYTES));
-  let at = 0;
-  for await (const piece of bodyPieces(request)) {
-    // The HTTP parser never delivers more than Content-Length; checked anyway, it is cheap.
-    if (declared !== undefined && at + piece.length > declared) {
-      throw new HttpError(400, `The request body is longer than its Content-Length of ${declared} bytes`, { connection: "close" });
-    }
-    if (at + piece.length > body.length) {
-      const grown = Buffer.allocUnsafe(Math.min(Math.max(body.length * 2, at + piece.length), declared ?? bodyLimitOf(request)));
-      body.copy(grown, 0, 0, at);
-      body = grown;
-    }
-    body.set(piece, at);
-    at += piece.length;
-  }
-  return body.subarray(0, at);
-}
-
-/** First allocation of a shard body: one socket read's worth; most shards are small. */
-const INITIAL_BODY_BUFFER_BYTES = 64 * 1024;
 
 /** Aborts when the response closes before it finished: the client went away. */
 function abortOnClientGone(reply: FastifyReply): AbortController {

@@ -14,6 +14,7 @@ import { KEYS_DIR_NAME, URL_KEY_FILE_NAME } from "../../src/auth/keys.js";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
+import { SPOOL_DIR_NAME } from "../../src/http/app.js";
 import { openSocket } from "../helpers/raw-socket.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
@@ -76,6 +77,7 @@ async function eventually<T>(read: () => Promise<T>, holds: (value: T) => boolea
 const openDescriptors = async (server: ServerProcess) => (await readdir(`/proc/${server.child.pid}/fd`)).length;
 const residentBytes = async (server: ServerProcess) => Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${server.child.pid}/status`, "utf8"))![1]) * 1024;
 const stagedFiles = (server: ServerProcess) => readdir(join(server.dataDir, "blobs", "tmp")).catch(() => [] as string[]);
+const spoolFiles = (server: ServerProcess) => readdir(join(server.dataDir, SPOOL_DIR_NAME)).catch(() => [] as string[]);
 
 /**
  * Bytes still waiting in the server's receive queues of connections to `port`
@@ -164,7 +166,9 @@ describe("request timeouts", () => {
 
 describe("stalled shard uploads", () => {
   const UPLOADS = 40;
-  const SENT_BYTES = 256 * 1024;
+  // Most of what a client could send before stalling: without the spool, 40 × 8 MiB = 320 MiB
+  // would sit in memory until the body timeout.
+  const SENT_BYTES = 8 * MiB;
   let server: ServerProcess;
   let token: string;
   before(async () => {
@@ -178,16 +182,22 @@ describe("stalled shard uploads", () => {
     const connections = await Promise.all(Array.from({ length: UPLOADS }, () => connect(server)));
     const head = uploadHead("/v1/shards", 65 * MiB, token);
     // Written in the same tick as the headers: the route reads it as it arrives.
-    for (const { socket } of connections) socket.write(Buffer.concat([Buffer.from(head), splitmix64Bytes(7n, SENT_BYTES)]));
+    const request = Buffer.concat([Buffer.from(head), splitmix64Bytes(7n, SENT_BYTES)]);
+    for (const { socket } of connections) socket.write(request);
+    // Every upload got past the memory part of the spool into its file, and nothing waits unread.
+    const spooled = await eventually(() => spoolFiles(server), (names) => names.length === UPLOADS);
+    assert.equal(spooled.length, UPLOADS, "each stalled upload waits in a spool file");
     const port = Number(new URL(server.url).port);
     assert.equal(await eventually(() => unreadByServer(port), (n) => n === 0), 0, "the server read everything sent");
     const grownBytes = (await residentBytes(server)) - rssBefore;
-    // 40 × 65 MiB would be 2.6 GB; what arrived is 40 × 256 KiB = 10 MiB, held in buffers of at most twice that.
+    // 40 × 65 MiB announced would be 2.6 GB, the 40 × 8 MiB sent 320 MiB; what is held is at
+    // most 2 MiB per upload in memory (DEFAULT_SPOOL_MEMORY_BYTES), the rest on disk.
     assert.ok(grownBytes < 150 * MiB, `resident memory grew by ${Math.round(grownBytes / MiB)} MiB`);
 
     const closedWithin = await within(Promise.all(connections.map((connection) => connection.closed)), 15_000, "the body timeout cut every stalled shard upload");
     assert.equal(closedWithin.length, UPLOADS);
     for (const connection of connections) assert.match(connection.received(), /^HTTP\/1\.1 408 /);
+    assert.deepEqual(await eventually(() => spoolFiles(server), (names) => names.length === 0), [], "the spool files are removed");
   });
 });
 

@@ -108,6 +108,12 @@ describe("shard work bounds (real server)", () => {
     assert.equal(last.retryable, false);
     assert.match(last.message!, expected);
 
+    // A shard larger than the spool's memory part (2 MiB) is received through a spool file and registers.
+    const repeated = serializeUploadShard({ files: Array.from({ length: 20_000 }, () => files[99]), xorbs: [] }, { kind: "xet-core" });
+    assert.ok(repeated.length > 2 * 1024 * 1024);
+    const spooled = await post("/v1/shards", repeated);
+    assert.equal(spooled.status, 200, await spooled.text());
+
     // Within the limit, the same files register.
     const fewer = serializeUploadShard({ files: files.slice(1), xorbs: [] }, { kind: "xet-core" });
     const accepted = await post("/v1/shards", fewer);

@@ -1,0 +1,58 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readdir, rm, utimes, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { receiveSpooled, sweepSpool } from "../../src/http/body-spool.js";
+
+let root: string;
+before(async () => {
+  root = await mkdtemp(join(tmpdir(), "castor-spool-"));
+});
+after(() => rm(root, { recursive: true, force: true }));
+
+async function* piecesOf(body: Buffer, size: number, failAfter?: number): AsyncGenerator<Buffer> {
+  for (let at = 0; at < body.length; at += size) {
+    if (failAfter !== undefined && at >= failAfter) throw new Error("client went away");
+    yield body.subarray(at, at + size);
+  }
+}
+
+describe("receiveSpooled", () => {
+  it("returns a small body from memory without touching the disk", async () => {
+    const dir = join(root, "small");
+    const body = randomBytes(100_000);
+    const received = await receiveSpooled(piecesOf(body, 65_536), { dir, memoryBytes: 1 << 20 });
+    assert.ok(Buffer.from(received).equals(body));
+    await assert.rejects(readdir(dir), { code: "ENOENT" }, "no spool folder was made");
+  });
+
+  it("spools a body past the memory bound to disk and reads it back exactly, removing the file", async () => {
+    const dir = join(root, "large");
+    const body = randomBytes(5 * 1024 * 1024 + 123);
+    const received = await receiveSpooled(piecesOf(body, 65_536), { dir, memoryBytes: 1 << 20 });
+    assert.ok(Buffer.from(received).equals(body));
+    assert.deepEqual(await readdir(dir), []);
+  });
+
+  it("removes the file when the body fails midway, and passes the error on", async () => {
+    const dir = join(root, "failed");
+    await assert.rejects(receiveSpooled(piecesOf(randomBytes(3 << 20), 65_536, 2 << 20), { dir, memoryBytes: 1 << 20 }), /client went away/);
+    assert.deepEqual(await readdir(dir), []);
+  });
+});
+
+describe("sweepSpool", () => {
+  it("removes spool files older than the age given, and nothing else", async () => {
+    const dir = join(root, "sweep");
+    await receiveSpooled(piecesOf(Buffer.alloc(10), 10), { dir, memoryBytes: 1 }); // creates the folder
+    await writeFile(join(dir, "body-1-old"), "x");
+    await writeFile(join(dir, "body-1-young"), "x");
+    await writeFile(join(dir, "unrelated"), "x");
+    const hourAgo = new Date(Date.now() - 2 * 3600_000);
+    await utimes(join(dir, "body-1-old"), hourAgo, hourAgo);
+    assert.equal(await sweepSpool(dir, 3600_000), 1);
+    assert.deepEqual((await readdir(dir)).sort(), ["body-1-young", "unrelated"]);
+  });
+});
