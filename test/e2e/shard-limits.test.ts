@@ -109,7 +109,20 @@ describe("shard work bounds (real server)", () => {
     assert.match(last.message!, expected);
 
     // A shard larger than the spool's memory part (2 MiB) is received through a spool file and registers.
-    const repeated = serializeUploadShard({ files: Array.from({ length: 20_000 }, () => files[99]), xorbs: [] }, { kind: "xet-core" });
+    // Its bulk is xorb blocks (48 bytes per chunk, checked against the stored xorb, no file references).
+    let offset = 0;
+    const block = {
+      xorbHash: xorb.info.hash,
+      flags: 0,
+      numBytesInXorb: xorb.info.uncompressedLength,
+      numBytesOnDisk: 0,
+      chunks: xorb.info.chunks.map((c) => {
+        const entry = { hash: c.hash, byteRangeStart: offset, unpackedBytes: c.uncompressedLength, flags: 0 };
+        offset += c.uncompressedLength;
+        return entry;
+      }),
+    };
+    const repeated = serializeUploadShard({ files: [files[99]], xorbs: Array.from({ length: 500 }, () => block) }, { kind: "xet-core" });
     assert.ok(repeated.length > 2 * 1024 * 1024);
     const spooled = await post("/v1/shards", repeated);
     assert.equal(spooled.status, 200, await spooled.text());
