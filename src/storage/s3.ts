@@ -38,7 +38,6 @@ import {
 } from "./blob-store.js";
 import { createS3Client, describeS3Error, isNotFound, type S3ClientOptions, type S3Target } from "./s3/client.js";
 import { checkBucket, probeConditionalMultipart, sweepProbeObjects } from "./s3/probe.js";
-import { S3RangePresigner } from "./s3/range-presigner.js";
 import { S3Reads } from "./s3/reads.js";
 import { discardBody, MAX_PART_BYTES, MIN_PART_BYTES, S3Uploads, type UploadSettings } from "./s3/uploads.js";
 
@@ -168,6 +167,8 @@ export class S3BlobStore implements BlobStore {
     return this.target.prefix + parseBlobKey(key);
   }
 
+  // Every method below is async, even where it only delegates, so that an invalid key rejects
+  // (as the contract asks) instead of throwing synchronously from objectKeyOf.
   async putIfAbsent(key: BlobKey, body: BlobBody): Promise<PutOutcome> {
     let objectKey: string;
     try {
@@ -192,15 +193,15 @@ export class S3BlobStore implements BlobStore {
     return this.uploads.putFile(objectKey, path, info.size);
   }
 
-  beginPut(key: BlobKey): Promise<StagedPut> {
+  async beginPut(key: BlobKey): Promise<StagedPut> {
     return this.uploads.beginPut(key, this.objectKeyOf(key), () => this.exists(key));
   }
 
-  read(key: BlobKey, span?: ByteSpan): Promise<Readable> {
+  async read(key: BlobKey, span?: ByteSpan): Promise<Readable> {
     return this.reads.read(key, this.objectKeyOf(key), span);
   }
 
-  size(key: BlobKey): Promise<number | null> {
+  async size(key: BlobKey): Promise<number | null> {
     return this.reads.size(this.objectKeyOf(key));
   }
 
@@ -265,7 +266,9 @@ export class S3BlobStore implements BlobStore {
   }
 
   /** Presigned S3 GETs of byte ranges (see s3/range-presigner.ts). */
-  createRangePresigner(options: RangePresignerOptions): Promise<RangePresigner> {
+  async createRangePresigner(options: RangePresignerOptions): Promise<RangePresigner> {
+    // Loaded on demand: only CASTOR_TRANSFER_MODE=presigned needs the SDK's presigner package.
+    const { S3RangePresigner } = await import("./s3/range-presigner.js");
     return S3RangePresigner.create(this, options);
   }
 }
