@@ -57,7 +57,7 @@ export function maxXorbFooterBytes(numChunks: number): number {
  * Room left for the footer in `DEFAULT_MAX_XORB_BODY_BYTES`: a round 512 KiB, above the largest
  * legal footer (`maxXorbFooterBytes(MAX_XORB_CHUNKS)`, 327,776 bytes), as the README documents.
  */
-export const XORB_FOOTER_ALLOWANCE_BYTES = 512 * 1024;
+const XORB_FOOTER_ALLOWANCE_BYTES = 512 * 1024;
 
 /**
  * The one default cap on a whole xorb body (67,698,688 bytes), for the server and the client

@@ -1,7 +1,9 @@
 /**
  * The blob seam: where xorb and shard bytes live. One interface, a filesystem implementation
  * (`fs.ts`, the embedded default) and an S3 one (scale-out); every implementation passes the
- * contract suite in test/contract/blob-store.ts unchanged.
+ * contract suite in test/contract/blob-store.ts unchanged. Capabilities only some backends have
+ * are optional methods (`openSpan`, `createRangePresigner`): callers test for the method, and
+ * the contract suite checks each backend offers exactly the ones it declares.
  *
  * Contract, in short:
  * - Keys are `xorbs/<64 hex>` or `shards/<64 hex>` (the hash string form of XET-PROTOCOL §2).
