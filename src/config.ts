@@ -5,7 +5,9 @@
  */
 import { isIP } from "node:net";
 import { resolve } from "node:path";
+import { DEFAULT_MAX_XORB_BODY_BYTES } from "./format/xorb.js";
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from "./http/connection-limits.js";
+import { MAX_PRESIGNED_URL_TTL_SECONDS } from "./storage/blob-store.js";
 
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
@@ -63,8 +65,6 @@ export interface CastorConfig {
 }
 
 const MiB = 1024 * 1024;
-/** 64 MiB of chunk data + an 8-byte header for each of up to 8,192 chunks + a footer allowance. */
-export const DEFAULT_MAX_XORB_BYTES = 64 * MiB + 8 * 8192 + 512 * 1024;
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
 /**
  * Chunk references (chunks of terms) a shard's files may make in all. Validation costs about
@@ -75,8 +75,6 @@ export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
 export const DEFAULT_MAX_SHARD_CHUNK_REFS = 1 << 24;
 /** Room for a few uploads' staging writes and SQLite's WAL; far below any real volume's size. */
 export const DEFAULT_MIN_FREE_BYTES = 16 * MiB;
-/** SigV4 presigned URLs live at most 7 days. */
-export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
 /** Long enough for an upload or download in progress to finish; short enough for a rolling restart. */
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
 
@@ -194,7 +192,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     urlKey: secret("CASTOR_URL_KEY", get("CASTOR_URL_KEY")),
     dedupKeySeed: secret("CASTOR_DEDUP_KEY_SEED", get("CASTOR_DEDUP_KEY_SEED")),
     v2Reconstruction: oneOf("CASTOR_V2_RECONSTRUCTION", get("CASTOR_V2_RECONSTRUCTION") ?? "on", ["on", "501"] as const),
-    maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BYTES)),
+    maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BODY_BYTES)),
     maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
     maxShardChunkRefs: positiveInt("CASTOR_MAX_SHARD_CHUNK_REFS", get("CASTOR_MAX_SHARD_CHUNK_REFS") ?? String(DEFAULT_MAX_SHARD_CHUNK_REFS)),
     minFreeBytes: nonNegativeInt("CASTOR_MIN_FREE_BYTES", get("CASTOR_MIN_FREE_BYTES") ?? String(DEFAULT_MIN_FREE_BYTES)),

@@ -14,7 +14,7 @@ import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
 import { ConfigError, listenUrl, publicUrlForBoundPort, type CastorConfig } from "./config.js";
 import { HmacTransferUrls } from "./auth/transfer-url.js";
 import { DedupService } from "./cas/dedup.js";
-import type { PresignedTransferUrls } from "./cas/presigned-transfer.js";
+import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
 import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
 import { HubService } from "./hub/index.js";
@@ -74,10 +74,10 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     if (swept + spooled > 0) logger.info({ swept, spooled }, `removed ${swept + spooled} staging leftover(s) of interrupted uploads`);
     let presignedUrls: PresignedTransferUrls | undefined;
     if (config.transferMode === "presigned") {
-      // Loaded only here, like the S3 store itself (storage/open.ts): the embedded default never needs the AWS SDK.
-      const [{ S3BlobStore }, { PresignedTransferUrls }] = await Promise.all([import("./storage/s3.js"), import("./cas/presigned-transfer.js")]);
-      if (!(blobs instanceof S3BlobStore)) throw new ConfigError("CASTOR_TRANSFER_MODE=presigned needs the S3 blob store (set CASTOR_S3_BUCKET)");
-      presignedUrls = await PresignedTransferUrls.create(blobs, { ttlSeconds: config.transferUrlTtlSeconds });
+      if (blobs.createRangePresigner === undefined) {
+        throw new ConfigError("CASTOR_TRANSFER_MODE=presigned needs a blob store that presigns URLs, the S3 one (set CASTOR_S3_BUCKET)");
+      }
+      presignedUrls = new PresignedTransferUrls(await blobs.createRangePresigner({ ttlSeconds: config.transferUrlTtlSeconds }));
       logger.info("transfer URLs are presigned S3 GETs, one byte range each (CASTOR_TRANSFER_MODE=presigned)");
     }
     const app = await buildCastorApp({

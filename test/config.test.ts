@@ -4,7 +4,6 @@ import { describe, it } from "node:test";
 import {
   ConfigError,
   DEFAULT_MAX_SHARD_BYTES,
-  DEFAULT_MAX_XORB_BYTES,
   DEFAULT_MIN_FREE_BYTES,
   flagNameOf,
   listenUrl,
@@ -12,6 +11,7 @@ import {
   publicUrlForBoundPort,
   SETTINGS,
 } from "../src/config.js";
+import { DEFAULT_MAX_XORB_BODY_BYTES } from "../src/format/xorb.js";
 
 const SECRET = "s".repeat(32);
 
@@ -37,7 +37,8 @@ describe("loadConfig", () => {
     assert.equal(config.urlKey, null);
     assert.equal(config.dedupKeySeed, null);
     assert.equal(config.v2Reconstruction, "on");
-    assert.equal(config.maxXorbBytes, DEFAULT_MAX_XORB_BYTES);
+    assert.equal(config.maxXorbBytes, DEFAULT_MAX_XORB_BODY_BYTES);
+    assert.equal(config.maxXorbBytes, 67_698_688, "64 MiB + 8 B × 8,192 chunk headers + 512 KiB, as the README documents");
     assert.equal(config.maxShardBytes, DEFAULT_MAX_SHARD_BYTES);
     assert.equal(config.maxShardChunkRefs, 16_777_216);
     assert.equal(config.minFreeBytes, DEFAULT_MIN_FREE_BYTES);
@@ -165,6 +166,9 @@ describe("loadConfig", () => {
       const presigned = { CASTOR_S3_BUCKET: "b", CASTOR_TRANSFER_MODE: "presigned" };
       assert.equal(loadConfig({ ...presigned, CASTOR_TRANSFER_URL_TTL: "604800" }).transferUrlTtlSeconds, 604800);
       rejects({ ...presigned, CASTOR_TRANSFER_URL_TTL: "604801" }, /at most 604800 seconds .* presigned/);
+      // The one check of a presigned URL's lifetime: the signer takes what passed here.
+      rejects({ ...presigned, CASTOR_TRANSFER_URL_TTL: "0" }, /^CASTOR_TRANSFER_URL_TTL/);
+      rejects({ ...presigned, CASTOR_TRANSFER_URL_TTL: "1.5" }, /^CASTOR_TRANSFER_URL_TTL/);
       rejects({ CASTOR_S3_BUCKET: "b", CASTOR_S3_FORCE_PATH_STYLE: "maybe" }, /true or false/);
     });
 

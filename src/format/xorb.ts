@@ -54,11 +54,19 @@ export function maxXorbFooterBytes(numChunks: number): number {
 }
 
 /**
- * Default cap on a whole upload body: §5.6's recommendation — incompressible chunks stored
- * uncompressed plus their headers, plus the largest footer. The HTTP layer may pass its own.
+ * Room left for the footer in `DEFAULT_MAX_XORB_BODY_BYTES`: a round 512 KiB, above the largest
+ * legal footer (`maxXorbFooterBytes(MAX_XORB_CHUNKS)`, 327,776 bytes), as the README documents.
  */
-export const DEFAULT_MAX_XORB_BODY_BYTES =
-  MAX_XORB_UNCOMPRESSED_BYTES + XORB_CHUNK_HEADER_BYTES * MAX_XORB_CHUNKS + maxXorbFooterBytes(MAX_XORB_CHUNKS);
+const XORB_FOOTER_ALLOWANCE_BYTES = 512 * 1024;
+
+/**
+ * The one default cap on a whole xorb body (67,698,688 bytes), for the server and the client
+ * alike: §5.6's recommendation — 64 MiB of incompressible chunks stored uncompressed, plus an
+ * 8-byte header for each of up to 8,192 chunks — plus the footer allowance. The server takes it
+ * as `CASTOR_MAX_XORB_BYTES`' default; the client refuses a xorb range longer than it, so it
+ * accepts everything a server with the default may have stored.
+ */
+export const DEFAULT_MAX_XORB_BODY_BYTES = MAX_XORB_UNCOMPRESSED_BYTES + XORB_CHUNK_HEADER_BYTES * MAX_XORB_CHUNKS + XORB_FOOTER_ALLOWANCE_BYTES;
 
 /** Protocol limits a xorb must respect; validators may be given tighter ones, never looser. */
 export interface XorbLimits {

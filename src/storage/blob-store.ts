@@ -1,7 +1,9 @@
 /**
  * The blob seam: where xorb and shard bytes live. One interface, a filesystem implementation
  * (`fs.ts`, the embedded default) and an S3 one (scale-out); every implementation passes the
- * contract suite in test/contract/blob-store.ts unchanged.
+ * contract suite in test/contract/blob-store.ts unchanged. Capabilities only some backends have
+ * are optional methods (`openSpan`, `createRangePresigner`): callers test for the method, and
+ * the contract suite checks each backend offers exactly the ones it declares.
  *
  * Contract, in short:
  * - Keys are `xorbs/<64 hex>` or `shards/<64 hex>` (the hash string form of XET-PROTOCOL §2).
@@ -151,6 +153,46 @@ export interface SpanReader {
   close(): Promise<void>;
 }
 
+/** The HTTP `Range` header value that selects exactly `span`: `bytes=<first>-<last>`. */
+export function rangeHeaderOf(span: ByteSpan): string {
+  return `bytes=${span.offset}-${span.offset + span.length - 1}`;
+}
+
+/**
+ * The longest a presigned URL may live: 7 days, AWS Signature V4's limit. `loadConfig` checks
+ * CASTOR_TRANSFER_URL_TTL against it in presigned mode, the one place a lifetime enters castor.
+ */
+export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
+
+export interface RangePresignerOptions {
+  /** Lifetime of every URL: whole seconds, 1 to `MAX_PRESIGNED_URL_TTL_SECONDS`. */
+  ttlSeconds: number;
+  /** Clock in ms since the epoch; tests pin it. */
+  now?: () => number;
+}
+
+/**
+ * Signs URLs that let their holder GET one byte range of an object straight from the backend
+ * (`BlobStore.createRangePresigner`). Each URL must be fetched with the header
+ * `Range: ${rangeHeaderOf(span)}`: the range is part of what is signed, so any other range, or
+ * none, is refused by the backend. A URL stays valid until its lifetime runs out; it cannot be
+ * revoked. URLs are credentials: never log them.
+ */
+export interface RangePresigner {
+  /**
+   * A URL for exactly `span` of the object at `key`. Synchronous and cheap, because a
+   * reconstruction answer signs one per range on the request's path; no request is made, so
+   * neither the object's existence nor the span's fit is checked (a malformed span or key is
+   * refused with `bad_range` / `invalid_key`).
+   */
+  presign(key: BlobKey, span: ByteSpan): string;
+  /**
+   * Renews the credentials URLs are signed with, where they rotate (temporary credentials).
+   * Await it before a batch of `presign` calls.
+   */
+  refresh(): Promise<void>;
+}
+
 export interface PutOutcome {
   /** false when the key was already present; the stored bytes were then left untouched. */
   inserted: boolean;
@@ -281,6 +323,13 @@ export interface BlobStore {
    * bytes only come as a stream (S3).
    */
   openSpan?(key: BlobKey, span: ByteSpan): Promise<SpanReader>;
+  /**
+   * Starts signing URLs that clients fetch byte ranges of objects with, bypassing castor
+   * (CASTOR_TRANSFER_MODE=presigned). Offered by backends clients can reach themselves (S3);
+   * absent where only castor reads the bytes (fs). Rejects when the backend cannot sign: no
+   * credentials, or a self-check of the signer failed.
+   */
+  createRangePresigner?(options: RangePresignerOptions): Promise<RangePresigner>;
   /** The object's size in bytes, or null when absent. */
   size(key: BlobKey): Promise<number | null>;
   exists(key: BlobKey): Promise<boolean>;

@@ -11,10 +11,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { setTimeout as sleep } from "node:timers/promises";
 import {
   blobKey,
   blobKeyFromHex,
   isBlobStoreError,
+  rangeHeaderOf,
   type BlobKey,
   type BlobKind,
   type BlobStore,
@@ -101,6 +103,8 @@ async function assertStored(store: BlobStore, key: BlobKey, body: Uint8Array): P
 export interface BlobStoreCapabilities {
   /** `openSpan`: positional reads into the caller's buffers. */
   spanReads?: boolean;
+  /** `createRangePresigner`: URLs clients fetch byte ranges with, straight from the backend. */
+  rangePresigning?: boolean;
 }
 
 /** Reads a whole span through `reader` in `bufferBytes` reads into one reused buffer. */
@@ -430,6 +434,63 @@ export function runBlobStoreContract(name: string, open: () => Promise<OpenedBlo
           await store.putIfAbsent(key, randomBytes(10));
           await assert.rejects(store.openSpan!(key, { offset: 5, length: 6 }), errorWithCode("range_not_satisfiable"));
           await assert.rejects(store.openSpan!(key, { offset: 0, length: 0 }), errorWithCode("bad_range"));
+        }));
+    });
+
+    describe(`range presigning (${capabilities.rangePresigning ? "offered" : "not offered"})`, () => {
+      it("offers createRangePresigner exactly when it says it does", () =>
+        withStore(async (store) => {
+          assert.equal(typeof store.createRangePresigner === "function", capabilities.rangePresigning === true);
+        }));
+
+      if (!capabilities.rangePresigning) return;
+      it("serves exactly the presigned range, and refuses the URL with any other Range or none", () =>
+        withStore(async (store) => {
+          const key = randomKey();
+          const body = randomBytes(10_000);
+          await store.putIfAbsent(key, body);
+          const presigner = await store.createRangePresigner!({ ttlSeconds: 60 });
+          await presigner.refresh();
+          const span = { offset: 1000, length: 2345 };
+          const url = presigner.presign(key, span);
+
+          const ranged = await fetch(url, { headers: { Range: rangeHeaderOf(span) } });
+          assert.equal(ranged.status, 206);
+          assert.equal(ranged.headers.get("content-range"), `bytes 1000-3344/10000`);
+          assert.ok(Buffer.from(await ranged.arrayBuffer()).equals(body.subarray(1000, 3345)));
+
+          for (const headers of [{ Range: "bytes=0-9999" }, { Range: "bytes=1000-3345" }, {}] as Record<string, string>[]) {
+            const refused = await fetch(url, { headers });
+            assert.equal(refused.status, 403, `Range ${JSON.stringify(headers)} must be refused`);
+            await refused.arrayBuffer();
+          }
+          const otherSpan = { offset: 0, length: 1 };
+          const shard = blobKey("shards", randomBytes(32));
+          await store.putIfAbsent(shard, body);
+          const shardBytes = await fetch(presigner.presign(shard, otherSpan), { headers: { Range: rangeHeaderOf(otherSpan) } });
+          assert.equal(shardBytes.status, 206, "every kind of object can be presigned");
+          assert.ok(Buffer.from(await shardBytes.arrayBuffer()).equals(body.subarray(0, 1)));
+        }));
+
+      it("makes URLs that stop working when their lifetime runs out", () =>
+        withStore(async (store) => {
+          const key = randomKey();
+          await store.putIfAbsent(key, randomBytes(100));
+          const span = { offset: 10, length: 20 };
+          const url = (await store.createRangePresigner!({ ttlSeconds: 1 })).presign(key, span);
+          await sleep(2100);
+          const expired = await fetch(url, { headers: { Range: rangeHeaderOf(span) } });
+          assert.equal(expired.status, 403, "an expired URL must be refused");
+          await expired.arrayBuffer();
+        }));
+
+      it("refuses malformed spans and keys without a request", () =>
+        withStore(async (store) => {
+          const presigner = await store.createRangePresigner!({ ttlSeconds: 60 });
+          const key = randomKey();
+          assert.throws(() => presigner.presign(key, { offset: 0, length: 0 }), errorWithCode("bad_range"));
+          assert.throws(() => presigner.presign(key, { offset: -1, length: 5 }), errorWithCode("bad_range"));
+          assert.throws(() => presigner.presign("xorbs/../x" as BlobKey, { offset: 0, length: 1 }), errorWithCode("invalid_key"));
         }));
     });
 

@@ -7,7 +7,8 @@ import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
 import { DedupService } from "../../src/cas/dedup.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
-import { DEFAULT_MAX_SHARD_BYTES, DEFAULT_MAX_XORB_BYTES } from "../../src/config.js";
+import { DEFAULT_MAX_SHARD_BYTES } from "../../src/config.js";
+import { DEFAULT_MAX_XORB_BODY_BYTES } from "../../src/format/xorb.js";
 import type { CastorAppDeps } from "../../src/http/app.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
@@ -23,7 +24,7 @@ export async function casDepsForTest(store: MetadataStore, dataDir: string, publ
   const blobs = await FsBlobStore.open(join(dataDir, "blobs"));
   return {
     blobs,
-    xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BYTES }),
+    xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES }),
     shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: DEFAULT_MAX_SHARD_BYTES }),
     dedup: new DedupService({ metadata: store, dedupKeySeed: Buffer.alloc(32, 7) }),
     transferUrls: new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS }),

@@ -15,7 +15,8 @@ import {
   type S3Client,
 } from "@aws-sdk/client-s3";
 import type { S3Config } from "../../src/config.js";
-import { createS3Client, openS3BlobStore, type S3BlobStore, type S3BlobStoreOptions } from "../../src/storage/s3.js";
+import { openS3BlobStore, type S3BlobStore, type S3BlobStoreOptions } from "../../src/storage/s3.js";
+import { createS3Client } from "../../src/storage/s3/client.js";
 
 export const S3_TEST_ENV_NAMES = [
   "CASTOR_TEST_S3_ENDPOINT",

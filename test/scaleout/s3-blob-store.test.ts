@@ -13,15 +13,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { setTimeout as sleep } from "node:timers/promises";
 import v8 from "node:v8";
 import { runInNewContext } from "node:vm";
 import { CreateMultipartUploadCommand, HeadObjectCommand, ListMultipartUploadsCommand, ListObjectsV2Command, PutObjectCommand } from "@aws-sdk/client-s3";
-import { blobKey, blobKeyFromHex, type BlobKey } from "../../src/storage/blob-store.js";
+import { blobKey, blobKeyFromHex, rangeHeaderOf, type BlobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 import { openBlobStore } from "../../src/storage/open.js";
-import { openS3BlobStore, presignedRangeHeader, S3BlobStore } from "../../src/storage/s3.js";
-import { collect, errorWithCode, readAll, runBlobStoreContract } from "../contract/blob-store.js";
+import { openS3BlobStore, S3BlobStore } from "../../src/storage/s3.js";
+import { collect, readAll, runBlobStoreContract } from "../contract/blob-store.js";
 import { deleteS3Prefix, freshS3Prefix, openS3TestStore, s3TestClient, s3TestConfig, s3TestEnv, type S3TestStore } from "../helpers/scaleout-s3.js";
 
 // Fails the whole file, with the way to start the services, when they are not running.
@@ -29,10 +28,14 @@ const env = s3TestEnv();
 
 const MiB = 1024 * 1024;
 
-runBlobStoreContract("S3 (Ceph RGW)", async () => {
-  const { store, cleanup } = await openS3TestStore();
-  return { store, cleanup };
-});
+runBlobStoreContract(
+  "S3 (Ceph RGW)",
+  async () => {
+    const { store, cleanup } = await openS3TestStore();
+    return { store, cleanup };
+  },
+  { rangePresigning: true },
+);
 
 async function withS3Store(body: (opened: S3TestStore) => Promise<void>, overrides: Parameters<typeof openS3TestStore>[0] = {}): Promise<void> {
   const opened = await openS3TestStore(overrides);
@@ -345,27 +348,18 @@ describe("S3BlobStore", () => {
   });
 
   describe("presigned GET", () => {
-    it("serves exactly the signed range, and refuses other ranges, forged and expired URLs", () =>
+    it("refuses tampered URLs: a forged signature, another object, a longer life", () =>
       withS3Store(async (opened) => {
         const key = randomKey();
         const other = randomKey();
-        const body = randomBytes(10_000);
-        await opened.store.putIfAbsent(key, body);
+        await opened.store.putIfAbsent(key, randomBytes(10_000));
         await opened.store.putIfAbsent(other, randomBytes(10_000));
         const span = { offset: 1000, length: 2345 };
-        const url = await opened.store.presignGetUrl(key, { span, expiresInSeconds: 60 });
+        const url = (await opened.store.createRangePresigner({ ttlSeconds: 60 })).presign(key, span);
         assert.match(url, /X-Amz-SignedHeaders=host%3Brange/);
-
-        const ranged = await fetch(url, { headers: { Range: presignedRangeHeader(span) } });
-        assert.equal(ranged.status, 206);
-        assert.equal(ranged.headers.get("content-range"), `bytes 1000-3344/10000`);
-        assert.ok(Buffer.from(await ranged.arrayBuffer()).equals(body.subarray(1000, 3345)));
-
-        for (const headers of [{ Range: "bytes=0-9999" }, { Range: "bytes=1000-3345" }, {}] as Record<string, string>[]) {
-          const refused = await fetch(url, { headers });
-          assert.equal(refused.status, 403, `Range ${JSON.stringify(headers)} must be refused`);
-          await refused.arrayBuffer();
-        }
+        const granted = await fetch(url, { headers: { Range: rangeHeaderOf(span) } });
+        assert.equal(granted.status, 206, "the untampered URL works");
+        await granted.arrayBuffer();
 
         const signature = /X-Amz-Signature=([0-9a-f]+)/.exec(url)![1];
         const forgedSignature = url.replace(signature, (signature[0] === "0" ? "1" : "0") + signature.slice(1));
@@ -373,31 +367,10 @@ describe("S3BlobStore", () => {
         const longerLife = url.replace("X-Amz-Expires=60", "X-Amz-Expires=600");
         for (const forged of [forgedSignature, otherObject, longerLife]) {
           assert.notEqual(forged, url);
-          const refused = await fetch(forged, { headers: { Range: presignedRangeHeader(span) } });
+          const refused = await fetch(forged, { headers: { Range: rangeHeaderOf(span) } });
           assert.equal(refused.status, 403, "a tampered URL must be refused");
           await refused.arrayBuffer();
         }
-
-        const whole = await fetch(await opened.store.presignGetUrl(key, { expiresInSeconds: 60 }));
-        assert.equal(whole.status, 200);
-        assert.ok(Buffer.from(await whole.arrayBuffer()).equals(body));
-
-        const shortLived = await opened.store.presignGetUrl(key, { span, expiresInSeconds: 1 });
-        await sleep(2100);
-        const expired = await fetch(shortLived, { headers: { Range: presignedRangeHeader(span) } });
-        assert.equal(expired.status, 403, "an expired URL must be refused");
-        await expired.arrayBuffer();
-      }));
-
-    it("refuses malformed spans, lifetimes and keys without a request", () =>
-      withS3Store(async ({ store }) => {
-        const key = randomKey();
-        await assert.rejects(store.presignGetUrl(key, { span: { offset: 0, length: 0 }, expiresInSeconds: 60 }), errorWithCode("bad_range"));
-        await assert.rejects(store.presignGetUrl(key, { span: { offset: -1, length: 5 }, expiresInSeconds: 60 }), errorWithCode("bad_range"));
-        for (const expiresInSeconds of [0, 1.5, 7 * 24 * 3600 + 1, Number.NaN]) {
-          await assert.rejects(store.presignGetUrl(key, { expiresInSeconds }), RangeError);
-        }
-        await assert.rejects(store.presignGetUrl("xorbs/../x" as BlobKey, { expiresInSeconds: 60 }), errorWithCode("invalid_key"));
       }));
   });
 
