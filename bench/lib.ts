@@ -80,7 +80,7 @@ export async function timeRepeated(fn: () => unknown, repetitions: number, warmu
   return { best: sorted[0], median, samples };
 }
 
-/** Throughput in MB/s, with MB = 10^6 bytes (the unit FACTS.md uses). */
+/** Throughput in MB/s, with MB = 10^6 bytes (the unit docs/design.md §8 uses). */
 export function megabytesPerSecond(bytes: number, seconds: number): number {
   return bytes / 1e6 / seconds;
 }

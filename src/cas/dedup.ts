@@ -1,5 +1,5 @@
 /**
- * The global-deduplication query (`GET /v1/chunks/{prefix}/{chunk_hash}`, XET-PROTOCOL.md §7):
+ * The global-deduplication query (`GET /v1/chunks/{prefix}/{chunk_hash}`, docs/protocol.md §7):
  * for a chunk in the dedup index, a complete shard listing the xorbs that hold it, with every
  * chunk hash keyed by a server key so the answer never discloses raw chunk hashes (which the
  * term verification hashes of §3.6 rely on staying secret).

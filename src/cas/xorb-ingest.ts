@@ -1,5 +1,5 @@
 /**
- * Xorb ingest: the service behind `POST /v1/xorbs/default/{hash}` (XET-PROTOCOL.md §5.6).
+ * Xorb ingest: the service behind `POST /v1/xorbs/default/{hash}` (docs/protocol.md §5.6).
  *
  * A body streams through the `XorbValidator` and, piece by piece with backpressure, into a
  * staged blob; nothing is ever held whole in memory. Only once the last byte validated (every

@@ -1,6 +1,6 @@
 /**
  * Decoding a fetched xorb byte range: a run of complete chunks, each an 8-byte header
- * (version 0, 3-byte compressed size, scheme, 3-byte uncompressed size; XET-PROTOCOL.md §5.2)
+ * (version 0, 3-byte compressed size, scheme, 3-byte uncompressed size; docs/protocol.md §5.2)
  * and its payload, with nothing before, between or after them (§5.5).
  *
  * `XorbValidator` in src/format walks the same headers but keeps only hashes and offsets, as

@@ -1,6 +1,6 @@
 /**
  * Reading a file for upload: its bytes in batches of whole chunks (content-defined boundaries,
- * XET-PROTOCOL.md §4), each chunk's hash, and the file's SHA-256.
+ * docs/protocol.md §4), each chunk's hash, and the file's SHA-256.
  *
  * A batch is one buffer holding whole chunks back to back. The bytes after its last cut (a
  * partial chunk) are carried to the front of the next batch's buffer, so every chunk is one

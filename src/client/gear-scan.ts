@@ -1,5 +1,5 @@
 /**
- * Chunk boundaries (XET-PROTOCOL.md §4) found by a WebAssembly loop of a few dozen
+ * Chunk boundaries (docs/protocol.md §4) found by a WebAssembly loop of a few dozen
  * instructions: the same cuts as `ChunkBoundaryScanner` in src/format/chunker.ts, 2–3× faster
  * (measured ~1.3–1.5 GB/s against ~0.45–0.57 GB/s).
  *

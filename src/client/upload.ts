@@ -1,5 +1,5 @@
 /**
- * Uploading files (XET-PROTOCOL.md §3–§7, interface §4.1 operations 3–5):
+ * Uploading files (docs/protocol.md §3–§7, docs/interface.md §4.1 operations 3–5):
  *
  * 1. A write token from the hub (kept fresh by `TokenProvider`).
  * 2. Each file is read in 4 MiB batches of whole chunks (file-scan.ts: content-defined cuts

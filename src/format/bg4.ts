@@ -1,5 +1,5 @@
 /**
- * ByteGrouping4 (XET-PROTOCOL.md §5.3): the transform behind compression scheme 2. Splitting
+ * ByteGrouping4 (docs/protocol.md §5.3): the transform behind compression scheme 2. Splitting
  * puts every 4th byte together (group g holds bytes i ≡ g mod 4, in order), so the exponent
  * and high-mantissa bytes of 32-bit floats end up side by side where LZ4 finds repeats.
  * For n bytes with q = floor(n/4), r = n % 4, group g has q+1 bytes when g < r, else q.

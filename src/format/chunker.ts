@@ -1,5 +1,5 @@
 /**
- * Content-defined chunking with the gear rolling hash (XET-PROTOCOL.md §4), cutting exactly
+ * Content-defined chunking with the gear rolling hash (docs/protocol.md §4), cutting exactly
  * where current xet-core (and the spec) cut, so castor's own client deduplicates against data
  * uploaded by hf_xet.
  *

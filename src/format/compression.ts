@@ -1,5 +1,5 @@
 /**
- * Chunk compression schemes of the xorb format (XET-PROTOCOL.md §5.3): None, LZ4 (one LZ4
+ * Chunk compression schemes of the xorb format (docs/protocol.md §5.3): None, LZ4 (one LZ4
  * frame) and ByteGrouping4LZ4 (an LZ4 frame of the BG4-split bytes). Scheme 99 ("Auto") is
  * internal to xet-core and never valid on the wire.
  */

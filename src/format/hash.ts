@@ -1,10 +1,10 @@
 /**
  * The 32-byte Xet hash, its string form, and every hash function of the protocol
- * (XET-PROTOCOL.md §2–§3): chunk hash, merkle internal node and aggregation, xorb hash,
+ * (docs/protocol.md §2–§3): chunk hash, merkle internal node and aggregation, xorb hash,
  * file hash, term verification ("range") hash, keyed chunk hash, and the global-dedup rule.
  *
  * All are BLAKE3 in keyed mode. `@napi-rs/blake-hash` is native; one keyed hasher per fixed
- * key is created once and `reset()` between uses, which FACTS.md measured at twice the speed of
+ * key is created once and `reset()` between uses, which measured at twice the speed of (docs/design.md §8.1)
  * a fresh hasher per call.
  */
 import { Blake3Hasher } from "@napi-rs/blake-hash";

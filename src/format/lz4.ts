@@ -1,8 +1,8 @@
 /**
- * LZ4 *frame* format (the xorb chunk payload of schemes 1 and 2, XET-PROTOCOL.md §5.3),
+ * LZ4 *frame* format (the xorb chunk payload of schemes 1 and 2, docs/protocol.md §5.3),
  * written over raw-block calls of `lz4-napi` (native lz4_flex, the reference client's codec).
  *
- * Why our own frame layer: FACTS.md measured library frame decoders at 57–490 MB/s on 64 KiB
+ * Why our own frame layer: library frame decoders measured (docs/design.md §8.2) at 57–490 MB/s on 64 KiB
  * chunks, versus several GB/s for a thin frame reader over native block calls. Owning the frame
  * layer also lets us bound every allocation by the size the chunk header declares, which no
  * library frame decoder offers.

@@ -1,5 +1,5 @@
 /**
- * The MDB shard format (XET-PROTOCOL.md §6, §7.3): parse uploaded shards, read complete shards
+ * The MDB shard format (docs/protocol.md §6, §7.3): parse uploaded shards, read complete shards
  * (global-dedup answers) and write both forms.
  *
  * Layout: 48-byte header, file-info section, xorb-info section (each a run of 48-byte records

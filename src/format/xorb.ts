@@ -1,5 +1,5 @@
 /**
- * The xorb format (XET-PROTOCOL.md §5): an incremental validator for uploaded bodies, a
+ * The xorb format (docs/protocol.md §5): an incremental validator for uploaded bodies, a
  * serializer for castor's own client and tests, the `CasObjectInfo` footer (v1 writer; v1 and
  * legacy v0 parser) and the chunk-range → byte-range mapping of §5.5.
  *
@@ -738,7 +738,7 @@ export function serializeXorb(sources: readonly XorbChunkSource[], options: Seri
   };
 }
 
-/** Writes the 8-byte chunk header of XET-PROTOCOL.md §5.2 at `at`: version 0, u24 sizes little-endian. */
+/** Writes the 8-byte chunk header of docs/protocol.md §5.2 at `at`: version 0, u24 sizes little-endian. */
 export function writeChunkHeader(out: Uint8Array, at: number, compressedSize: number, scheme: number, uncompressedSize: number): void {
   out[at] = 0;
   out[at + 1] = compressedSize & 0xff;

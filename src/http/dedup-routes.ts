@@ -1,5 +1,5 @@
 /**
- * The global-deduplication query (interface operation 3, XET-PROTOCOL.md §7, §9.4):
+ * The global-deduplication query (docs/interface.md §4.1 operation 3, docs/protocol.md §7, §9.4):
  *
  *     GET /v1/chunks/{prefix}/{chunk_hash}   read scope   200 shard bytes / 404 not tracked
  *     GET /chunks/{prefix}/{chunk_hash}      the same (hf_xet of 2025-09…11)

@@ -1,5 +1,5 @@
 /**
- * File reconstruction (interface operations 1 and 2; XET-PROTOCOL.md §8, §9.4, §11):
+ * File reconstruction (docs/interface.md §4.1 operations 1 and 2; docs/protocol.md §8, §9.4, §11):
  *
  *     GET /v2/reconstructions/{file_id}   read scope   optional Range → 200 V2 JSON
  *     GET /v1/reconstructions/{file_id}   read scope   optional Range → 200 V1 JSON

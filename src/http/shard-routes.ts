@@ -1,5 +1,5 @@
 /**
- * Shard upload (interface operation 5, XET-PROTOCOL.md §6.8, §9.3, §9.4):
+ * Shard upload (docs/interface.md §4.1 operation 5, docs/protocol.md §6.8, §9.3, §9.4):
  *
  *     POST /v1/shards   write scope   body: the shard → {"result": 1} new / {"result": 0} known
  *     POST /shards      the same (hf_xet of 2025-09…11)

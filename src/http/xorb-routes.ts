@@ -1,5 +1,5 @@
 /**
- * Xorb routes (interface operation 4, XET-PROTOCOL.md §5.6 and §9):
+ * Xorb routes (docs/interface.md §4.1 operation 4, docs/protocol.md §5.6 and §9):
  *
  *     POST /v1/xorbs/default/{hash}   write scope   body: the serialized xorb → {"was_inserted": bool}
  *     HEAD /v1/xorbs/default/{hash}   read scope    200 + Content-Length (stored size) / 404
@@ -22,7 +22,7 @@ export interface XorbRouteDeps {
   xorbs: Pick<XorbIngestService, "ingest" | "storedSize" | "maxBodyBytes">;
 }
 
-/** The one prefix clients use for xorbs (interface §4.1, operation 4). */
+/** The one prefix clients use for xorbs (docs/interface.md §4.1, operation 4). */
 export const XORB_PREFIX = "default";
 
 /** Telemetry is informational; a larger body is not telemetry. */

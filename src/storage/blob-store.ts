@@ -6,7 +6,7 @@
  * the contract suite checks each backend offers exactly the ones it declares.
  *
  * Contract, in short:
- * - Keys are `xorbs/<64 hex>` or `shards/<64 hex>` (the hash string form of XET-PROTOCOL §2).
+ * - Keys are `xorbs/<64 hex>` or `shards/<64 hex>` (the hash string form of docs/protocol.md §2).
  *   Every method re-validates its key, so no backend ever builds a path or an object name from
  *   unchecked text.
  * - Objects are immutable and content-addressed: the first complete write of a key wins, later

@@ -1,7 +1,7 @@
 /**
  * Xorb upload end to end: a real `castor serve` process, tokens from the hub operation, bodies
  * sent the way real clients send them (no Content-Type), and every refusal of
- * XET-PROTOCOL.md §11 that concerns xorbs, each checked to leave no trace (no blob file, no
+ * docs/protocol.md §11 that concerns xorbs, each checked to leave no trace (no blob file, no
  * metadata row, no temp file).
  */
 import assert from "node:assert/strict";
@@ -211,7 +211,7 @@ describe("xorb upload against a real server", () => {
   });
 });
 
-describe("refused xorb uploads (XET-PROTOCOL.md §11) leave no trace", () => {
+describe("refused xorb uploads (docs/protocol.md §11) leave no trace", () => {
   it("400 for a malformed hash and for another prefix", async () => {
     const xorb = freshXorb();
     const hex = hashToHex(xorb.info.hash);

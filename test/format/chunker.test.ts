@@ -22,7 +22,7 @@ const vectorNamed = (prefix: string) => {
 };
 
 /**
- * The boundary rule of XET-PROTOCOL.md §4.2 written as plainly as possible — BigInt, every byte
+ * The boundary rule of docs/protocol.md §4.2 written as plainly as possible — BigInt, every byte
  * hashed, no skip-ahead — to check the optimised chunker against on data without a vector.
  */
 function referenceBoundaries(data: Uint8Array): number[] {
