@@ -4,8 +4,8 @@
  * file hash, term verification ("range") hash, keyed chunk hash, and the global-dedup rule.
  *
  * All are BLAKE3 in keyed mode. `@napi-rs/blake-hash` is native; one keyed hasher per fixed
- * key is created once and `reset()` between uses, which measured at twice the speed of (docs/design.md §8.1)
- * a fresh hasher per call.
+ * key is created once and `reset()` between uses: twice the speed of a fresh hasher per call
+ * (docs/design.md §8.1).
  */
 import { Blake3Hasher } from "@napi-rs/blake-hash";
 import { FormatError } from "./errors.js";
