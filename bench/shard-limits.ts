@@ -17,7 +17,8 @@
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { fileHash, hashToHex, verificationHash, xorbHash, type Hash } from "../src/format/hash.js";
-import { serializeUploadShard, type ShardFile } from "../src/format/shard.js";
+import { type ShardFile } from "../src/format/shard.js";
+import { serializeUploadShard } from "../src/format/shard-writer.js";
 import { serializeXorb } from "../src/format/xorb.js";
 import type { XorbRecord } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";

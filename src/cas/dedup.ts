@@ -11,7 +11,8 @@
  */
 import { createHmac } from "node:crypto";
 import { HASH_BYTES, hashToHex, isZeroHash, type Hash } from "../format/hash.js";
-import { SHARD_FOOTER_BYTES, SHARD_HEADER_BYTES, SHARD_RECORD_BYTES, serializeFullShard, type ShardXorb } from "../format/shard.js";
+import { SHARD_FOOTER_BYTES, SHARD_HEADER_BYTES, SHARD_RECORD_BYTES, type ShardXorb } from "../format/shard.js";
+import { serializeFullShard } from "../format/shard-writer.js";
 import type { CasMetadataStore, XorbRecord } from "../metadata/cas.js";
 
 /** How long a client may use the keyed hashes of an answer: the production sample's 7 days. */

@@ -8,4 +8,5 @@ export * from "./lz4.js";
 export * from "./bg4.js";
 export * from "./xorb.js";
 export * from "./shard.js";
+export * from "./shard-writer.js";
 export * from "./chunker.js";

@@ -4,7 +4,8 @@ import { DEDUP_KEY_LIFETIME_SECONDS, DedupKeyRing, DedupService, deriveDedupKey,
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { fileHash, hashFromHex, hashToHex, isZeroHash, keyedChunkHash, verificationHash, type Hash } from "../../src/format/hash.js";
-import { parseFullShard, serializeUploadShard, type ParsedFullShard, type ShardFile } from "../../src/format/shard.js";
+import { parseFullShard, type ParsedFullShard, type ShardFile } from "../../src/format/shard.js";
+import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { FsBlobStore } from "../../src/storage/fs.js";

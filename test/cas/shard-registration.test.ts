@@ -14,13 +14,8 @@ import {
   verificationHash,
   type Hash,
 } from "../../src/format/hash.js";
-import {
-  CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE,
-  serializeUploadShard,
-  shardSha256FromDigest,
-  type ShardFile,
-  type ShardXorb,
-} from "../../src/format/shard.js";
+import { CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, shardSha256FromDigest, type ShardFile, type ShardXorb } from "../../src/format/shard.js";
+import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import type { CasMetadataStore } from "../../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";

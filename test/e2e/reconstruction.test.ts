@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { hashToHex } from "../../src/format/hash.js";
-import { serializeUploadShard } from "../../src/format/shard.js";
+import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";

@@ -14,7 +14,8 @@ import { HmacTransferUrls, type ByteRange } from "../../src/auth/transfer-url.js
 import { KEYS_DIR_NAME, URL_KEY_FILE_NAME } from "../../src/auth/keys.js";
 import { CompressionScheme, decompressChunk } from "../../src/format/compression.js";
 import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
-import { serializeUploadShard, type ShardTerm } from "../../src/format/shard.js";
+import { type ShardTerm } from "../../src/format/shard.js";
+import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { chunkRangeToByteRange, serializeXorb, XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";

@@ -1,19 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import {
-  SHARD_FOOTER_BYTES,
-  SHARD_HEADER_BYTES,
-  SHARD_RECORD_BYTES,
-  parseFullShard,
-  parseUploadShard,
-  serializeFullShard,
-  serializeUploadShard,
-  type ShardContent,
-  type ShardFile,
-  type ShardSections,
-  type ShardXorb,
-} from "../../src/format/shard.js";
+import { SHARD_FOOTER_BYTES, SHARD_HEADER_BYTES, SHARD_RECORD_BYTES, parseFullShard, parseUploadShard, type ShardContent, type ShardFile, type ShardSections, type ShardXorb } from "../../src/format/shard.js";
+import { serializeFullShard, serializeUploadShard } from "../../src/format/shard-writer.js";
 import { FormatError } from "../../src/format/errors.js";
 import { hashToHex, isZeroHash, keyedChunkHash, type Hash } from "../../src/format/hash.js";
 

@@ -1,24 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import {
-  CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE,
-  FILE_FLAG_WITH_METADATA_EXT,
-  FILE_FLAG_WITH_VERIFICATION,
-  SHARD_FOOTER_BYTES,
-  SHARD_RECORD_BYTES,
-  decodeShardFooter,
-  hasGlobalDedupFlag,
-  parseFullShard,
-  parseUploadShard,
-  serializeFullShard,
-  serializeUploadShard,
-  shardSha256FromDigest,
-  type ParsedShardFile,
-  type ShardContent,
-  type ShardFile,
-  type ShardXorb,
-} from "../../src/format/shard.js";
+import { CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, FILE_FLAG_WITH_METADATA_EXT, FILE_FLAG_WITH_VERIFICATION, SHARD_FOOTER_BYTES, SHARD_RECORD_BYTES, decodeShardFooter, hasGlobalDedupFlag, parseFullShard, parseUploadShard, shardSha256FromDigest, type ParsedShardFile, type ShardContent, type ShardFile, type ShardXorb } from "../../src/format/shard.js";
+import { serializeFullShard, serializeUploadShard } from "../../src/format/shard-writer.js";
 import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
 import { firstWord, hashFromHex, hashToHex, keyedChunkHash, verificationHash, ZERO_HASH } from "../../src/format/hash.js";
 import { fromHex, loadVector, toHex } from "../helpers/vectors.js";

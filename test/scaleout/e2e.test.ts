@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { CastorClient, upload, type UploadResult } from "../../src/client/index.js";
 import { hashToHex } from "../../src/format/hash.js";
-import { serializeUploadShard } from "../../src/format/shard.js";
+import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb } from "../../src/format/xorb.js";
 import {
   assertSameBytes,
