@@ -5,6 +5,10 @@
  *
  * Everything is hand-written because no library speaks this format; the codecs underneath
  * (LZ4 frames, BG4, BLAKE3) come from `compression.ts` and `hash.ts`.
+ *
+ * Longer than most files on purpose: the validator, the footer and the serializer share the
+ * layout constants and the footer-ident checks of one byte format, and read best side by side
+ * (the validator must accept exactly what the serializer writes).
  */
 import {
   CompressionScheme,
