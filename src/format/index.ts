@@ -9,3 +9,6 @@ export * from "./bg4.js";
 export * from "./xorb.js";
 export * from "./shard.js";
 export * from "./chunker.js";
+export * from "./ranges.js";
+export * from "./reconstruction.js";
+export * from "./repo.js";
