@@ -33,7 +33,8 @@ import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { ConfigError, MAX_PRESIGNED_URL_TTL_SECONDS } from "../config.js";
 import { hashToHex, ZERO_HASH, type Hash } from "../format/hash.js";
 import { blobKey, type BlobKey } from "../storage/blob-store.js";
-import type { ByteRange, RangeUrlSigner } from "./reconstruction.js";
+import { byteRange, type ByteRange } from "../format/ranges.js";
+import type { RangeUrlSigner } from "./reconstruction.js";
 
 /** SigV4 presigned URLs live at most 7 days. */
 export const MAX_PRESIGNED_TTL_SECONDS = MAX_PRESIGNED_URL_TTL_SECONDS;
@@ -124,7 +125,7 @@ export class PresignedTransferUrls implements RangeUrlSigner {
     const now = options.now ?? Date.now;
     const credentials = await resolveCredentials(store.client);
     const templateKey = blobKey("xorbs", ZERO_HASH);
-    const templateRange = { start: 0, end: 0 };
+    const templateRange = byteRange(0, 0);
     // Whole seconds: SigV4 dates have no finer unit, so the comparison below is exact.
     const signingDate = new Date(Math.floor(now() / 1000) * 1000);
     const template = await getSignedUrl(

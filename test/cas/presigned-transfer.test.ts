@@ -17,9 +17,10 @@ import {
   renderV1,
   renderV2,
   SINGLE_RANGE_V2_LIMITS,
-  type ByteRange,
   type RangeUrlSigner,
 } from "../../src/cas/reconstruction.js";
+import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
+import type { QueryReconstructionResponseV2 } from "../../src/format/reconstruction.js";
 import { ConfigError } from "../../src/config.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
@@ -87,9 +88,9 @@ describe("PresignedTransferUrls", () => {
       // Across seconds and a change of day (the signing key is per day), several xorbs and ranges.
       const instants = [T0, T0 + 999, T0 + 1000, T0 + 86_400_000 * 3 + 123];
       const cases: [Hash, ByteRange][] = [
-        [hashOf("a"), { start: 0, end: 0 }],
-        [hashOf("b"), { start: 1397, end: 67_108_863 }],
-        [hashOf("c"), { start: 8, end: 8 }],
+        [hashOf("a"), byteRange(0, 0)],
+        [hashOf("b"), byteRange(1397, 67_108_863)],
+        [hashOf("c"), byteRange(8, 8)],
       ];
       for (const instant of instants) {
         now = instant;
@@ -105,7 +106,7 @@ describe("PresignedTransferUrls", () => {
     const store = storeOf(clientOf({ endpoint: "http://127.0.0.1:7480" }), "castor/");
     const signer = await PresignedTransferUrls.create(store, { ttlSeconds: MAX_PRESIGNED_TTL_SECONDS, now: () => T0 });
     const xorb = hashOf("x");
-    const url = new URL(signer.sign(xorb, [{ start: 10, end: 20 }]));
+    const url = new URL(signer.sign(xorb, [byteRange(10, 20)]));
     assert.equal(url.pathname, `/${BUCKET}/castor/xorbs/${hashToHex(xorb)}`);
     assert.equal(url.searchParams.get("X-Amz-Expires"), String(MAX_PRESIGNED_TTL_SECONDS));
     assert.equal(url.searchParams.get("X-Amz-SignedHeaders"), "host;range");
@@ -130,7 +131,7 @@ describe("PresignedTransferUrls", () => {
   it("signs one range per URL and refuses a range list", async () => {
     const store = storeOf(clientOf({ endpoint: "http://127.0.0.1:7480" }));
     const signer = await PresignedTransferUrls.create(store, { ttlSeconds: 60 });
-    assert.throws(() => signer.sign(hashOf("x"), [{ start: 0, end: 9 }, { start: 20, end: 29 }]), /exactly one byte range/);
+    assert.throws(() => signer.sign(hashOf("x"), [byteRange(0, 9), byteRange(20, 29)]), /exactly one byte range/);
     assert.throws(() => signer.sign(hashOf("x"), []), /exactly one byte range/);
     store.client.destroy();
   });
@@ -143,7 +144,7 @@ describe("PresignedTransferUrls", () => {
     const store = storeOf(client);
     const signer = await PresignedTransferUrls.create(store, { ttlSeconds: 600, now: () => T0 });
     const xorb = hashOf("rotating");
-    const range = { start: 100, end: 199 };
+    const range = byteRange(100, 199);
     const before = signer.sign(xorb, [range]);
     assert.equal(before, await sdkUrl(store, xorb, range, 600, T0));
 
@@ -174,16 +175,12 @@ function xorbRecord(label: string, count: number): XorbRecord {
 class RecordingSigner implements RangeUrlSigner {
   readonly calls: ByteRange[][] = [];
   sign(xorbHash: Hash, ranges: readonly ByteRange[]): string {
-    this.calls.push(ranges.map((r) => ({ start: r.start, end: r.end })));
+    this.calls.push(ranges.map((r) => byteRange(r.start, r.end)));
     return `https://s3.test/${hashToHex(xorbHash)}?r=${ranges.map((r) => `${r.start}-${r.end}`).join(",")}`;
   }
 }
 
-interface V2Body {
-  offset_into_first_range: number;
-  terms: { hash: string; unpacked_length: number; range: { start: number; end: number } }[];
-  xorbs: Record<string, { url: string; ranges: { chunks: { start: number; end: number }; bytes: { start: number; end: number } }[] }[]>;
-}
+type V2Body = QueryReconstructionResponseV2;
 
 describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
   // Terms use chunks [0,2), [5,7), [9,10) of one xorb and [0,1) of another: three separate
@@ -200,7 +197,7 @@ describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
   const file = prepareFile(record, new Map([[a.hex, a], [b.hex, b]]));
 
   it("gives every range its own entry, signed for that range alone, and keeps terms and ranges unchanged", () => {
-    const plan = planReconstruction(file, { start: 0, end: file.size });
+    const plan = planReconstruction(file, halfOpenByteRange(0, file.size));
     const packedSigner = new RecordingSigner();
     const packed = JSON.parse(renderV2(plan, packedSigner)) as V2Body;
     const singleSigner = new RecordingSigner();
@@ -235,7 +232,7 @@ describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
   it("renders a presigned signer's URLs into V2 and V1 answers", async () => {
     const store = storeOf(clientOf({ endpoint: "http://127.0.0.1:7480" }), "castor/");
     const signer = await PresignedTransferUrls.create(store, { ttlSeconds: 300, now: () => T0 });
-    const plan = planReconstruction(file, { start: 160, end: 700 });
+    const plan = planReconstruction(file, halfOpenByteRange(160, 700));
     const v2 = JSON.parse(renderV2(plan, signer, SINGLE_RANGE_V2_LIMITS)) as V2Body;
     for (const [hex, entries] of Object.entries(v2.xorbs)) {
       for (const entry of entries) {
