@@ -38,16 +38,16 @@ export interface CASReconstructionFetchInfo {
   readonly url_range: ByteRange;
 }
 
-/** V2: chunks of a xorb and the bytes holding them. */
-export interface XorbRangeDescriptor {
-  readonly chunks: ChunkRange;
-  readonly bytes: ByteRange;
-}
-
 /** V2: one URL serving several byte ranges of a xorb (one multi-range GET, or one GET per range). */
 export interface XorbMultiRangeFetch {
   readonly url: string;
   readonly ranges: readonly XorbRangeDescriptor[];
+}
+
+/** V2: chunks of a xorb and the bytes holding them. */
+export interface XorbRangeDescriptor {
+  readonly chunks: ChunkRange;
+  readonly bytes: ByteRange;
 }
 
 export interface QueryReconstructionResponse {
@@ -113,35 +113,19 @@ const HTTP_URL = /^https?:\/\//i;
 
 /** Parses a V1 answer (already JSON-decoded): every field checked and copied. FormatError otherwise. */
 export function parseReconstructionV1(body: unknown): QueryReconstructionResponse {
-  const reader = new AnswerReader(1);
-  const root = reader.root(body);
-  const offset = reader.offset(root);
-  const terms = reader.terms(root);
-  const fetchInfo = reader.xorbMap(root.fetch_info, "fetch_info", (entry, xorbHex) => {
-    const url = reader.url(entry.url, xorbHex);
+  const reader = new AnswerReader(1, body);
+  const fetchInfo = reader.xorbMap("fetch_info", (entry, xorbHex) => {
     const chunks = reader.chunks(entry.range, xorbHex);
-    return { range: chunks, url, url_range: reader.bytes(entry.url_range, chunks, xorbHex) };
+    return { range: chunks, url: reader.url(entry.url, xorbHex), url_range: reader.bytes(entry.url_range, chunks, xorbHex) };
   });
-  return { offset_into_first_range: offset, terms, fetch_info: fetchInfo };
+  return { offset_into_first_range: reader.offset, terms: reader.terms, fetch_info: fetchInfo };
 }
 
 /** Parses a V2 answer (already JSON-decoded): every field checked and copied. FormatError otherwise. */
 export function parseReconstructionV2(body: unknown): QueryReconstructionResponseV2 {
-  const reader = new AnswerReader(2);
-  const root = reader.root(body);
-  const offset = reader.offset(root);
-  const terms = reader.terms(root);
-  const xorbs = reader.xorbMap(root.xorbs, "xorbs", (entry, xorbHex) => {
-    const url = reader.url(entry.url, xorbHex);
-    if (!Array.isArray(entry.ranges) || entry.ranges.length === 0) throw reader.bad(`an entry of xorb ${xorbHex} has no ranges`);
-    const ranges = (entry.ranges as unknown[]).map((raw) => {
-      const descriptor = (raw ?? {}) as Record<string, unknown>;
-      const chunks = reader.chunks(descriptor.chunks, xorbHex);
-      return { chunks, bytes: reader.bytes(descriptor.bytes, chunks, xorbHex) };
-    });
-    return { url, ranges };
-  });
-  return { offset_into_first_range: offset, terms, xorbs };
+  const reader = new AnswerReader(2, body);
+  const xorbs = reader.xorbMap("xorbs", (entry, xorbHex) => ({ url: reader.url(entry.url, xorbHex), ranges: reader.descriptors(entry.ranges, xorbHex) }));
+  return { offset_into_first_range: reader.offset, terms: reader.terms, xorbs };
 }
 
 export function parseReconstruction(body: unknown, version: ReconstructionVersion): QueryReconstructionResponse | QueryReconstructionResponseV2 {
@@ -150,28 +134,34 @@ export function parseReconstruction(body: unknown, version: ReconstructionVersio
 
 type JsonObject = Record<string, unknown>;
 
-/** The checks both versions share; `bad` names the version in every message. */
+/**
+ * The checks both versions share, in the order of the fields: the root, the offset and the
+ * terms on construction, then the version's map of xorbs. `bad` names the version in every message.
+ */
 class AnswerReader {
-  constructor(private readonly version: ReconstructionVersion) {}
+  private readonly root: JsonObject;
+  readonly offset: number;
+  readonly terms: CASReconstructionTerm[];
 
-  bad(detail: string): FormatError {
+  constructor(
+    private readonly version: ReconstructionVersion,
+    body: unknown,
+  ) {
+    if (body === null || typeof body !== "object" || Array.isArray(body)) throw this.bad("not a JSON object");
+    this.root = body as JsonObject;
+    const offset = this.root.offset_into_first_range;
+    if (!isCount(offset, MAX_XORB_UNCOMPRESSED_BYTES)) throw this.bad("offset_into_first_range is not a byte count within one term");
+    this.offset = offset;
+    this.terms = this.readTerms(this.root.terms);
+  }
+
+  private bad(detail: string): FormatError {
     return new FormatError("bad_reconstruction", `invalid V${this.version} reconstruction: ${detail}`);
   }
 
-  root(body: unknown): JsonObject {
-    if (body === null || typeof body !== "object" || Array.isArray(body)) throw this.bad("not a JSON object");
-    return body as JsonObject;
-  }
-
-  offset(root: JsonObject): number {
-    const offset = root.offset_into_first_range;
-    if (!isCount(offset, MAX_XORB_UNCOMPRESSED_BYTES)) throw this.bad("offset_into_first_range is not a byte count within one term");
-    return offset;
-  }
-
-  terms(root: JsonObject): CASReconstructionTerm[] {
-    if (!Array.isArray(root.terms)) throw this.bad("terms is not an array");
-    return (root.terms as unknown[]).map((raw, i) => {
+  private readTerms(value: unknown): CASReconstructionTerm[] {
+    if (!Array.isArray(value)) throw this.bad("terms is not an array");
+    return (value as unknown[]).map((raw, i) => {
       if (raw === null || typeof raw !== "object") throw this.bad(`term ${i} is not an object`);
       const { hash, range, unpacked_length: unpackedLength } = raw as JsonObject;
       if (typeof hash !== "string" || !isHashHex(hash)) throw this.bad(`term ${i} has no xorb hash`);
@@ -184,8 +174,9 @@ class AnswerReader {
     });
   }
 
-  /** The `{xorb hex: [entry]}` map of either version, each entry read by `readEntry`. */
-  xorbMap<T>(value: unknown, name: string, readEntry: (entry: JsonObject, xorbHex: string) => T): Record<string, T[]> {
+  /** The version's `{xorb hex: [entry]}` map, `name`, each entry read by `readEntry`. */
+  xorbMap<T>(name: string, readEntry: (entry: JsonObject, xorbHex: string) => T): Record<string, T[]> {
+    const value = this.root[name];
     if (value === null || typeof value !== "object" || Array.isArray(value)) throw this.bad(`${name} is not an object`);
     const map: Record<string, T[]> = {};
     for (const [xorbHex, entries] of Object.entries(value as JsonObject)) {
@@ -203,6 +194,16 @@ class AnswerReader {
     if (typeof value !== "string" || !HTTP_URL.test(value)) throw this.bad(`an entry of xorb ${xorbHex} has no http(s) url`);
     if (value.length > MAX_FETCH_URL_CHARS) throw this.bad(`an entry of xorb ${xorbHex} has a url longer than ${MAX_FETCH_URL_CHARS} characters`);
     return value;
+  }
+
+  /** V2 `ranges`: at least one descriptor. */
+  descriptors(value: unknown, xorbHex: string): XorbRangeDescriptor[] {
+    if (!Array.isArray(value) || value.length === 0) throw this.bad(`an entry of xorb ${xorbHex} has no ranges`);
+    return (value as unknown[]).map((raw) => {
+      const descriptor = (raw ?? {}) as JsonObject;
+      const chunks = this.chunks(descriptor.chunks, xorbHex);
+      return { chunks, bytes: this.bytes(descriptor.bytes, chunks, xorbHex) };
+    });
   }
 
   chunks(value: unknown, xorbHex: string): ChunkRange {

@@ -20,8 +20,8 @@ import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/r
 import { ByteBoundedLru, MAX_URL_REUSE_MS, RecordCache, ReusingUrlSigner, SIGNED_URLS_PER_XORB, urlReuseMsFor } from "../../src/cas/xorb-cache.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
-import { validateXorb } from "../../src/format/xorb.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
+import { xorbRecordOf } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector, splitmix64Bytes } from "../helpers/vectors.js";
 
 const reconstructionVector = loadVector("reconstruction.json");
@@ -51,17 +51,7 @@ function rangesInUrl(url: string): ByteRange[] {
   });
 }
 
-function xorbRecordFromBody(body: Uint8Array): XorbRecord {
-  const info = validateXorb(body);
-  return {
-    hash: info.hash,
-    serializedLength: info.serializedLength,
-    uncompressedLength: info.uncompressedLength,
-    chunks: info.chunks.map((c) => ({ hash: c.hash, uncompressedLength: c.uncompressedLength, serializedEnd: c.serializedEnd })),
-  };
-}
-
-const vectorXorb = prepareXorb(xorbRecordFromBody(fromHex(xorbVector.body_hex)));
+const vectorXorb = prepareXorb(xorbRecordOf(fromHex(xorbVector.body_hex)));
 const vectorFiles = new Map<string, PreparedFile>(
   parseUploadShard(fromHex(shardVector.xet_core_style_hex)).files.map((file) => {
     const record: FileRecord = {

@@ -19,7 +19,8 @@ import {
   type QueryReconstructionResponseV2,
 } from "../../src/format/reconstruction.js";
 import type { ShardFile } from "../../src/format/shard.js";
-import { XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
+import { validateXorb, XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
+import type { XorbRecord } from "../../src/metadata/cas.js";
 import { loadVector } from "./vectors.js";
 
 /** A V2 answer (`xorbs`) or a V1 answer (`fetch_info`), as its JSON arrives. */
@@ -45,6 +46,17 @@ export function fileOfChunks(xorb: SerializedXorb["info"], indices: number[]): S
     terms: indices.map((i) => ({ xorbHash: xorb.hash, chunkStart: i, chunkEnd: i + 1, unpackedBytes: xorb.chunks[i].uncompressedLength })),
     verificationHashes: chunks.map((c) => verificationHash([c.hash])),
     sha256: null,
+  };
+}
+
+/** The metadata record of a serialized xorb, as registration stores it. */
+export function xorbRecordOf(body: Uint8Array): XorbRecord {
+  const info = validateXorb(body);
+  return {
+    hash: info.hash,
+    serializedLength: info.serializedLength,
+    uncompressedLength: info.uncompressedLength,
+    chunks: info.chunks.map((c) => ({ hash: c.hash, uncompressedLength: c.uncompressedLength, serializedEnd: c.serializedEnd })),
   };
 }
 
