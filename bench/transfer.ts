@@ -21,7 +21,8 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import { HmacTransferUrls, selectRequestedRanges, type ByteRange } from "../src/auth/transfer-url.js";
+import { HmacTransferUrls, selectRequestedRanges } from "../src/auth/transfer-url.js";
+import { byteRange, type ByteRange } from "../src/format/ranges.js";
 import { hashFromHex } from "../src/format/hash.js";
 import { createHttpApp } from "../src/http/app.js";
 import { createLogger } from "../src/http/logging.js";
@@ -45,12 +46,12 @@ const WORKER_ROLE = "castor-transfer-bench-servers";
 function multiRanges(request: number): ByteRange[] {
   const stride = 7 * MiB + 300_000;
   const offset = (request * 1_234_567) % MiB;
-  return Array.from({ length: 8 }, (_, i) => ({ start: offset + i * stride, end: offset + i * stride + MiB - 1 }));
+  return Array.from({ length: 8 }, (_, i) => byteRange(offset + i * stride, offset + i * stride + MiB - 1));
 }
 
 function singleRange(request: number): ByteRange[] {
   const start = ((request * 5 + 3) * MiB + 12_345) % (XORB_BYTES - MiB);
-  return [{ start, end: start + MiB - 1 }];
+  return [byteRange(start, start + MiB - 1)];
 }
 
 function rangeHeader(ranges: readonly ByteRange[]): string {
@@ -224,7 +225,7 @@ async function serveRanges(filePath: string, request: IncomingMessage, response:
     .exec(request.headers.range ?? "")![1]
     .split(",")
     .map((spec) => spec.split("-").map(Number))
-    .map(([start, end]) => ({ start, end }));
+    .map(([start, end]) => byteRange(start, end));
   const copy = async (range: ByteRange) => {
     for await (const chunk of createReadStream(filePath, { start: range.start, end: range.end, highWaterMark: 256 * 1024 })) {
       if (!response.write(chunk)) await once(response, "drain");

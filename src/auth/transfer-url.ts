@@ -26,16 +26,11 @@
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { hashToHex, type Hash } from "../format/hash.js";
-
-/** One byte range of a xorb, inclusive at both ends (as in an HTTP Range header). */
-export interface ByteRange {
-  readonly start: number;
-  readonly end: number;
-}
+import { byteRange, type ByteRange } from "../format/ranges.js";
 
 export interface TransferUrlSigner {
   /** A URL authorising GETs of exactly these byte ranges (inclusive ends, ascending, disjoint) of the xorb. */
-  sign(xorbHash: Hash, ranges: readonly { start: number; end: number }[]): string;
+  sign(xorbHash: Hash, ranges: readonly ByteRange[]): string;
 }
 
 /** What a verified URL authorises. */
@@ -132,12 +127,12 @@ export class HmacTransferUrls implements TransferUrlSigner, TransferUrlVerifier 
     this.now = options.now ?? Date.now;
   }
 
-  sign(xorbHash: Hash, ranges: readonly { start: number; end: number }[]): string {
+  sign(xorbHash: Hash, ranges: readonly ByteRange[]): string {
     return this.publicUrl() + this.signTarget(xorbHash, ranges);
   }
 
   /** The signed URL relative to the public URL: `/v1/transfer/{hex}?x=…&r=…&s=…`. */
-  signTarget(xorbHash: Hash, ranges: readonly { start: number; end: number }[]): string {
+  signTarget(xorbHash: Hash, ranges: readonly ByteRange[]): string {
     const signed = `${TRANSFER_PATH_PREFIX}${hashToHex(xorbHash)}?x=${Math.floor(this.now()) + this.ttlMs}&r=${encodeRanges(ranges)}`;
     if (signed.length + SIGNATURE_PARAM.length + SIGNATURE_CHARS > MAX_TRANSFER_TARGET_CHARS) {
       throw new RangeError(
@@ -200,7 +195,7 @@ function malformed(why: string): TransferUrlError {
 }
 
 /** `{gap}.{length}` per range in base 36, joined by `,`. Validates what `sign` promises to callers. */
-function encodeRanges(ranges: readonly { start: number; end: number }[]): string {
+function encodeRanges(ranges: readonly ByteRange[]): string {
   if (ranges.length === 0) throw new RangeError("a transfer URL needs at least one byte range");
   let encoded = "";
   let nextFree = 0;
@@ -232,7 +227,7 @@ function decodeRanges(encoded: string): ByteRange[] | null {
     const length = parseInt(lengthText, 36);
     const end = start + length - 1;
     if (length < 1 || !Number.isSafeInteger(end)) return null;
-    ranges.push({ start, end });
+    ranges.push(byteRange(start, end));
     nextFree = end + 1;
   }
   return ranges;
@@ -273,7 +268,7 @@ export function selectRequestedRanges(signed: readonly ByteRange[], rangeHeader:
   for (const element of elements) {
     const match = RANGE_ELEMENT.exec(element);
     if (!match) throw refused();
-    requested.push({ start: Number(match[1]), end: Number(match[2]) });
+    requested.push(byteRange(Number(match[1]), Number(match[2])));
   }
 
   if (requested.length === signed.length && requested.every((range, i) => sameRange(range, signed[i]))) return signed;

@@ -8,7 +8,8 @@
  */
 import type { Hash } from "../format/hash.js";
 import { blobKey, type RangePresigner } from "../storage/blob-store.js";
-import type { ByteRange, RangeUrlSigner } from "./reconstruction.js";
+import type { ByteRange } from "../format/ranges.js";
+import type { RangeUrlSigner } from "./reconstruction.js";
 
 export class PresignedTransferUrls implements RangeUrlSigner {
   constructor(private readonly presigner: RangePresigner) {}

@@ -4,28 +4,29 @@
  * 1. `parseRangeHeader` + `resolveFileRange`: the `Range` header → a byte range of the file
  *    (§8.2). Numbers stay `bigint` until clamped to the file size (clients send ends near 2^64).
  * 2. `prepareXorb` / `prepareFile`: immutable metadata records turned, once, into prefix arrays
- *    (per-chunk serialized ends E and uncompressed ends U; per-term file offsets), so a request
- *    never walks a xorb's chunks: cutting the first and last term is a binary search.
+ *    (a xorb's ChunkTable; per-term file offsets), so a request never walks a xorb's chunks:
+ *    cutting the first and last term is a binary search.
  * 3. `planReconstruction`: the terms of the range (§8.3) and, per xorb, the chunk ranges to
  *    fetch, merged only where they overlap or touch (§8.4) — never across a gap, whose bytes
  *    may belong to other files.
- * 4. `renderV2` / `renderV1`: the JSON bodies (§8.5, §8.6), with exactly the interface's fields,
- *    signing one URL per V2 entry / V1 range.
+ * 4. `renderV2` / `renderV1`: the JSON bodies (§8.5, §8.6), signing one URL per V2 entry / V1
+ *    range, written with the wire fragments of src/format/reconstruction.ts (whose parser reads
+ *    them back).
  *
- * The JSON is written by hand rather than through a response schema: every value is a number,
- * a 64-digit hex string or a signed URL (escaped with JSON.stringify), and a 10 GiB file has
- * hundreds of entries, where generic serialization costs several times more. The fragments of
- * a cached file's whole terms are rendered once and kept (PlannedTerm, FetchRange), and bodies
- * are pure ASCII, so encoding them is a copy.
+ * The fragments of a cached file's whole terms are rendered once and kept (PlannedTerm,
+ * FetchRange), and bodies are pure ASCII, so encoding them is a copy.
  */
 import { hashEquals, hashToHex, type Hash } from "../format/hash.js";
+import { chunkRange, ChunkTable, halfOpenByteRange, type ByteRange, type ChunkRange, type HalfOpenByteRange } from "../format/ranges.js";
+import {
+  fetchInfoJsonAroundUrl,
+  multiRangeFetchJson,
+  rangeDescriptorJson,
+  reconstructionV1Json,
+  reconstructionV2Json,
+  termJson,
+} from "../format/reconstruction.js";
 import type { FileRecord, XorbRecord } from "../metadata/cas.js";
-
-/** An inclusive byte range, as an HTTP Range header names it (interface §2.1 ByteRange). */
-export interface ByteRange {
-  start: number;
-  end: number;
-}
 
 /**
  * What the planner needs from transfer URLs; `TransferUrlSigner` of src/auth/transfer-url.ts
@@ -116,23 +117,17 @@ export function parseRangeHeader(value: string | undefined): RangeSpec {
   return { kind: "closed", first, last };
 }
 
-/** A byte range of a file, end EXCLUSIVE; `start === end` only for the empty file. */
-export interface FileByteRange {
-  start: number;
-  end: number;
-}
-
 /**
  * The requested range clamped to a file of `size` bytes. A start at or past the end is
  * unsatisfiable (416) — except start 0 of the empty file, which selects nothing and answers 200.
  */
-export function resolveFileRange(spec: RangeSpec, size: number): FileByteRange {
+export function resolveFileRange(spec: RangeSpec, size: number): HalfOpenByteRange {
   const fileSize = BigInt(size);
   let start: bigint;
   let end: bigint;
   switch (spec.kind) {
     case "whole":
-      return { start: 0, end: size };
+      return halfOpenByteRange(0, size);
     case "closed":
       start = spec.first;
       end = spec.last + 1n;
@@ -147,13 +142,13 @@ export function resolveFileRange(spec: RangeSpec, size: number): FileByteRange {
       break;
   }
   if (start >= fileSize) {
-    if (size === 0 && start === 0n) return { start: 0, end: 0 };
+    if (size === 0 && start === 0n) return halfOpenByteRange(0, 0);
     throw new ReconstructionError(
       "unsatisfiable_range",
       `The Range starts at byte ${start}, at or past the end of the file (${size} bytes): request a range that starts before byte ${size}`,
     );
   }
-  return { start: Number(start), end: Number(end < fileSize ? end : fileSize) };
+  return halfOpenByteRange(Number(start), Number(end < fileSize ? end : fileSize));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,10 +157,7 @@ export function resolveFileRange(spec: RangeSpec, size: number): FileByteRange {
 export interface PreparedXorb {
   readonly hash: Hash;
   readonly hex: string;
-  /** E[i]: end offset of chunk i in the serialized xorb (§5.5). */
-  readonly serializedEnds: Uint32Array;
-  /** U[i]: uncompressed bytes of chunks [0, i]. */
-  readonly uncompressedEnds: Float64Array;
+  readonly chunks: ChunkTable;
   /** Memory held, for the cache's byte budget. */
   readonly footprintBytes: number;
 }
@@ -177,27 +169,22 @@ export function prepareXorb(record: XorbRecord): PreparedXorb {
   const count = record.chunks.length;
   const hex = hashToHex(record.hash);
   if (count === 0) throw new ReconstructionError("inconsistent_records", `the stored xorb ${hex} has no chunks`);
-  const serializedEnds = new Uint32Array(count);
-  const uncompressedEnds = new Float64Array(count);
   let previousEnd = 0;
-  let uncompressed = 0;
   for (let i = 0; i < count; i++) {
-    const chunk = record.chunks[i];
+    const { serializedEnd } = record.chunks[i];
     // Every chunk has an 8-byte header, so serialized ends strictly increase.
-    if (!(chunk.serializedEnd > previousEnd)) {
+    if (!(serializedEnd > previousEnd)) {
       throw new ReconstructionError("inconsistent_records", `the stored chunk table of xorb ${hex} is not ascending at chunk ${i}`);
     }
-    previousEnd = serializedEnds[i] = chunk.serializedEnd;
-    uncompressed += chunk.uncompressedLength;
-    uncompressedEnds[i] = uncompressed;
+    previousEnd = serializedEnd;
   }
+  const chunks = ChunkTable.of(record.chunks);
   return {
     // A copy: the stored hash may be a view into the record's whole packed chunk table.
     hash: new Uint8Array(record.hash),
     hex,
-    serializedEnds,
-    uncompressedEnds,
-    footprintBytes: serializedEnds.byteLength + uncompressedEnds.byteLength + hex.length * 2 + OBJECT_OVERHEAD_BYTES,
+    chunks,
+    footprintBytes: chunks.byteLength + hex.length * 2 + OBJECT_OVERHEAD_BYTES,
   };
 }
 
@@ -240,11 +227,11 @@ export function prepareFile(file: FileRecord, xorbsByHex: ReadonlyMap<string, Pr
     const xorb: PreparedXorb = previous !== null && hashEquals(previous.hash, term.xorbHash) ? previous : xorbOfTerm(xorbsByHex, term.xorbHash, k, name);
     previous = xorb;
     const { chunkStart: a, chunkEnd: b } = term;
-    const chunkCount = xorb.serializedEnds.length;
+    const chunkCount = xorb.chunks.chunkCount;
     if (!(a < b && b <= chunkCount)) {
       throw new ReconstructionError("inconsistent_records", `term ${k} of ${name} covers chunks [${a}, ${b}) outside xorb ${xorb.hex} (${chunkCount} chunks)`);
     }
-    const length = xorb.uncompressedEnds[b - 1] - (a === 0 ? 0 : xorb.uncompressedEnds[a - 1]);
+    const length = xorb.chunks.unpackedLength(a, b);
     if (length !== term.unpackedLength) {
       throw new ReconstructionError(
         "inconsistent_records",
@@ -304,7 +291,7 @@ export class PlannedTerm {
 
   /** The CASReconstructionTerm object. */
   get json(): string {
-    return (this.renderedJson ??= `{"hash":"${this.xorb.hex}","unpacked_length":${this.unpackedLength},"range":{"start":${this.chunkStart},"end":${this.chunkEnd}}}`);
+    return (this.renderedJson ??= termJson(this.xorb.hex, this.unpackedLength, chunkRange(this.chunkStart, this.chunkEnd)));
   }
 
   /** The fetch range of exactly this term's chunks. */
@@ -314,35 +301,32 @@ export class PlannedTerm {
 }
 
 /**
- * A fetch range of one xorb: chunks `[chunks.start, chunks.end)` in bytes
- * `[bytes.start, bytes.end]`. JSON fragments are built on first use and kept.
+ * A fetch range of one xorb: `chunks` and the serialized `bytes` holding exactly them. JSON
+ * fragments are built on first use and kept.
  */
 export class FetchRange {
   private descriptor: string | undefined;
   private v1Parts: [string, string] | undefined;
 
   constructor(
-    readonly chunks: { readonly start: number; readonly end: number },
+    readonly chunks: ChunkRange,
     readonly bytes: ByteRange,
   ) {}
 
-  /** Chunks [a, b) of `xorb`: bytes from the end of chunk a-1 through the last byte of chunk b-1 (§5.5). */
+  /** Chunks [a, b) of `xorb` (§5.5). */
   static of(xorb: PreparedXorb, a: number, b: number): FetchRange {
-    const ends = xorb.serializedEnds;
-    return new FetchRange({ start: a, end: b }, { start: a === 0 ? 0 : ends[a - 1], end: ends[b - 1] - 1 });
+    const chunks = chunkRange(a, b);
+    return new FetchRange(chunks, xorb.chunks.serializedRange(chunks));
   }
 
   /** The V2 XorbRangeDescriptor object. */
   get descriptorJson(): string {
-    return (this.descriptor ??= `{"chunks":{"start":${this.chunks.start},"end":${this.chunks.end}},"bytes":{"start":${this.bytes.start},"end":${this.bytes.end}}}`);
+    return (this.descriptor ??= rangeDescriptorJson(this.chunks, this.bytes));
   }
 
   /** The V1 CASReconstructionFetchInfo object around its URL: `[before the URL, after it]`. */
   get v1Json(): readonly [string, string] {
-    return (this.v1Parts ??= [
-      `{"range":{"start":${this.chunks.start},"end":${this.chunks.end}},"url":`,
-      `,"url_range":{"start":${this.bytes.start},"end":${this.bytes.end}}}`,
-    ]);
+    return (this.v1Parts ??= fetchInfoJsonAroundUrl(this.chunks, this.bytes));
   }
 }
 
@@ -366,7 +350,7 @@ export const EMPTY_PLAN: ReconstructionPlan = Object.freeze({ offsetIntoFirstRan
  * merged fetch ranges. Work is O(returned terms · log) — terms are found and cut by binary
  * search over the prepared arrays.
  */
-export function planReconstruction(file: PreparedFile, range: FileByteRange): ReconstructionPlan {
+export function planReconstruction(file: PreparedFile, range: HalfOpenByteRange): ReconstructionPlan {
   const { start: rangeStart, end: rangeEnd } = range;
   if (rangeStart >= rangeEnd) return EMPTY_PLAN;
   if (!(rangeStart >= 0 && rangeEnd <= file.size)) {
@@ -383,22 +367,21 @@ export function planReconstruction(file: PreparedFile, range: FileByteRange): Re
   let firstKeptByte = offsets[firstTerm];
   const first = terms[0];
   if (firstKeptByte < rangeStart) {
-    // Drop the leading chunks that end at or before rangeStart.
-    const ends = first.xorb.uncompressedEnds;
-    const base = first.chunkStart === 0 ? 0 : ends[first.chunkStart - 1];
-    const a = firstIndexAbove(ends, first.chunkStart, first.chunkEnd, rangeStart - firstKeptByte + base);
-    firstKeptByte += (a === 0 ? 0 : ends[a - 1]) - base;
+    // Keep the chunks from the one holding rangeStart (offsets in the table count from the xorb's start).
+    const table = first.xorb.chunks;
+    const base = table.unpackedOffsets[first.chunkStart];
+    const a = table.chunkHoldingUnpackedByte(rangeStart - firstKeptByte + base, first.chunkStart, first.chunkEnd);
+    firstKeptByte += table.unpackedOffsets[a] - base;
     terms[0] = cutTerm(first, a, first.chunkEnd);
   }
   const lastIndex = terms.length - 1;
   if (offsets[endTerm] > rangeEnd) {
-    // Drop the trailing chunks that start at or after rangeEnd: chunk c > a starts at
-    // lastStart + U[c-1] - U[a-1], so the first dropped one follows the first U[j] reaching the end.
+    // Keep the chunks through the one holding byte rangeEnd - 1, the last one requested.
     const last = terms[lastIndex];
     const lastStart = lastIndex === 0 ? firstKeptByte : offsets[endTerm - 1];
-    const ends = last.xorb.uncompressedEnds;
-    const base = last.chunkStart === 0 ? 0 : ends[last.chunkStart - 1];
-    const b = firstIndexAtLeast(ends, last.chunkStart, last.chunkEnd - 1, rangeEnd - lastStart + base) + 1;
+    const table = last.xorb.chunks;
+    const base = table.unpackedOffsets[last.chunkStart];
+    const b = table.chunkHoldingUnpackedByte(rangeEnd - 1 - lastStart + base, last.chunkStart, last.chunkEnd - 1) + 1;
     terms[lastIndex] = cutTerm(last, last.chunkStart, b);
   }
   // A file whose terms all use different xorbs (the usual layout of a large file) needs no merging.
@@ -408,8 +391,7 @@ export function planReconstruction(file: PreparedFile, range: FileByteRange): Re
 
 function cutTerm(term: PlannedTerm, a: number, b: number): PlannedTerm {
   if (a === term.chunkStart && b === term.chunkEnd) return term;
-  const ends = term.xorb.uncompressedEnds;
-  return new PlannedTerm(term.xorb, a, b, ends[b - 1] - (a === 0 ? 0 : ends[a - 1]));
+  return new PlannedTerm(term.xorb, a, b, term.xorb.chunks.unpackedLength(a, b));
 }
 
 /** Smallest i in [lo, hi) with values[i] > limit, or hi. */
@@ -530,7 +512,7 @@ export function renderV2(plan: ReconstructionPlan, signer: RangeUrlSigner, limit
     const { xorb, ranges } = plan.fetches[f];
     xorbs += (f === 0 ? '"' : ',"') + xorb.hex + '":[' + entries.write(xorb, ranges) + "]";
   }
-  return `{"offset_into_first_range":${plan.offsetIntoFirstRange},"terms":[${termsJson(plan)}],"xorbs":{${xorbs}}}`;
+  return reconstructionV2Json(plan.offsetIntoFirstRange, termsJson(plan), xorbs);
 }
 
 /**
@@ -554,7 +536,7 @@ class EntryWriter {
     if (ranges.length === 1 || this.limits.maxRangesPerEntry === 1) {
       let out = "";
       for (let i = 0; i < ranges.length; i++) {
-        out += (i === 0 ? '{"url":' : ',{"url":') + signedJson(this.signer, xorb.hash, [ranges[i].bytes]) + ',"ranges":[' + ranges[i].descriptorJson + "]}";
+        out += (i === 0 ? "" : ",") + multiRangeFetchJson(signedJson(this.signer, xorb.hash, [ranges[i].bytes]), ranges[i].descriptorJson);
       }
       return out;
     }
@@ -576,7 +558,7 @@ class EntryWriter {
       }
       let descriptors = "";
       for (let i = 0; i < group.length; i++) descriptors += (i === 0 ? "" : ",") + group[i].descriptorJson;
-      out += (out === "" ? "" : ",") + '{"url":' + jsonUrlLiteral(url) + ',"ranges":[' + descriptors + "]}";
+      out += (out === "" ? "" : ",") + multiRangeFetchJson(jsonUrlLiteral(url), descriptors);
       first = end;
     }
     return out;
@@ -627,5 +609,5 @@ export function renderV1(plan: ReconstructionPlan, signer: RangeUrlSigner): stri
     }
     fetchInfo += (f === 0 ? '"' : ',"') + xorb.hex + '":[' + entries + "]";
   }
-  return `{"offset_into_first_range":${plan.offsetIntoFirstRange},"terms":[${termsJson(plan)}],"fetch_info":{${fetchInfo}}}`;
+  return reconstructionV1Json(plan.offsetIntoFirstRange, termsJson(plan), fetchInfo);
 }

@@ -18,6 +18,7 @@ import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { createHash } from "node:crypto";
 import { DEFAULT_MAX_SHARD_CHUNK_REFS } from "../config.js";
 import { FormatError } from "../format/errors.js";
+import { ChunkTable } from "../format/ranges.js";
 import {
   KeyedHasher,
   MerkleTreeBuilder,
@@ -303,12 +304,11 @@ export function checkChunkReferences(files: readonly ParsedShardFile[], maxChunk
   }
 }
 
-/** A stored xorb as validation needs it: its record and, once asked for, its cumulative lengths. */
+/** A stored xorb as validation needs it: its record and, once asked for, its chunk table. */
 interface LoadedXorb {
   hex: string;
   record: XorbRecord;
-  /** uncompressedEnds[i] = Σ lengths of chunks [0, i); length n + 1. */
-  uncompressedEnds: Float64Array | null;
+  chunkTable: ChunkTable | null;
 }
 
 type DedupEntryList = { chunkHash: Hash; xorbHash: Hash }[];
@@ -430,8 +430,7 @@ class ValidationRun {
           `term ${t} of ${where()} references chunks [${term.chunkStart}, ${term.chunkEnd}) but xorb ${xorb.hex} has ${chunks.length} chunks`,
         );
       }
-      const ends = uncompressedEndsOf(xorb);
-      const storedBytes = ends[term.chunkEnd] - ends[term.chunkStart];
+      const storedBytes = chunkTableOf(xorb).unpackedLength(term.chunkStart, term.chunkEnd);
       if (storedBytes !== term.unpackedBytes) {
         throw new ShardRejectedError(
           "term_length_mismatch",
@@ -523,7 +522,7 @@ class ValidationRun {
     const records = await this.metadata.getXorbs([...wanted.values()]);
     for (const hex of wanted.keys()) {
       const record = records.get(hex);
-      this.loaded.set(hex, record === undefined ? null : { hex, record, uncompressedEnds: null });
+      this.loaded.set(hex, record === undefined ? null : { hex, record, chunkTable: null });
       if (record !== undefined) this.loadedChunks += record.chunks.length;
     }
     this.loadedUntil = end;
@@ -542,14 +541,8 @@ function sameTermsAndVerification(a: ParsedShardFile, b: ParsedShardFile): boole
   return true;
 }
 
-function uncompressedEndsOf(xorb: LoadedXorb): Float64Array {
-  if (xorb.uncompressedEnds === null) {
-    const chunks = xorb.record.chunks;
-    const ends = new Float64Array(chunks.length + 1);
-    for (let i = 0; i < chunks.length; i++) ends[i + 1] = ends[i] + chunks[i].uncompressedLength;
-    xorb.uncompressedEnds = ends;
-  }
-  return xorb.uncompressedEnds;
+function chunkTableOf(xorb: LoadedXorb): ChunkTable {
+  return (xorb.chunkTable ??= ChunkTable.of(xorb.record.chunks));
 }
 
 /**

@@ -34,18 +34,22 @@ import { open, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import type { Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import {
-  DEFAULT_MAX_XORB_BODY_BYTES,
-  MAX_XORB_CHUNKS,
-  MAX_XORB_UNCOMPRESSED_BYTES,
-  XORB_CHUNK_HEADER_BYTES,
+  coversTerm,
+  fetchSourcesOf,
   fileHash,
   hashEquals,
   hashFromHex,
+  isFormatError,
   isHashHex,
   isZeroHash,
+  parseReconstruction as parseWireReconstruction,
   xorbHash,
+  type FetchSource,
   type Hash,
   type MerkleEntry,
+  type QueryReconstructionResponse,
+  type QueryReconstructionResponseV2,
+  type ReconstructionVersion,
 } from "../format/index.js";
 import type { CasClient } from "./cas.js";
 import { ChunkStreamDecoder } from "./chunk-stream.js";
@@ -108,25 +112,15 @@ const MIN_RANGES_AHEAD = 1;
 // ---------------------------------------------------------------------------------------------
 // The reconstruction answer, normalized from V1 or V2
 
-export interface FetchSpan {
-  xorbHex: string;
-  url: string;
-  chunkStart: number;
-  /** Exclusive. */
-  chunkEnd: number;
-  /** Inclusive byte range in the xorb's serialized form. */
-  byteStart: number;
-  byteEnd: number;
-}
-
 export interface ReconstructionTerm {
   xorbHex: string;
   xorbHash: Hash;
   chunkStart: number;
+  /** Exclusive. */
   chunkEnd: number;
   unpackedLength: number;
   /** The fetch range that covers the term. */
-  span: FetchSpan;
+  span: FetchSource;
 }
 
 export interface Reconstruction {
@@ -134,86 +128,45 @@ export interface Reconstruction {
   terms: ReconstructionTerm[];
 }
 
-function isCount(value: unknown, max: number): value is number {
-  return typeof value === "number" && Number.isSafeInteger(value) && value >= 0 && value <= max;
-}
-
 /**
- * Checks and normalizes a V1 or V2 answer: every field the interface requires, every number
- * within protocol limits, every term covered by a fetch range of its xorb (§8.4).
+ * Checks a V1 or V2 answer (every field, see parseReconstruction of src/format) and pairs each
+ * term with the fetch range of its xorb that covers it (§8.4); a protocol error otherwise.
  */
-export function parseReconstruction(body: unknown, version: 1 | 2, what: string): Reconstruction {
-  const bad = (detail: string) => new CastorClientError("protocol", `${what}: invalid V${version} reconstruction: ${detail}`);
-  if (body === null || typeof body !== "object") throw bad("not a JSON object");
-  const root = body as Record<string, unknown>;
-  if (!isCount(root.offset_into_first_range, MAX_XORB_UNCOMPRESSED_BYTES)) throw bad("offset_into_first_range is not a byte count within one term");
-  if (!Array.isArray(root.terms)) throw bad("terms is not an array");
-  const map = version === 2 ? root.xorbs : root.fetch_info;
-  if (map === null || typeof map !== "object" || Array.isArray(map)) throw bad(`${version === 2 ? "xorbs" : "fetch_info"} is not an object`);
-
-  const spansByXorb = new Map<string, FetchSpan[]>();
-  for (const [xorbHex, entries] of Object.entries(map as Record<string, unknown>)) {
-    if (!isHashHex(xorbHex)) throw bad(`key ${JSON.stringify(xorbHex.slice(0, 80))} is not a xorb hash`);
-    if (!Array.isArray(entries)) throw bad(`the entry list of xorb ${xorbHex} is not an array`);
-    const spans: FetchSpan[] = [];
-    for (const entry of entries as unknown[]) {
-      if (entry === null || typeof entry !== "object") throw bad(`an entry of xorb ${xorbHex} is not an object`);
-      const { url } = entry as Record<string, unknown>;
-      if (typeof url !== "string" || !/^https?:\/\//i.test(url)) throw bad(`an entry of xorb ${xorbHex} has no http(s) url`);
-      const pairs =
-        version === 2
-          ? (() => {
-              const ranges = (entry as Record<string, unknown>).ranges;
-              if (!Array.isArray(ranges) || ranges.length === 0) throw bad(`an entry of xorb ${xorbHex} has no ranges`);
-              return ranges.map((range: unknown) => {
-                const r = (range ?? {}) as Record<string, unknown>;
-                return { chunks: r.chunks, bytes: r.bytes };
-              });
-            })()
-          : [{ chunks: (entry as Record<string, unknown>).range, bytes: (entry as Record<string, unknown>).url_range }];
-      for (const { chunks, bytes } of pairs) spans.push(checkSpan(xorbHex, url, chunks, bytes, bad));
+export function parseReconstruction(body: unknown, version: ReconstructionVersion, what: string): Reconstruction {
+  let answer: QueryReconstructionResponse | QueryReconstructionResponseV2;
+  try {
+    answer = parseWireReconstruction(body, version);
+  } catch (error) {
+    if (!isFormatError(error)) throw error;
+    throw new CastorClientError("protocol", `${what}: ${error.message}`, { cause: error });
+  }
+  const sourcesByXorb = fetchSourcesOf(answer);
+  const terms = answer.terms.map((term, i): ReconstructionTerm => {
+    const span = sourcesByXorb.get(term.hash)?.find((source) => coversTerm(source, term));
+    if (span === undefined) {
+      throw new CastorClientError(
+        "protocol",
+        `${what}: invalid V${version} reconstruction: no fetch range of xorb ${term.hash} covers term ${i} (chunks ${term.range.start}..${term.range.end})`,
+      );
     }
-    spansByXorb.set(xorbHex, spans);
-  }
-
-  const terms: ReconstructionTerm[] = [];
-  (root.terms as unknown[]).forEach((raw, i) => {
-    if (raw === null || typeof raw !== "object") throw bad(`term ${i} is not an object`);
-    const { hash, range, unpacked_length: unpackedLength } = raw as Record<string, unknown>;
-    if (typeof hash !== "string" || !isHashHex(hash)) throw bad(`term ${i} has no xorb hash`);
-    const { start, end } = (range ?? {}) as Record<string, unknown>;
-    if (!isCount(start, MAX_XORB_CHUNKS) || !isCount(end, MAX_XORB_CHUNKS) || start >= end) throw bad(`term ${i} has no chunk range [start, end) within ${MAX_XORB_CHUNKS} chunks`);
-    if (!isCount(unpackedLength, MAX_XORB_UNCOMPRESSED_BYTES) || unpackedLength === 0) throw bad(`term ${i} has no unpacked_length within one xorb`);
-    const span = spansByXorb.get(hash)?.find((s) => s.chunkStart <= start && end <= s.chunkEnd);
-    if (span === undefined) throw bad(`no fetch range of xorb ${hash} covers term ${i} (chunks ${start}..${end})`);
-    terms.push({ xorbHex: hash, xorbHash: hashFromHex(hash), chunkStart: start, chunkEnd: end, unpackedLength, span });
+    return {
+      xorbHex: term.hash,
+      xorbHash: hashFromHex(term.hash),
+      chunkStart: term.range.start,
+      chunkEnd: term.range.end,
+      unpackedLength: term.unpacked_length,
+      span,
+    };
   });
-  return { offsetIntoFirstRange: root.offset_into_first_range, terms };
+  return { offsetIntoFirstRange: answer.offset_into_first_range, terms };
 }
 
-function checkSpan(xorbHex: string, url: string, chunks: unknown, bytes: unknown, bad: (detail: string) => Error): FetchSpan {
-  const c = (chunks ?? {}) as Record<string, unknown>;
-  const b = (bytes ?? {}) as Record<string, unknown>;
-  if (!isCount(c.start, MAX_XORB_CHUNKS) || !isCount(c.end, MAX_XORB_CHUNKS) || c.start >= c.end) {
-    throw bad(`a range of xorb ${xorbHex} has no chunk range within ${MAX_XORB_CHUNKS} chunks`);
-  }
-  if (!isCount(b.start, Number.MAX_SAFE_INTEGER) || !isCount(b.end, Number.MAX_SAFE_INTEGER) || b.start > b.end) {
-    throw bad(`a range of xorb ${xorbHex} has no byte range`);
-  }
-  const length = b.end - b.start + 1;
-  const chunkCount = c.end - c.start;
-  if (length > DEFAULT_MAX_XORB_BODY_BYTES || length < chunkCount * XORB_CHUNK_HEADER_BYTES) {
-    throw bad(`a range of xorb ${xorbHex} spans ${length} bytes, impossible for ${chunkCount} chunks`);
-  }
-  return { xorbHex, url, chunkStart: c.start, chunkEnd: c.end, byteStart: b.start, byteEnd: b.end };
+function spanKey(span: FetchSource): string {
+  return `${span.xorbHex}:${span.chunks.start}-${span.chunks.end}`;
 }
 
-function spanKey(span: Pick<FetchSpan, "xorbHex" | "chunkStart" | "chunkEnd">): string {
-  return `${span.xorbHex}:${span.chunkStart}-${span.chunkEnd}`;
-}
-
-function spanLength(span: FetchSpan): number {
-  return span.byteEnd - span.byteStart + 1;
+function spanLength(span: FetchSource): number {
+  return span.bytes.end - span.bytes.start + 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -467,7 +420,7 @@ export class DownloadRun {
           // Over the budget, still fetch the next range while the current one is written.
           if (ahead > cursor && held + bytes > this.bufferBytes && cache.size > MIN_RANGES_AHEAD) break;
           const buffer = this.buffers.take(bytes);
-          const decoder = new ChunkStreamDecoder(buffer, span.chunkEnd - span.chunkStart, describeSpan(span));
+          const decoder = new ChunkStreamDecoder(buffer, span.chunks.end - span.chunks.start, describeSpan(span));
           const done = this.limiter.run(() => window.fetchSpan(span, decoder)).catch((error: unknown) => {
             decoder.fail(error);
             throw error;
@@ -499,8 +452,8 @@ export class DownloadRun {
         const key = spanKey(term.span);
         const entry = cache.get(key)!;
         const { decoder } = entry;
-        const from = term.chunkStart - term.span.chunkStart;
-        const to = term.chunkEnd - term.span.chunkStart;
+        const from = term.chunkStart - term.span.chunks.start;
+        const to = term.chunkEnd - term.span.chunks.start;
         let termBytes = 0;
         // Chunks are written as they are decoded, while the rest of their range still arrives.
         for (let c = from; c < to; c++) {
@@ -549,12 +502,12 @@ export class DownloadRun {
    * Fetches one range into its decoder's buffer, decoding as the bytes arrive; called through
    * the window, which knows the URLs. "expired" (a 403) delivers no byte to the decoder.
    */
-  async fetchDecoded(span: FetchSpan, url: string, decoder: ChunkStreamDecoder): Promise<"expired" | "done"> {
+  async fetchDecoded(span: FetchSource, url: string, decoder: ChunkStreamDecoder): Promise<"expired" | "done"> {
     const what = describeSpan(span);
     const buffer = decoder.bytes;
     // No Authorization header: transfer URLs authorise themselves and must not see the token.
     const { status } = await this.cas.http.getInto(
-      { what, url, headers: { range: `bytes=${span.byteStart}-${span.byteEnd}` }, passStatuses: [403] },
+      { what, url, headers: { range: `bytes=${span.bytes.start}-${span.bytes.end}` }, passStatuses: [403] },
       buffer,
       (filled) => decoder.advance(filled),
     );
@@ -633,13 +586,13 @@ class ReconstructionWindow {
     return reconstruction;
   }
 
-  async fetchSpan(span: FetchSpan, decoder: ChunkStreamDecoder): Promise<void> {
+  async fetchSpan(span: FetchSource, decoder: ChunkStreamDecoder): Promise<void> {
     const maxRefreshes = 2;
     for (let refreshes = 0; ; refreshes++) {
       const generation = this.generation;
       const url = this.urls.get(spanKey(span));
       if (url === undefined) {
-        throw new CastorClientError("protocol", `the refreshed reconstruction no longer lists chunks ${span.chunkStart}..${span.chunkEnd} of xorb ${span.xorbHex}`);
+        throw new CastorClientError("protocol", `the refreshed reconstruction no longer lists chunks ${span.chunks.start}..${span.chunks.end} of xorb ${span.xorbHex}`);
       }
       const result = await this.run.fetchDecoded(span, url, decoder);
       if (result !== "expired") return;
@@ -683,8 +636,8 @@ interface RangeFetch {
   bytes: number;
 }
 
-function describeSpan(span: FetchSpan): string {
-  return `downloading chunks ${span.chunkStart}..${span.chunkEnd} of xorb ${span.xorbHex}`;
+function describeSpan(span: FetchSource): string {
+  return `downloading chunks ${span.chunks.start}..${span.chunks.end} of xorb ${span.xorbHex}`;
 }
 
 /**

@@ -18,7 +18,8 @@ import { UploadRun, type UploadResult, type UploadRunOptions } from "./upload.js
 
 export { CastorClientError, HttpStatusError, isClientError, type ClientErrorKind } from "./errors.js";
 export { formatBytes, ProgressRenderer, type ProgressEvent, type ProgressListener, type ProgressOutput } from "./progress.js";
-export { parseRepoRef, formatRepoRef, type RepoRef, type RepoType } from "./token.js";
+export { parseRepoRef, formatRepoRef, type RepoRef } from "./token.js";
+export type { RepoType } from "../format/repo.js";
 export type { UploadResult, UploadedFile, UploadRunOptions } from "./upload.js";
 export type { ByteRangeRequest, DownloadResult, DownloadRunOptions } from "./download.js";
 export type { FetchFunction, RetryPolicy } from "./http.js";

@@ -9,11 +9,10 @@
  * Repository references are checked only for shape here (`TYPE:NS/NAME`); the hub applies its
  * full naming rules and answers 400/404 with its own message.
  */
+import { REPO_TYPES, type RepoType } from "../format/repo.js";
 import { CastorClientError } from "./errors.js";
 import { HttpClient, readJson } from "./http.js";
 
-export const REPO_TYPES = ["model", "dataset", "space"] as const;
-export type RepoType = (typeof REPO_TYPES)[number];
 
 export interface RepoRef {
   type: RepoType;

@@ -18,7 +18,8 @@ export type FormatErrorCode =
   | "bad_footer"
   | "bad_shard_header"
   | "bad_shard"
-  | "shard_too_large";
+  | "shard_too_large"
+  | "bad_reconstruction";
 
 export class FormatError extends Error {
   override readonly name = "FormatError";

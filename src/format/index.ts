@@ -10,3 +10,6 @@ export * from "./xorb.js";
 export * from "./shard.js";
 export * from "./shard-writer.js";
 export * from "./chunker.js";
+export * from "./ranges.js";
+export * from "./reconstruction.js";
+export * from "./repo.js";

@@ -18,21 +18,15 @@
  */
 import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
-
-export interface PartRange {
-  /** First byte, inclusive. */
-  readonly start: number;
-  /** Last byte, inclusive. */
-  readonly end: number;
-}
+import type { ByteRange } from "../format/ranges.js";
 
 export interface MultipartByteRangesOptions {
   /** The parts, in the order sent (ascending for byte ranges). */
-  ranges: readonly PartRange[];
+  ranges: readonly ByteRange[];
   /** Size of the whole object, written after the `/` of every Content-Range. */
   totalSize: number;
   /** Opens the bytes of one range; called once per part, in order, when the part is due. */
-  openPart: (range: PartRange) => Promise<Readable>;
+  openPart: (range: ByteRange) => Promise<Readable>;
   /** Default: `castor-` + 32 random hex digits. Tests pin it. */
   boundary?: string;
   /** Each part's Content-Type. Default `application/octet-stream`. */
@@ -63,7 +57,7 @@ export function multipartByteRanges(options: MultipartByteRangesOptions): Multip
   const { ranges, totalSize } = options;
   if (ranges.length === 0) throw new RangeError("a multipart/byteranges body needs at least one part");
 
-  const partHeader = (range: PartRange) =>
+  const partHeader = (range: ByteRange) =>
     `--${boundary}\r\nContent-Type: ${partContentType}\r\nContent-Range: bytes ${range.start}-${range.end}/${totalSize}\r\n\r\n`;
   const closing = `--${boundary}--\r\n`;
 
@@ -90,9 +84,9 @@ class MultipartBody extends Readable {
   private done = false;
 
   constructor(
-    private readonly ranges: readonly PartRange[],
-    private readonly openPart: (range: PartRange) => Promise<Readable>,
-    private readonly partHeader: (range: PartRange) => string,
+    private readonly ranges: readonly ByteRange[],
+    private readonly openPart: (range: ByteRange) => Promise<Readable>,
+    private readonly partHeader: (range: ByteRange) => string,
     private readonly closing: string,
   ) {
     super({ highWaterMark: BODY_HIGH_WATER_MARK });
@@ -131,7 +125,7 @@ class MultipartBody extends Readable {
     );
   }
 
-  private stream(range: PartRange, source: Readable): void {
+  private stream(range: ByteRange, source: Readable): void {
     this.source = source;
     const expected = range.end - range.start + 1;
     let received = 0;

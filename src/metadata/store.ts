@@ -18,6 +18,7 @@
  * - Names are stored exactly as given (case-sensitive); validating them is the hub's job.
  */
 
+import type { RepoType } from "../format/repo.js";
 import type { CasMetadataStore } from "./cas.js";
 import type { MetadataMigration } from "./migration.js";
 
@@ -33,8 +34,7 @@ export type {
   ShardRow,
 } from "./migration.js";
 
-export const REPO_TYPES = ["model", "dataset", "space"] as const;
-export type RepoType = (typeof REPO_TYPES)[number];
+export { REPO_TYPES, type RepoType } from "../format/repo.js";
 
 export type Access = "read" | "write";
 

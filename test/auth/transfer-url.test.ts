@@ -8,9 +8,9 @@ import {
   selectRequestedRanges,
   TRANSFER_PATH_PREFIX,
   TransferUrlError,
-  type ByteRange,
   type TransferUrlRejection,
 } from "../../src/auth/transfer-url.js";
+import { byteRange, type ByteRange } from "../../src/format/ranges.js";
 import { hashFromHex, hashToHex } from "../../src/format/hash.js";
 
 const KEY = Buffer.from("k".repeat(43));
@@ -19,10 +19,10 @@ const XORB_HEX = "0123456789abcdeffedcba98765432100123456789abcdeffedcba98765432
 const XORB = hashFromHex(XORB_HEX);
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
 const RANGES: ByteRange[] = [
-  { start: 0, end: 1397 },
-  { start: 5000, end: 9999 },
-  { start: 10_000, end: 10_000 },
-  { start: 65_000_000, end: 67_108_863 },
+  byteRange(0, 1397),
+  byteRange(5000, 9999),
+  byteRange(10_000, 10_000),
+  byteRange(65_000_000, 67_108_863),
 ];
 
 function authority(options: { key?: Buffer; publicUrl?: string; ttlSeconds?: number; clock?: { now: number } } = {}) {
@@ -73,7 +73,7 @@ describe("HmacTransferUrls.sign / verify", () => {
         return pieces.map(([gap, length]) => {
           const start = next + gap;
           next = start + length;
-          return { start, end: start + length - 1 };
+          return byteRange(start, start + length - 1);
         });
       });
     fc.assert(
@@ -87,7 +87,7 @@ describe("HmacTransferUrls.sign / verify", () => {
   it("keeps URLs compact: 600 chunk-sized ranges spread over a 64 MiB xorb fit in 8 KiB", () => {
     const ranges: ByteRange[] = [];
     const stride = Math.floor((64 * 1024 * 1024) / 600);
-    for (let i = 0; i < 600; i++) ranges.push({ start: i * stride + 1000, end: i * stride + 1000 + 65_000 });
+    for (let i = 0; i < 600; i++) ranges.push(byteRange(i * stride + 1000, i * stride + 1000 + 65_000));
     const url = authority().sign(XORB, ranges);
     assert.ok(url.length < 8 * 1024, `URL of ${url.length} characters`);
     assert.deepEqual(authority().verify(targetOf(url)).ranges, ranges);
@@ -181,18 +181,18 @@ describe("HmacTransferUrls.sign / verify", () => {
   it("refuses to sign what it could not serve", () => {
     const urls = authority();
     assert.throws(() => urls.sign(XORB, []), RangeError);
-    assert.throws(() => urls.sign(XORB, [{ start: 10, end: 9 }]), RangeError);
-    assert.throws(() => urls.sign(XORB, [{ start: -1, end: 9 }]), RangeError);
-    assert.throws(() => urls.sign(XORB, [{ start: 0.5, end: 9 }]), RangeError);
-    assert.throws(() => urls.sign(XORB, [{ start: 0, end: 2 ** 53 }]), RangeError);
-    assert.throws(() => urls.sign(XORB, [{ start: 20, end: 29 }, { start: 0, end: 9 }]), /ascending and disjoint/);
-    assert.throws(() => urls.sign(XORB, [{ start: 0, end: 9 }, { start: 9, end: 19 }]), /ascending and disjoint/);
+    assert.throws(() => urls.sign(XORB, [byteRange(10, 9)]), RangeError);
+    assert.throws(() => urls.sign(XORB, [byteRange(-1, 9)]), RangeError);
+    assert.throws(() => urls.sign(XORB, [byteRange(0.5, 9)]), RangeError);
+    assert.throws(() => urls.sign(XORB, [byteRange(0, 2 ** 53)]), RangeError);
+    assert.throws(() => urls.sign(XORB, [byteRange(20, 29), byteRange(0, 9)]), /ascending and disjoint/);
+    assert.throws(() => urls.sign(XORB, [byteRange(0, 9), byteRange(9, 19)]), /ascending and disjoint/);
     // Adjacent ranges are disjoint and allowed.
-    assert.deepEqual(urls.verify(targetOf(urls.sign(XORB, [{ start: 0, end: 9 }, { start: 10, end: 19 }]))).ranges, [
+    assert.deepEqual(urls.verify(targetOf(urls.sign(XORB, [byteRange(0, 9), byteRange(10, 19)]))).ranges, [
       { start: 0, end: 9 },
       { start: 10, end: 19 },
     ]);
-    const tooMany = Array.from({ length: 3000 }, (_, i) => ({ start: i * 10_000_000, end: i * 10_000_000 + 5_000_000 }));
+    const tooMany = Array.from({ length: 3000 }, (_, i) => byteRange(i * 10_000_000, i * 10_000_000 + 5_000_000));
     assert.throws(() => urls.sign(XORB, tooMany), /split them over several URLs/);
   });
 
@@ -231,7 +231,7 @@ describe("selectRequestedRanges", () => {
       "bytes=2000-3000", // inside a gap
       header([RANGES[0], RANGES[1]]), // a subset of several
       header([RANGES[1], RANGES[0], RANGES[2], RANGES[3]]), // reordered
-      header([...RANGES, { start: 70_000_000, end: 70_000_001 }]), // one more
+      header([...RANGES, byteRange(70_000_000, 70_000_001)]), // one more
       header([RANGES[0], RANGES[0], RANGES[2], RANGES[3]]), // a duplicate
       "bytes=0-", // open
       "bytes=-1398", // suffix

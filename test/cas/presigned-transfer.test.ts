@@ -15,9 +15,9 @@ import {
   renderV1,
   renderV2,
   SINGLE_RANGE_V2_LIMITS,
-  type ByteRange,
   type RangeUrlSigner,
 } from "../../src/cas/reconstruction.js";
+import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
 import { blobKey, checkByteSpan, rangeHeaderOf, type BlobKey, type ByteSpan, type RangePresigner } from "../../src/storage/blob-store.js";
@@ -39,7 +39,7 @@ class FakePresigner implements RangePresigner {
 }
 
 /** The URL the fake presigner gives for `range` (inclusive end) of the xorb `hex`. */
-function fakeUrl(hex: string, range: ByteRange): string {
+function fakeUrl(hex: string, range: { start: number; end: number }): string {
   return `https://s3.test/xorbs/${hex}?range=bytes=${range.start}-${range.end}`;
 }
 
@@ -47,13 +47,13 @@ describe("PresignedTransferUrls", () => {
   it("presigns the xorb's object for exactly the range asked, inclusive end", () => {
     const signer = new PresignedTransferUrls(new FakePresigner());
     const xorb = hashOf("x");
-    assert.equal(signer.sign(xorb, [{ start: 10, end: 20 }]), fakeUrl(hashToHex(xorb), { start: 10, end: 20 }));
-    assert.equal(signer.sign(xorb, [{ start: 0, end: 0 }]), `https://s3.test/${blobKey("xorbs", xorb)}?range=bytes=0-0`);
+    assert.equal(signer.sign(xorb, [byteRange(10, 20)]), fakeUrl(hashToHex(xorb), byteRange(10, 20)));
+    assert.equal(signer.sign(xorb, [byteRange(0, 0)]), `https://s3.test/${blobKey("xorbs", xorb)}?range=bytes=0-0`);
   });
 
   it("signs one range per URL and refuses a range list", () => {
     const signer = new PresignedTransferUrls(new FakePresigner());
-    assert.throws(() => signer.sign(hashOf("x"), [{ start: 0, end: 9 }, { start: 20, end: 29 }]), /exactly one byte range/);
+    assert.throws(() => signer.sign(hashOf("x"), [byteRange(0, 9), byteRange(20, 29)]), /exactly one byte range/);
     assert.throws(() => signer.sign(hashOf("x"), []), /exactly one byte range/);
   });
 
@@ -80,7 +80,7 @@ function xorbRecord(label: string, count: number): XorbRecord {
 class RecordingSigner implements RangeUrlSigner {
   readonly calls: ByteRange[][] = [];
   sign(xorbHash: Hash, ranges: readonly ByteRange[]): string {
-    this.calls.push(ranges.map((r) => ({ start: r.start, end: r.end })));
+    this.calls.push(ranges.map((r) => byteRange(r.start, r.end)));
     return `https://s3.test/${hashToHex(xorbHash)}?r=${ranges.map((r) => `${r.start}-${r.end}`).join(",")}`;
   }
 }
@@ -106,7 +106,7 @@ describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
   const file = prepareFile(record, new Map([[a.hex, a], [b.hex, b]]));
 
   it("gives every range its own entry, signed for that range alone, and keeps terms and ranges unchanged", () => {
-    const plan = planReconstruction(file, { start: 0, end: file.size });
+    const plan = planReconstruction(file, halfOpenByteRange(0, file.size));
     const packedSigner = new RecordingSigner();
     const packed = JSON.parse(renderV2(plan, packedSigner)) as V2Body;
     const singleSigner = new RecordingSigner();
@@ -140,7 +140,7 @@ describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
 
   it("renders presigned URLs into V2 and V1 answers", () => {
     const signer = new PresignedTransferUrls(new FakePresigner());
-    const plan = planReconstruction(file, { start: 160, end: 700 });
+    const plan = planReconstruction(file, halfOpenByteRange(160, 700));
     const v2 = JSON.parse(renderV2(plan, signer, SINGLE_RANGE_V2_LIMITS)) as V2Body;
     let urls = 0;
     for (const [hex, entries] of Object.entries(v2.xorbs)) {

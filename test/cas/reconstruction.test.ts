@@ -12,16 +12,16 @@ import {
   renderV1,
   renderV2,
   resolveFileRange,
-  type ByteRange,
   type PreparedFile,
   type PreparedXorb,
   type RangeUrlSigner,
 } from "../../src/cas/reconstruction.js";
+import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
 import { ByteBoundedLru, MAX_URL_REUSE_MS, RecordCache, ReusingUrlSigner, SIGNED_URLS_PER_XORB, urlReuseMsFor } from "../../src/cas/xorb-cache.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
-import { validateXorb } from "../../src/format/xorb.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
+import { xorbRecordOf } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector, splitmix64Bytes } from "../helpers/vectors.js";
 
 const reconstructionVector = loadVector("reconstruction.json");
@@ -38,7 +38,7 @@ class RecordingSigner implements RangeUrlSigner {
   constructor(private readonly padding = "") {}
   sign(xorbHash: Hash, ranges: readonly ByteRange[]): string {
     const xorb = hashToHex(xorbHash);
-    this.calls.push({ xorb, ranges: ranges.map((r) => ({ start: r.start, end: r.end })) });
+    this.calls.push({ xorb, ranges: ranges.map((r) => byteRange(r.start, r.end)) });
     return `https://transfer.test/${xorb}?${this.padding}r=${ranges.map((r) => `${r.start}-${r.end}`).join(",")}`;
   }
 }
@@ -47,21 +47,11 @@ function rangesInUrl(url: string): ByteRange[] {
   const list = new URL(url).searchParams.get("r")!;
   return list.split(",").map((pair) => {
     const [start, end] = pair.split("-").map(Number);
-    return { start, end };
+    return byteRange(start, end);
   });
 }
 
-function xorbRecordFromBody(body: Uint8Array): XorbRecord {
-  const info = validateXorb(body);
-  return {
-    hash: info.hash,
-    serializedLength: info.serializedLength,
-    uncompressedLength: info.uncompressedLength,
-    chunks: info.chunks.map((c) => ({ hash: c.hash, uncompressedLength: c.uncompressedLength, serializedEnd: c.serializedEnd })),
-  };
-}
-
-const vectorXorb = prepareXorb(xorbRecordFromBody(fromHex(xorbVector.body_hex)));
+const vectorXorb = prepareXorb(xorbRecordOf(fromHex(xorbVector.body_hex)));
 const vectorFiles = new Map<string, PreparedFile>(
   parseUploadShard(fromHex(shardVector.xet_core_style_hex)).files.map((file) => {
     const record: FileRecord = {
@@ -387,7 +377,7 @@ describe("term cutting (§8.3)", () => {
           const file = prepared(record, xorbs);
           const r0 = startPick % record.size;
           const r1 = r0 + 1 + (lengthPick % (record.size - r0));
-          const plan = planReconstruction(file, { start: r0, end: r1 });
+          const plan = planReconstruction(file, halfOpenByteRange(r0, r1));
           const expected = referenceTerms(record, new Map(xorbs.map((x) => [hashToHex(x.hash), x])), r0, r1);
           assert.equal(plan.offsetIntoFirstRange, expected.offset);
           assert.deepEqual(
@@ -415,7 +405,8 @@ function assertEveryTermCovered(plan: ReturnType<typeof planReconstruction>): vo
 describe("fetch ranges (§8.4)", () => {
   const X = syntheticXorb(Array.from({ length: 10 }, (_, i) => 100 + i));
   const xorb = prepareXorb(X);
-  const E = xorb.serializedEnds;
+  /** E[i], the end of chunk i in the serialized xorb (§5.5). */
+  const E = xorb.chunks.serializedOffsets.subarray(1);
   const fileOf = (ranges: [number, number][]) =>
     prepared(
       syntheticFile(ranges.map(([start, end]) => ({ xorb: X, start, end }))),
@@ -557,16 +548,16 @@ describe("ReusingUrlSigner", () => {
     const inner = new RecordingSigner();
     const signer = new ReusingUrlSigner(inner, 100, () => now);
     const xorb = freshHash();
-    const url = signer.sign(xorb, [{ start: 0, end: 9 }]);
+    const url = signer.sign(xorb, [byteRange(0, 9)]);
     now += 99;
-    assert.equal(signer.sign(xorb, [{ start: 0, end: 9 }]), url);
+    assert.equal(signer.sign(xorb, [byteRange(0, 9)]), url);
     assert.equal(inner.calls.length, 1);
-    signer.sign(xorb, [{ start: 0, end: 10 }]);
-    signer.sign(xorb, [{ start: 0, end: 9 }, { start: 20, end: 29 }]);
-    signer.sign(freshHash(), [{ start: 0, end: 9 }]);
+    signer.sign(xorb, [byteRange(0, 10)]);
+    signer.sign(xorb, [byteRange(0, 9), byteRange(20, 29)]);
+    signer.sign(freshHash(), [byteRange(0, 9)]);
     assert.equal(inner.calls.length, 4, "other ranges or another xorb are signed");
     now += 1;
-    signer.sign(xorb, [{ start: 0, end: 9 }]);
+    signer.sign(xorb, [byteRange(0, 9)]);
     assert.equal(inner.calls.length, 5, "past the window the URL is signed again");
   });
 
@@ -574,16 +565,16 @@ describe("ReusingUrlSigner", () => {
     const inner = new RecordingSigner();
     const signer = new ReusingUrlSigner(inner, 60_000);
     const xorb = freshHash();
-    for (let i = 0; i <= SIGNED_URLS_PER_XORB; i++) signer.sign(xorb, [{ start: i, end: i }]);
-    signer.sign(xorb, [{ start: SIGNED_URLS_PER_XORB, end: SIGNED_URLS_PER_XORB }]);
+    for (let i = 0; i <= SIGNED_URLS_PER_XORB; i++) signer.sign(xorb, [byteRange(i, i)]);
+    signer.sign(xorb, [byteRange(SIGNED_URLS_PER_XORB, SIGNED_URLS_PER_XORB)]);
     assert.equal(inner.calls.length, SIGNED_URLS_PER_XORB + 1);
-    signer.sign(xorb, [{ start: 0, end: 0 }]);
+    signer.sign(xorb, [byteRange(0, 0)]);
     assert.equal(inner.calls.length, SIGNED_URLS_PER_XORB + 2, "the oldest was dropped");
 
     const never = new RecordingSigner();
     const direct = new ReusingUrlSigner(never, 0);
-    direct.sign(xorb, [{ start: 0, end: 0 }]);
-    direct.sign(xorb, [{ start: 0, end: 0 }]);
+    direct.sign(xorb, [byteRange(0, 0)]);
+    direct.sign(xorb, [byteRange(0, 0)]);
     assert.equal(never.calls.length, 2);
   });
 

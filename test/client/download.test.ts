@@ -263,7 +263,7 @@ describe("parseReconstruction", () => {
     const parsed = parseReconstruction(withUrl(caseB.v2), 2, "test");
     assert.equal(parsed.offsetIntoFirstRange, 100);
     assert.deepEqual(
-      parsed.terms.map((t) => [t.chunkStart, t.chunkEnd, t.unpackedLength, t.span.chunkStart, t.span.chunkEnd, t.span.byteStart, t.span.byteEnd]),
+      parsed.terms.map((t) => [t.chunkStart, t.chunkEnd, t.unpackedLength, t.span.chunks.start, t.span.chunks.end, t.span.bytes.start, t.span.bytes.end]),
       [
         [2, 3, 2048, 2, 3, 819, 1397],
         [0, 1, 1000, 0, 1, 0, 293],
@@ -276,8 +276,8 @@ describe("parseReconstruction", () => {
     const v1 = parseReconstruction(withUrl(caseB.v1), 1, "test");
     const v2 = parseReconstruction(withUrl(caseB.v2), 2, "test");
     assert.deepEqual(
-      v1.terms.map((t) => [t.chunkStart, t.chunkEnd, t.span.byteStart, t.span.byteEnd]),
-      v2.terms.map((t) => [t.chunkStart, t.chunkEnd, t.span.byteStart, t.span.byteEnd]),
+      v1.terms.map((t) => [t.chunkStart, t.chunkEnd, t.span.bytes.start, t.span.bytes.end]),
+      v2.terms.map((t) => [t.chunkStart, t.chunkEnd, t.span.bytes.start, t.span.bytes.end]),
     );
   });
 

@@ -12,6 +12,7 @@ import { after, before, describe, it } from "node:test";
 import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
 import { KEYS_DIR_NAME, URL_KEY_FILE_NAME } from "../../src/auth/keys.js";
 import { CompressionScheme } from "../../src/format/compression.js";
+import { byteRange } from "../../src/format/ranges.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
 import { SPOOL_DIR_NAME } from "../../src/http/app.js";
@@ -220,7 +221,7 @@ describe("answers the client does not read", () => {
     const key = Buffer.from((await readFile(join(server.dataDir, KEYS_DIR_NAME, URL_KEY_FILE_NAME), "utf8")).trim(), "utf8");
     const urls = new HmacTransferUrls({ key, publicUrl: server.publicUrl, ttlSeconds: 600 });
     xorbBytes = xorb.bytes.length;
-    url = urls.sign(xorb.info.hash, [{ start: 0, end: xorb.bytes.length - 1 }]);
+    url = urls.sign(xorb.info.hash, [byteRange(0, xorb.bytes.length - 1)]);
   });
   after(() => server?.stop());
 

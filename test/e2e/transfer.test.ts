@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { HmacTransferUrls, type ByteRange } from "../../src/auth/transfer-url.js";
+import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
+import { byteRange, type ByteRange } from "../../src/format/ranges.js";
 import { KEYS_DIR_NAME, URL_KEY_FILE_NAME } from "../../src/auth/keys.js";
 import { CompressionScheme, decompressChunk } from "../../src/format/compression.js";
 import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
@@ -39,13 +40,13 @@ async function cli(...args: string[]): Promise<string> {
   return result.stdout.trim();
 }
 
-function byteRange(startChunk: number, endChunk: number): ByteRange {
+function bytesOfChunks(startChunk: number, endChunk: number): ByteRange {
   const { start, end } = chunkRangeToByteRange(
     xorb.info.chunks.map((chunk) => chunk.serializedEnd),
     startChunk,
     endChunk,
   );
-  return { start, end: end - 1 };
+  return byteRange(start, end - 1);
 }
 
 function rangeHeader(list: readonly ByteRange[]): string {
@@ -113,7 +114,7 @@ before(async () => {
   const key = Buffer.from((await readFile(join(server.dataDir, KEYS_DIR_NAME, URL_KEY_FILE_NAME), "utf8")).trim(), "utf8");
   urls = new HmacTransferUrls({ key, publicUrl: server.publicUrl, ttlSeconds: 60 });
   expiredUrls = new HmacTransferUrls({ key, publicUrl: server.publicUrl, ttlSeconds: 60, now: () => Date.now() - 61_000 });
-  ranges = [byteRange(0, 1), byteRange(2, 4), byteRange(5, 6)];
+  ranges = [bytesOfChunks(0, 1), bytesOfChunks(2, 4), bytesOfChunks(5, 6)];
 });
 
 after(async () => {
@@ -250,7 +251,7 @@ describe("downloading a file through its reconstruction's transfer URLs", () => 
   it("refuses the reconstruction's URL for a range it did not sign (the chunk between the terms)", async () => {
     const plan = await reconstruction<V2Reconstruction>(2);
     const [entry] = plan.xorbs[hashToHex(xorb.info.hash)];
-    const between = byteRange(2, 3);
+    const between = bytesOfChunks(2, 3);
     const response = await fetch(entry.url, { headers: { range: rangeHeader([between]) } });
     assert.equal(response.status, 403);
   });
@@ -299,7 +300,7 @@ describe("transfer URLs against a running server", () => {
       assert.equal(response.status, 403, text);
       assert.match((JSON.parse(text) as { error: string }).error, message);
     }
-    const unknown = urls.sign(new Uint8Array(32).fill(9), [{ start: 0, end: 9 }]);
+    const unknown = urls.sign(new Uint8Array(32).fill(9), [byteRange(0, 9)]);
     assert.equal((await fetch(unknown, { headers: { range: "bytes=0-9" } })).status, 404);
   });
 
@@ -346,8 +347,8 @@ describe("single ranges served from pooled read buffers", () => {
     const size = big.bytes.length;
     const starts = [0, 1_048_575, 2_000_003, size - 3_000_001];
     return starts.flatMap((start) => [
-      { start, end: size - 1 },
-      { start, end: Math.min(size - 1, start + 2_500_000) },
+      byteRange(start, size - 1),
+      byteRange(start, Math.min(size - 1, start + 2_500_000)),
     ]);
   }
 
@@ -373,7 +374,7 @@ describe("single ranges served from pooled read buffers", () => {
   });
 
   it("stays exact for later requests after clients hang up mid-body", async () => {
-    const whole: ByteRange = { start: 0, end: big.bytes.length - 1 };
+    const whole: ByteRange = byteRange(0, big.bytes.length - 1);
     await Promise.all(
       Array.from({ length: 8 }, async () => {
         const abort = new AbortController();

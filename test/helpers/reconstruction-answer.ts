@@ -1,39 +1,32 @@
 /**
  * A reference client for reconstruction answers, shared by the end-to-end suites (embedded and
  * scale-out): fetch each listed byte range from its URL with no Authorization, unpack the
- * chunks, concatenate the terms, skip the offset — checking the answer's shape on the way.
+ * chunks, concatenate the terms, skip the offset — checking the answer's shape on the way (with
+ * the wire parser of src/format, which castor's client uses too).
  * Also the reconstruction.json vector's file contents and the URL-free form its expectations
  * are written in.
  */
 import assert from "node:assert/strict";
 import { decompressChunk } from "../../src/format/compression.js";
 import { fileHash, verificationHash } from "../../src/format/hash.js";
+import {
+  coversTerm,
+  fetchSourcesOf,
+  parseReconstructionV1,
+  parseReconstructionV2,
+  type FetchSource,
+  type QueryReconstructionResponse,
+  type QueryReconstructionResponseV2,
+} from "../../src/format/reconstruction.js";
 import type { ShardFile } from "../../src/format/shard.js";
-import { XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
+import { validateXorb, XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
+import type { XorbRecord } from "../../src/metadata/cas.js";
 import { loadVector } from "./vectors.js";
 
-export interface Span {
-  start: number;
-  end: number;
-}
-export interface Term {
-  hash: string;
-  unpacked_length: number;
-  range: Span;
-}
-/** A V2 answer (`xorbs`) or a V1 answer (`fetch_info`). */
-export interface Answer {
-  offset_into_first_range: number;
-  terms: Term[];
-  xorbs?: Record<string, { url: string; ranges: { chunks: Span; bytes: Span }[] }[]>;
-  fetch_info?: Record<string, { url: string; range: Span; url_range: Span }[]>;
-}
-interface FetchSource {
-  url: string;
-  /** Chunk range and byte range of the xorb this source serves. */
-  chunks: Span;
-  bytes: Span;
-}
+/** A V2 answer (`xorbs`) or a V1 answer (`fetch_info`), as its JSON arrives. */
+export type Answer = Omit<QueryReconstructionResponseV2, "xorbs"> &
+  Partial<Pick<QueryReconstructionResponseV2, "xorbs">> &
+  Partial<Pick<QueryReconstructionResponse, "fetch_info">>;
 
 /** The contents of the files of shard-upload-small.json (its `files_content`), by name. */
 export function vectorFileContents(): Record<string, Buffer> {
@@ -56,32 +49,31 @@ export function fileOfChunks(xorb: SerializedXorb["info"], indices: number[]): S
   };
 }
 
+/** The metadata record of a serialized xorb, as registration stores it. */
+export function xorbRecordOf(body: Uint8Array): XorbRecord {
+  const info = validateXorb(body);
+  return {
+    hash: info.hash,
+    serializedLength: info.serializedLength,
+    uncompressedLength: info.uncompressedLength,
+    chunks: info.chunks.map((c) => ({ hash: c.hash, uncompressedLength: c.uncompressedLength, serializedEnd: c.serializedEnd })),
+  };
+}
+
 /** The answer with its signed URLs replaced by the placeholders reconstruction.json uses. */
 export function withPlaceholderUrls(body: Answer): Answer {
   const copy = structuredClone(body);
-  for (const entries of Object.values(copy.xorbs ?? {})) for (const entry of entries) entry.url = "<signed url covering all ranges below>";
-  for (const entries of Object.values(copy.fetch_info ?? {})) for (const entry of entries) entry.url = "<url>";
+  for (const entries of Object.values(copy.xorbs ?? {})) for (const entry of entries) (entry as { url: string }).url = "<signed url covering all ranges below>";
+  for (const entries of Object.values(copy.fetch_info ?? {})) for (const entry of entries) (entry as { url: string }).url = "<url>";
   return copy;
-}
-
-/** The sources a V2 or V1 answer lists, per xorb. */
-function sourcesOf(body: Answer): Map<string, FetchSource[]> {
-  const sources = new Map<string, FetchSource[]>();
-  for (const [xorb, entries] of Object.entries(body.xorbs ?? {})) {
-    sources.set(xorb, entries.flatMap((entry) => entry.ranges.map((range) => ({ url: entry.url, chunks: range.chunks, bytes: range.bytes }))));
-  }
-  for (const [xorb, entries] of Object.entries(body.fetch_info ?? {})) {
-    sources.set(xorb, entries.map((entry) => ({ url: entry.url, chunks: entry.range, bytes: entry.url_range })));
-  }
-  return sources;
 }
 
 /** What a client does with an answer: the `length` bytes of the file it describes. */
 export async function downloadAnswer(body: Answer, length: number): Promise<Buffer> {
-  const sources = sourcesOf(body);
+  const sources = fetchSourcesOf(body.xorbs !== undefined ? parseReconstructionV2(body) : parseReconstructionV1(body));
   assert.deepEqual(new Set(sources.keys()), new Set(body.terms.map((t) => t.hash)), "the map holds exactly the terms' xorbs");
   const covering = body.terms.map((term) => {
-    const found = (sources.get(term.hash) ?? []).filter((s) => s.chunks.start <= term.range.start && term.range.end <= s.chunks.end);
+    const found = (sources.get(term.hash) ?? []).filter((source) => coversTerm(source, term));
     assert.equal(found.length, 1, "every term is covered by exactly one range");
     return found[0];
   });

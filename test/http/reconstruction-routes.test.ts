@@ -7,16 +7,17 @@ import { gunzipSync } from "node:zlib";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier, type CasTokenRequest } from "../../src/auth/cas-token.js";
-import type { ByteRange, RangeUrlSigner } from "../../src/cas/reconstruction.js";
+import type { RangeUrlSigner } from "../../src/cas/reconstruction.js";
+import type { ByteRange } from "../../src/format/ranges.js";
 import { hashFromHex, hashToHex, ZERO_HASH, type Hash } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
-import { validateXorb } from "../../src/format/xorb.js";
 import { createHttpApp } from "../../src/http/app.js";
 import { registerCasAuth } from "../../src/http/cas-auth.js";
 import { createLogger } from "../../src/http/logging.js";
 import { acceptsGzip, GZIP_MIN_BODY_BYTES, registerReconstructionRoutes } from "../../src/http/reconstruction-routes.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import { xorbRecordOf } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector, splitmix64Bytes } from "../helpers/vectors.js";
 
 const vector = loadVector("reconstruction.json");
@@ -52,16 +53,6 @@ let shardSeed = 1n;
 
 async function register(repoId: number, files: FileRecord[]): Promise<void> {
   await metadata.registerShard({ shardHash: splitmix64Bytes(shardSeed++, 32), repoId, files, dedupEntries: [] });
-}
-
-function xorbRecordOf(body: Uint8Array): XorbRecord {
-  const info = validateXorb(body);
-  return {
-    hash: info.hash,
-    serializedLength: info.serializedLength,
-    uncompressedLength: info.uncompressedLength,
-    chunks: info.chunks.map((c) => ({ hash: c.hash, uncompressedLength: c.uncompressedLength, serializedEnd: c.serializedEnd })),
-  };
 }
 
 async function buildApp(v2Reconstruction: "on" | "501"): Promise<FastifyInstance> {

@@ -9,7 +9,8 @@ import { pipeline } from "node:stream/promises";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { CasTokenVerifier } from "../../src/auth/cas-token.js";
-import { HmacTransferUrls, type ByteRange } from "../../src/auth/transfer-url.js";
+import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
+import { byteRange, type ByteRange } from "../../src/format/ranges.js";
 import { hashFromHex, type Hash } from "../../src/format/hash.js";
 import { createHttpApp } from "../../src/http/app.js";
 import { registerCasAuth } from "../../src/http/cas-auth.js";
@@ -26,9 +27,9 @@ const XORB = hashFromHex("ab".repeat(32));
 const MISSING_XORB = hashFromHex("cd".repeat(32));
 const XORB_BYTES = randomBytes(300_000);
 const RANGES: ByteRange[] = [
-  { start: 0, end: 99 },
-  { start: 1000, end: 65_535 },
-  { start: 200_000, end: 299_999 },
+  byteRange(0, 99),
+  byteRange(1000, 65_535),
+  byteRange(200_000, 299_999),
 ];
 
 /** A BlobStore that counts bytes handed out and read streams still open (fd not yet closed). */
@@ -146,8 +147,8 @@ describe("multipartByteRanges", () => {
     const object = randomBytes(1000);
     const built = multipartByteRanges({
       ranges: [
-        { start: 0, end: 9 },
-        { start: 500, end: 599 },
+        byteRange(0, 9),
+        byteRange(500, 599),
       ],
       totalSize: 1000,
       boundary: "xet_multipart_boundary",
@@ -170,7 +171,7 @@ describe("multipartByteRanges", () => {
   });
 
   it("uses a fresh random boundary per body", () => {
-    const options = { ranges: [{ start: 0, end: 0 }], totalSize: 1, openPart: async () => Readable.from([Buffer.alloc(1)]) };
+    const options = { ranges: [byteRange(0, 0)], totalSize: 1, openPart: async () => Readable.from([Buffer.alloc(1)]) };
     const a = multipartByteRanges(options).contentType;
     const b = multipartByteRanges(options).contentType;
     assert.match(a, /^multipart\/byteranges; boundary=castor-[0-9a-f]{32}$/);
@@ -183,7 +184,7 @@ describe("multipartByteRanges", () => {
     let open = 0;
     let maxOpen = 0;
     const built = multipartByteRanges({
-      ranges: [0, 1, 2, 3].map((i) => ({ start: i * 10, end: i * 10 + 4 })),
+      ranges: [0, 1, 2, 3].map((i) => byteRange(i * 10, i * 10 + 4)),
       totalSize: 40,
       openPart: async (range) => {
         opened.push(range.start);
@@ -202,7 +203,7 @@ describe("multipartByteRanges", () => {
 
   it("fails the body when a part's source is short, instead of breaking the Content-Length silently", async () => {
     const built = multipartByteRanges({
-      ranges: [{ start: 0, end: 9 }],
+      ranges: [byteRange(0, 9)],
       totalSize: 10,
       openPart: async () => Readable.from([Buffer.alloc(9)]),
     });
@@ -211,7 +212,7 @@ describe("multipartByteRanges", () => {
 
   it("fails the body when a part cannot be opened, and destroys the open part when destroyed", async () => {
     const failing = multipartByteRanges({
-      ranges: [{ start: 0, end: 9 }],
+      ranges: [byteRange(0, 9)],
       totalSize: 10,
       openPart: async () => {
         throw new Error("disk on fire");
@@ -221,7 +222,7 @@ describe("multipartByteRanges", () => {
 
     const source = new PassThrough();
     source.write(Buffer.alloc(5));
-    const built = multipartByteRanges({ ranges: [{ start: 0, end: 1_000_000 }], totalSize: 2_000_000, openPart: async () => source });
+    const built = multipartByteRanges({ ranges: [byteRange(0, 1_000_000)], totalSize: 2_000_000, openPart: async () => source });
     built.body.once("data", () => built.body.destroy());
     await new Promise((resolve) => built.body.once("close", resolve));
     assert.ok(source.destroyed, "the part's source was destroyed with the body");
@@ -229,9 +230,9 @@ describe("multipartByteRanges", () => {
 
   it("refuses ranges outside the object and bad boundaries", () => {
     const openPart = async () => Readable.from([]);
-    assert.throws(() => multipartByteRanges({ ranges: [{ start: 0, end: 10 }], totalSize: 10, openPart }), RangeError);
+    assert.throws(() => multipartByteRanges({ ranges: [byteRange(0, 10)], totalSize: 10, openPart }), RangeError);
     assert.throws(() => multipartByteRanges({ ranges: [], totalSize: 10, openPart }), RangeError);
-    assert.throws(() => multipartByteRanges({ ranges: [{ start: 0, end: 1 }], totalSize: 10, openPart, boundary: "a b" }), TypeError);
+    assert.throws(() => multipartByteRanges({ ranges: [byteRange(0, 1)], totalSize: 10, openPart, boundary: "a b" }), TypeError);
   });
 });
 
@@ -319,13 +320,13 @@ describe("GET /v1/transfer/{xorb}", () => {
   });
 
   it("answers 404 for a xorb that is not stored", async () => {
-    const response = await get(target(MISSING_XORB, [{ start: 0, end: 9 }]), { range: "bytes=0-9" });
+    const response = await get(target(MISSING_XORB, [byteRange(0, 9)]), { range: "bytes=0-9" });
     assert.equal(response.statusCode, 404);
     assert.match((response.json() as { error: string }).error, /is not stored/);
   });
 
   it("answers 416 with Content-Range bytes */size when a signed range ends beyond the stored object", async () => {
-    const beyond = [{ start: 0, end: 9 }, { start: XORB_BYTES.length - 10, end: XORB_BYTES.length }];
+    const beyond = [byteRange(0, 9), byteRange(XORB_BYTES.length - 10, XORB_BYTES.length)];
     const url = target(XORB, beyond);
     for (const ranges of [beyond, [beyond[1]]]) {
       const response = await get(url, { range: rangeHeader(ranges) });
@@ -359,7 +360,7 @@ describe("GET /v1/transfer/{xorb} over a socket", () => {
   let bigBytes: Buffer;
   let port: number;
   /** Six 10 MiB ranges with gaps: 60 MiB of a 64 MiB blob. */
-  const BIG_RANGES: ByteRange[] = Array.from({ length: 6 }, (_, i) => ({ start: i * 10 * MiB + 512 * 1024, end: (i + 1) * 10 * MiB + 256 * 1024 - 1 }));
+  const BIG_RANGES: ByteRange[] = Array.from({ length: 6 }, (_, i) => byteRange(i * 10 * MiB + 512 * 1024, (i + 1) * 10 * MiB + 256 * 1024 - 1));
 
   before(async () => {
     bigBytes = randomBytes(64 * MiB);
