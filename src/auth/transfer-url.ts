@@ -1,5 +1,5 @@
 /**
- * Signed transfer URLs: castor's answer to XET-PROTOCOL §8.7. Real clients fetch xorb bytes
+ * Signed transfer URLs: castor's answer to docs/protocol.md §8.7. Real clients fetch xorb bytes
  * with no Authorization header, so each URL authorises itself:
  *
  *     {publicUrl}/v1/transfer/{xorb hex}?x={expiry, unix ms}&r={ranges}&s={signature}

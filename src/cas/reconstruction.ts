@@ -1,5 +1,5 @@
 /**
- * File reconstruction planning (XET-PROTOCOL.md §5.5, §8; interface ops 1 and 2), pure: no I/O.
+ * File reconstruction planning (docs/protocol.md §5.5, §8; docs/interface.md §4.1 operations 1 and 2), pure: no I/O.
  *
  * 1. `parseRangeHeader` + `resolveFileRange`: the `Range` header → a byte range of the file
  *    (§8.2). Numbers stay `bigint` until clamped to the file size (clients send ends near 2^64).
@@ -273,7 +273,7 @@ function xorbOfTerm(xorbsByHex: ReadonlyMap<string, PreparedXorb>, xorbHash: Has
 // Planning (§8.3, §8.4)
 
 /**
- * A term of a reconstruction (interface §2.2): chunks [chunkStart, chunkEnd) of `xorb`. Its JSON
+ * A term of a reconstruction (docs/interface.md §2.2): chunks [chunkStart, chunkEnd) of `xorb`. Its JSON
  * and fetch range are built on first use and kept, so a cached file's whole terms are rendered
  * once, not per request.
  */

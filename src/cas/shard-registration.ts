@@ -1,5 +1,5 @@
 /**
- * Shard registration (`POST /v1/shards`, `/v2/shards`; XET-PROTOCOL.md §6.7–§6.8, §7.2): check
+ * Shard registration (`POST /v1/shards`, `/v2/shards`; docs/protocol.md §6.7–§6.8, §7.2): check
  * an uploaded shard against castor's own xorb records, store it, and register its files, their
  * repository link and the global-dedup entries in ONE metadata transaction.
  *
@@ -120,7 +120,7 @@ export interface ShardRegistrationDeps {
 }
 
 /**
- * The smallest chunk a real client cuts anywhere but at the end of a file (XET-PROTOCOL.md §4,
+ * The smallest chunk a real client cuts anywhere but at the end of a file (docs/protocol.md §4,
  * §12: xet-core cuts at ≥ 8,192 bytes, huggingface.js at ≥ 8,128). A file of `size` bytes
  * therefore has at most ⌊size / 8128⌋ + 1 chunks; more references than that are not a file
  * any client produced, only work for the server (the same tiny chunks named over and over).

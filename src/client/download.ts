@@ -1,5 +1,5 @@
 /**
- * Downloading a file by its hash (XET-PROTOCOL.md §8, interface §4.1 operations 1–2):
+ * Downloading a file by its hash (docs/protocol.md §8, docs/interface.md §4.1 operations 1–2):
  *
  * 1. A read token from the hub.
  * 2. The file is reconstructed window by window (256 MiB by default, as xet-core starts):

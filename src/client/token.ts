@@ -32,7 +32,7 @@ export interface CasCredentials {
 
 /** xet-core's refresh margin. */
 export const DEFAULT_REFRESH_MARGIN_SECONDS = 30;
-/** Clients may assume at most this many characters for `accessToken` and `casUrl` (interface §8). */
+/** Clients may assume at most this many characters for `accessToken` and `casUrl` (docs/interface.md §8). */
 const MAX_TOKEN_FIELD_CHARS = 64_000;
 const MAX_TOKEN_RESPONSE_BYTES = 2 * MAX_TOKEN_FIELD_CHARS + 4096;
 const NAME_PART = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;

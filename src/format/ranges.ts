@@ -1,5 +1,5 @@
 /**
- * The ranges of the protocol, and the one chunk table that maps between them (XET-PROTOCOL.md
+ * The ranges of the protocol, and the one chunk table that maps between them (docs/protocol.md
  * §5.5, §8). Three kinds, branded so that one cannot be passed where another is expected —
  * their fields are the same `{start, end}`, and their ends mean different things:
  *

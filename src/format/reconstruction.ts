@@ -1,5 +1,5 @@
 /**
- * The reconstruction answers on the wire (XET-PROTOCOL.md §8.5, §8.6; xet-core's `cas_types`):
+ * The reconstruction answers on the wire (docs/protocol.md §8.5, §8.6; xet-core's `cas_types`):
  * their types, the JSON fragments the server writes them with, and the parser clients read
  * them with — one module, so writer and reader cannot drift apart.
  *

@@ -1,5 +1,5 @@
 /**
- * The transfer route: xorb byte ranges behind signed URLs (XET-PROTOCOL §8.7, DESIGN §4.2).
+ * The transfer route: xorb byte ranges behind signed URLs (docs/protocol.md §8.7, docs/design.md §4.2).
  *
  *     GET  /v1/transfer/{xorb}?x=…&r=…&s=…   Range: bytes=s-e | bytes=s1-e1,s2-e2,…
  *     HEAD /v1/transfer/{xorb}?x=…&r=…&s=…   the same checks and headers, no body

@@ -115,7 +115,7 @@ function assertRangeError(fn: () => unknown, code: ReconstructionError["code"], 
 }
 
 /**
- * Direct port of the reference algorithm (XET-PROTOCOL.md §8.3), walking chunk by chunk: what
+ * Direct port of the reference algorithm (docs/protocol.md §8.3), walking chunk by chunk: what
  * the binary-search planner must agree with.
  */
 function referenceTerms(file: FileRecord, xorbs: Map<string, XorbRecord>, r0: number, r1: number) {
@@ -212,7 +212,7 @@ describe("Range header parsing (http-formats.json range_header_parsing)", () => 
       "bytes=-500": [SIZE - 500, SIZE],
       "bytes=500-100": 416,
       // The vector's reference server answers 416 to a malformed header; castor answers 400
-      // with a message (the brief's choice; XET-PROTOCOL.md §8.2 allows either).
+      // with a message (the brief's choice; docs/protocol.md §8.2 allows either).
       "items=0-1": 400,
       "bytes=0-18446744073709551614": [0, SIZE],
     };
