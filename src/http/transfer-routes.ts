@@ -27,7 +27,6 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { ServerResponse } from "node:http";
-import type { Readable } from "node:stream";
 import { selectRequestedRanges, TransferUrlError, type TransferUrlVerifier } from "../auth/transfer-url.js";
 import type { ByteRange } from "../format/ranges.js";
 import { blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type ByteSpan, type SpanReader } from "../storage/blob-store.js";
