@@ -14,12 +14,11 @@ import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashToHex } from "../../src/format/hash.js";
-import { type ShardFile } from "../../src/format/shard.js";
+import type { ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
-import { runCastor } from "../helpers/cli.js";
 import { downloadAnswer, fileOfChunks, type Answer } from "../helpers/reconstruction-answer.js";
-import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 
 const run = promisify(execFile);
@@ -38,18 +37,6 @@ let readToken: string;
 
 const junkPath = () => join(mountPoint, "junk");
 const tempDir = () => join(server.dataDir, "blobs", "tmp");
-
-async function cli(...args: string[]): Promise<string> {
-  const result = await runCastor(args, { env: { CASTOR_DATA_DIR: server.dataDir } });
-  assert.equal(result.code, 0, result.stderr);
-  return result.stdout.trim().split("\n").at(-1)!;
-}
-
-async function casToken(hubToken: string, access: "read" | "write"): Promise<string> {
-  const response = await fetch(`${server.url}/api/models/alice/bert/cas-${access}-token/main`, { headers: { authorization: `Bearer ${hubToken}` } });
-  assert.equal(response.status, 200, await response.clone().text());
-  return ((await response.json()) as { accessToken: string }).accessToken;
-}
 
 const post = (path: string, body: Uint8Array) => fetch(`${server.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${writeToken}` } });
 const get = (path: string, token: string | null = readToken) =>
@@ -154,10 +141,9 @@ before(async () => {
   await run("mount", ["-t", "tmpfs", "-o", `size=${TMPFS_BYTES}`, "castor-full-disk", mountPoint]);
   mounted = true;
   server = await startCastorServer({ dataDir: join(mountPoint, "data"), env: { CASTOR_MIN_FREE_BYTES: String(MIN_FREE_BYTES) } });
-  await cli("repo", "create", "model", "alice/bert");
-  const hubToken = await cli("token", "create", "--repo", "model:alice/bert", "--access", "write");
-  writeToken = await casToken(hubToken, "write");
-  readToken = await casToken(hubToken, "read");
+  const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/bert" });
+  writeToken = (await fixture.casToken("write")).accessToken;
+  readToken = (await fixture.casToken("read")).accessToken;
   assert.equal((await uploadXorb(stored)).status, 200);
   const registered = await post("/v1/shards", shardOf([storedFile]));
   assert.equal(await registered.text(), '{"result":1}');
