@@ -33,8 +33,16 @@ interface Connection {
   closed: Promise<number>;
 }
 
+/** Every connection a test opened, closed by the suites' `after` even when a test failed midway (else a stalled server never stops). */
+const openSockets = new Set<Socket>();
+function closeConnections(): void {
+  for (const socket of openSockets) socket.destroy();
+  openSockets.clear();
+}
+
 async function connect(server: ServerProcess, options: { read?: boolean } = {}): Promise<Connection> {
   const socket = await openSocket(Number(new URL(server.url).port));
+  openSockets.add(socket);
   const opened = Date.now();
   let text = "";
   // A socket that is not read: the kernel's buffers fill and the server's writes stall.
@@ -113,7 +121,10 @@ describe("request timeouts", () => {
     });
     token = await writeToken(server);
   });
-  after(() => server?.stop());
+  after(async () => {
+    closeConnections();
+    await server?.stop();
+  });
 
   it("closes a connection whose headers arrive one line at a time, with 408", async () => {
     const connection = await connect(server);
@@ -176,7 +187,10 @@ describe("stalled shard uploads", () => {
     server = await startCastorServer({ env: { CASTOR_BODY_TIMEOUT: "4", CASTOR_BODY_MIN_RATE: "1024" } });
     token = await writeToken(server);
   });
-  after(() => server?.stop());
+  after(async () => {
+    closeConnections();
+    await server?.stop();
+  });
 
   it(`hold memory by bytes received, not bytes announced, and are cut by the body timeout (${UPLOADS} × 65 MiB announced)`, async (t) => {
     const rssBefore = await residentBytes(server);
@@ -223,7 +237,10 @@ describe("answers the client does not read", () => {
     xorbBytes = xorb.bytes.length;
     url = urls.sign(xorb.info.hash, [byteRange(0, xorb.bytes.length - 1)]);
   });
-  after(() => server?.stop());
+  after(async () => {
+    closeConnections();
+    await server?.stop();
+  });
 
   it(`are cut by the send timeout and release their descriptors (${DOWNLOADS} downloads never read)`, async (t) => {
     const descriptorsBefore = await openDescriptors(server);
@@ -261,6 +278,7 @@ describe("shutdown with a stalled client", () => {
       await server.waitForLog((line) => line.msg === "requests still in progress after the shutdown grace: closing their connections");
       assert.deepEqual(await stagedFiles(server), [], "the stalled upload's staged file was removed");
     } finally {
+      closeConnections();
       await server.stop("SIGKILL");
     }
   });
