@@ -125,14 +125,14 @@ export interface ShardRegistrationDeps {
  * therefore has at most ⌊size / 8128⌋ + 1 chunks; more references than that are not a file
  * any client produced, only work for the server (the same tiny chunks named over and over).
  */
-export const MIN_CLIENT_CHUNK_BYTES = 8128;
+const MIN_CLIENT_CHUNK_BYTES = 8128;
 
 /**
  * Chunks a file may reference beyond that bound. Files of synthetic tests, the protocol's own
  * vectors among them, are made of a few tiny chunks (3 chunks in 3,565 bytes); this many extra
  * references cost nothing worth attacking.
  */
-export const SMALL_FILE_CHUNK_ALLOWANCE = 64;
+const SMALL_FILE_CHUNK_ALLOWANCE = 64;
 
 /**
  * How long validation runs before it yields to the event loop, so heartbeats and other
@@ -276,7 +276,7 @@ function requireVerification(files: readonly ParsedShardFile[]): void {
  * smallest chunk real clients cut (plus a small allowance), and all files together at most
  * `maxChunkReferences`.
  */
-export function checkChunkReferences(files: readonly ParsedShardFile[], maxChunkReferences: number): void {
+function checkChunkReferences(files: readonly ParsedShardFile[], maxChunkReferences: number): void {
   let total = 0;
   for (let index = 0; index < files.length; index++) {
     const file = files[index];
