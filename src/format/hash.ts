@@ -31,18 +31,23 @@ const HEX_DIGITS = "0123456789abcdef";
  * digits — i.e. every group's bytes reversed, then hex-dumped (§2).
  */
 export function hashToHex(hash: Hash): string {
-  if (hash.length !== HASH_BYTES) throw new RangeError(`a hash has ${HASH_BYTES} bytes, got ${hash.length}`);
   // Written into a scratch buffer and read out as one flat string: appending digit by digit
   // builds a chain of 64 intermediate strings, and this runs for every term of every shard.
-  let at = 0;
+  const end = writeHashHex(hash, hexScratch, 0);
+  return hexScratch.toString("latin1", 0, end);
+}
+
+/** Writes the string form of `hash` as ASCII into `out` at `at`; returns the offset after it. */
+function writeHashHex(hash: Hash, out: Uint8Array, at: number): number {
+  if (hash.length !== HASH_BYTES) throw new RangeError(`a hash has ${HASH_BYTES} bytes, got ${hash.length}`);
   for (let group = 0; group < HASH_BYTES; group += 8) {
     for (let i = 7; i >= 0; i--) {
       const b = hash[group + i];
-      hexScratch[at++] = HEX_PAIRS[2 * b];
-      hexScratch[at++] = HEX_PAIRS[2 * b + 1];
+      out[at++] = HEX_PAIRS[2 * b];
+      out[at++] = HEX_PAIRS[2 * b + 1];
     }
   }
-  return hexScratch.toString("latin1", 0, 2 * HASH_BYTES);
+  return at;
 }
 
 /** ASCII codes of the two hex digits of every byte value. */
@@ -176,22 +181,12 @@ const nodeText = Buffer.alloc(MAX_GROUP * MAX_CHILD_LINE_BYTES);
  * The text is written byte by byte into one reused buffer rather than built as a string: a
  * file hash visits every chunk of a file through here, and this is several times faster.
  */
-export function internalNodeHash(children: readonly MerkleEntry[], start = 0, end = children.length): MerkleEntry {
-  if (end - start > MAX_GROUP) throw new RangeError(`a merkle node has at most ${MAX_GROUP} children, got ${end - start}`);
+export function internalNodeHash(children: readonly MerkleEntry[]): MerkleEntry {
+  if (children.length > MAX_GROUP) throw new RangeError(`a merkle node has at most ${MAX_GROUP} children, got ${children.length}`);
   let at = 0;
   let size = 0;
-  for (let c = start; c < end; c++) {
-    const child = children[c];
-    const hash = child.hash;
-    if (hash.length !== HASH_BYTES) throw new RangeError(`a hash has ${HASH_BYTES} bytes, got ${hash.length}`);
-    // The string form of §2: each 8-byte group reversed, then hex.
-    for (let group = 0; group < HASH_BYTES; group += 8) {
-      for (let i = 7; i >= 0; i--) {
-        const b = hash[group + i];
-        nodeText[at++] = HEX_PAIRS[2 * b];
-        nodeText[at++] = HEX_PAIRS[2 * b + 1];
-      }
-    }
+  for (const child of children) {
+    at = writeHashHex(child.hash, nodeText, at);
     nodeText[at++] = 0x20; // " : "
     nodeText[at++] = 0x3a;
     nodeText[at++] = 0x20;
@@ -301,9 +296,7 @@ export function fileHashOf(builder: MerkleTreeBuilder, salt: Uint8Array = ZERO_H
 
 /** Term verification hash: BLAKE3_keyed(VERIFICATION_KEY, raw chunk hashes concatenated) (§3.6). */
 export function verificationHash(chunkHashes: readonly Hash[]): Hash {
-  verificationHasher.start();
-  for (const hash of chunkHashes) verificationHasher.update(hash);
-  return verificationHasher.digest();
+  return verificationHashOf(chunkHashes.length, (i) => chunkHashes[i]);
 }
 
 /**
