@@ -16,6 +16,7 @@
  */
 import { FormatError } from "./errors.js";
 import { HASH_BYTES, hashToHex, type Hash } from "./hash.js";
+import { runToEnd } from "./steps.js";
 
 /** "HFRepoMetaData", NUL, then 17 fixed magic bytes; real clients compare all 32 (§6.2). */
 export const SHARD_TAG: Uint8Array = Uint8Array.from([
@@ -194,13 +195,6 @@ export function* parseUploadShardInSteps(bytes: Uint8Array): Generator<void, Par
   return { declaredFooterSize, ...sections };
 }
 
-/** Drives a stepwise parser to its end in one go. */
-function runToEnd<T>(steps: Generator<void, T, void>): T {
-  for (;;) {
-    const next = steps.next();
-    if (next.done) return next.value;
-  }
-}
 
 /** Counts records read and says when a step is complete. */
 class StepCounter {
@@ -533,32 +527,22 @@ export function canonicalizeShardHeader(body: Uint8Array): void {
 
 /** Zeroes the reserved bytes of one parsed file block of `body`. */
 export function canonicalizeFileBlock(body: Uint8Array, file: ParsedShardFile): void {
-  const recordAt = (view: Uint8Array) => view.byteOffset - body.byteOffset;
-  const header = recordAt(file.fileHash);
-  body.fill(0, header + 40, header + 48);
-  for (const term of file.terms) {
-    const at = recordAt(term.xorbHash);
-    body.fill(0, at + 32, at + 36);
-  }
-  for (const rangeHash of file.verificationHashes ?? []) {
-    const at = recordAt(rangeHash);
-    body.fill(0, at + 32, at + 48);
-  }
-  if (file.sha256 !== null) {
-    const at = recordAt(file.sha256);
-    body.fill(0, at + 32, at + 48);
-  }
+  zeroInRecord(body, file.fileHash, 40, 48);
+  for (const term of file.terms) zeroInRecord(body, term.xorbHash, 32, 36);
+  for (const rangeHash of file.verificationHashes ?? []) zeroInRecord(body, rangeHash, 32, 48);
+  if (file.sha256 !== null) zeroInRecord(body, file.sha256, 32, 48);
 }
 
 /** Zeroes num_bytes_on_disk and the reserved bytes of one parsed xorb block of `body`. */
 export function canonicalizeXorbBlock(body: Uint8Array, xorb: ShardXorb): void {
-  const recordAt = (view: Uint8Array) => view.byteOffset - body.byteOffset;
-  const header = recordAt(xorb.xorbHash);
-  body.fill(0, header + 44, header + 48);
-  for (const chunk of xorb.chunks) {
-    const at = recordAt(chunk.hash);
-    body.fill(0, at + 44, at + 48);
-  }
+  zeroInRecord(body, xorb.xorbHash, 44, 48);
+  for (const chunk of xorb.chunks) zeroInRecord(body, chunk.hash, 44, 48);
+}
+
+/** Zeroes bytes [from, to) of the record of `body` that starts with the hash `record` (a view into `body`). */
+function zeroInRecord(body: Uint8Array, record: Hash, from: number, to: number): void {
+  const at = record.byteOffset - body.byteOffset;
+  body.fill(0, at + from, at + to);
 }
 
 /** True when the chunk entry carries the writer's global-dedup hint. */

@@ -7,8 +7,8 @@ import { bytesToPlainHex, hashToHex, type Hash } from "../../format/hash.js";
 import { checkHash, packXorbRecord, storedHash, type FileRecord, type ShardRegistration, type XorbRecord, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { InvalidRecordError } from "../errors.js";
 import type { SqliteConnection } from "./connection.js";
-import { configureConnection } from "./schema.js";
-import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps, runAllSteps, type ShardStatements } from "./shard-registration.js";
+import { runToEnd } from "../../format/steps.js";
+import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps, type ShardStatements } from "./shard-registration.js";
 
 /** Hashes per `getXorbs` query; batch sizes are powers of two up to this, so few statements exist. */
 const XORB_BATCH_MAX = 256;
@@ -56,7 +56,7 @@ export class SqliteCasRecords {
   constructor(private readonly connection: SqliteConnection) {
     this.db = connection.db;
     this.sql = prepareCasStatements(this.db);
-    this.bulkShards = new BulkShardWriter(connection.path, configureConnection);
+    this.bulkShards = new BulkShardWriter(connection.path);
   }
 
   /** `SELECT … WHERE hash IN (?, …)` with `size` placeholders, prepared on first use. */
@@ -108,7 +108,7 @@ export class SqliteCasRecords {
     checkHash(shardHash, "shard hash");
     if (!Number.isSafeInteger(repoId)) throw new InvalidRecordError(`repository id must be an integer, got ${String(repoId)}`);
     if (fitsOneStep(registration)) {
-      return this.connection.write(() => this.db.transaction(() => runAllSteps(registrationSteps(this.sql, registration))).immediate());
+      return this.connection.write(() => this.db.transaction(() => runToEnd(registrationSteps(this.sql, registration))).immediate());
     }
     return this.connection.writeExclusively(() => this.bulkShards.register(registration));
   }

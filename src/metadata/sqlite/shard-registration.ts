@@ -11,16 +11,14 @@
  *   every step. It is still one transaction: readers on the main connection see the shard
  *   all at once when it commits (WAL snapshot isolation), and a failure rolls all of it back.
  *   While it is open it holds SQLite's write lock, so the store's other writes wait for it
- *   (`SqliteMetadataStore.write`) instead of meeting SQLITE_BUSY.
+ *   (`SqliteConnection.write`) instead of meeting SQLITE_BUSY.
  */
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import Database from "better-sqlite3";
 import { bytesToPlainHex } from "../../format/hash.js";
 import { checkHash, packFileRecord, type ShardRegistration } from "../cas.js";
 import { NotFoundError } from "../errors.js";
-
-/** How long a write waits for another process's write lock before SQLITE_BUSY (as the main connection). */
-const BUSY_TIMEOUT_MS = 5000;
+import { BUSY_TIMEOUT_MS, configureConnection } from "./schema.js";
 
 /** Rows written between two pauses: a few milliseconds of inserts. */
 export const ROWS_PER_STEP = 2_000;
@@ -96,13 +94,6 @@ export function* registrationSteps(sql: ShardStatements, registration: ShardRegi
   return isNew;
 }
 
-/** Runs steps to their end without pausing (inside a synchronous transaction). */
-export function runAllSteps<T>(steps: Generator<void, T, void>): T {
-  for (;;) {
-    const next = steps.next();
-    if (next.done) return next.value;
-  }
-}
 
 /**
  * The second connection large registrations are written on, opened on first use. Its
@@ -112,11 +103,7 @@ export function runAllSteps<T>(steps: Generator<void, T, void>): T {
 export class BulkShardWriter {
   private connection: { db: Database.Database; sql: ShardStatements } | null = null;
 
-  constructor(
-    private readonly path: string,
-    /** Applies the store's per-connection settings. */
-    private readonly configure: (db: Database.Database) => void,
-  ) {}
+  constructor(private readonly path: string) {}
 
   /** Writes the registration in one transaction, yielding to the event loop between steps. */
   async register(registration: ShardRegistration): Promise<boolean> {
@@ -148,7 +135,7 @@ export class BulkShardWriter {
       // The main connection created the file and its schema and set WAL mode (a property of
       // the database file). Its busy timeout applies: another process may hold the write lock.
       const db = new Database(this.path, { timeout: BUSY_TIMEOUT_MS });
-      this.configure(db);
+      configureConnection(db);
       this.connection = { db, sql: prepareShardStatements(db) };
     }
     return this.connection;
