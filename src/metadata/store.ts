@@ -45,6 +45,16 @@ export interface Repo {
   /** `namespace/name`. */
   name: string;
   createdAt: Date;
+  /** Private repositories are seen only by tokens that cover them; public ones are readable by anyone. */
+  private: boolean;
+}
+
+/** What a repository starts with: its visibility and the initial commit `main` points at. */
+export interface RepoInit {
+  private: boolean;
+  commit: CommitRecord;
+  /** The initial commit's (empty) root tree. */
+  tree: TreeRecord;
 }
 
 export type RevisionKind = "branch" | "tag";
@@ -55,7 +65,78 @@ export interface Revision {
   name: string;
   kind: RevisionKind;
   createdAt: Date;
+  /**
+   * The commit the branch or tag points at. null only for revisions made before castor kept
+   * histories (and by `createRepo` without a `RepoInit`); the hub gives those an initial commit.
+   */
+  commitOid: string | null;
 }
+
+/**
+ * One entry of a git tree as castor keeps it: git's own fields (name, kind, object id) plus
+ * what listings need without opening the blob. Git orders entries by name with directories
+ * compared as `name/`; the hub keeps that order and the store returns entries as given.
+ */
+export type TreeEntry = TreeDirectoryEntry | TreeFileEntry;
+
+export interface TreeDirectoryEntry {
+  type: "directory";
+  /** One path segment. */
+  name: string;
+  /** The git tree id (40 hex). */
+  oid: string;
+}
+
+export interface TreeFileEntry {
+  type: "file";
+  name: string;
+  /** The git blob id (40 hex): of the content for inline files, of the LFS pointer for Xet-stored ones. */
+  oid: string;
+  /** Bytes of the file's content (not of its pointer). */
+  size: number;
+  /** SHA-256 of the content (64 hex): the blob-store key of inline content, the LFS oid of Xet-stored files. */
+  sha256: string;
+  /** Xet file hash (64 hex) of a Xet-stored file; null for inline files. */
+  xetHash: string | null;
+}
+
+/** A git tree of one repository; `oid` is git's id of the tree object that `entries` serialize to. */
+export interface TreeRecord {
+  oid: string;
+  entries: TreeEntry[];
+}
+
+/** A git commit of one repository. Immutable: clients cache by commit id forever. */
+export interface CommitRecord {
+  /** git's id of `object` (40 hex). */
+  oid: string;
+  treeOid: string;
+  /** Empty for a repository's initial commit. */
+  parentOids: string[];
+  /** The message's first line (the commit's `summary`). */
+  title: string;
+  /** The whole message as written into the object. */
+  message: string;
+  /** The user name recorded as author and committer. */
+  author: string;
+  /** Whole seconds, git's resolution. */
+  createdAt: Date;
+  /** The commit object's text (without git's `commit <length>\0` header); hashing it gives `oid`. */
+  object: string;
+}
+
+/** A commit to apply to a branch, atomically, only if the branch still points at `expectedHead`. */
+export interface BranchAdvance {
+  repoId: number;
+  branch: string;
+  expectedHead: string | null;
+  commit: CommitRecord;
+  /** The trees the commit introduces; trees the repository already has may be included and are kept once. */
+  trees: TreeRecord[];
+}
+
+/** `moved`: the branch no longer points at `expectedHead` (nothing written); `no_branch`: no such branch (or it is a tag). */
+export type BranchAdvanceOutcome = "advanced" | "moved" | "no_branch";
 
 export interface HubToken {
   /** Public identifier shown by `token list` and used by `token revoke` (not the secret). */
@@ -70,29 +151,61 @@ export interface HubToken {
   expiresAt: Date | null;
   /** null = active. */
   revokedAt: Date | null;
+  /** The user the token acts for (`whoami`'s name, author of its commits); null for tokens made before castor had users. */
+  owner: string | null;
+  /**
+   * Namespaces the token covers wholly, repositories created later included; a write token may
+   * create repositories in them. Ascending, no duplicates.
+   */
+  namespaces: string[];
 }
 
-export type NewHubToken = Omit<HubToken, "createdAt" | "revokedAt">;
+export type NewHubToken = Omit<HubToken, "createdAt" | "revokedAt" | "owner" | "namespaces"> & {
+  owner?: string | null;
+  namespaces?: string[];
+};
 
 export { AlreadyExistsError, CorruptRecordError, InvalidRecordError, NotFoundError } from "./errors.js";
 
 /** The hub's records: repositories, their revisions, hub tokens. */
 export interface HubMetadataStore {
-  /** Creates the repository and its `main` branch atomically. AlreadyExistsError if present. */
-  createRepo(type: RepoType, name: string): Promise<Repo>;
+  /**
+   * Creates the repository and its `main` branch atomically; with `init`, also its initial tree
+   * and commit, which `main` points at. Without `init` the repository is private and `main` has
+   * no commit. AlreadyExistsError if present.
+   */
+  createRepo(type: RepoType, name: string, init?: RepoInit): Promise<Repo>;
   getRepo(type: RepoType, name: string): Promise<Repo | null>;
   getRepoById(id: number): Promise<Repo | null>;
   /** Every repository, in creation order. */
   listRepos(): Promise<Repo[]>;
+  /** false when there is no repository with that id. */
+  setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean>;
+  /**
+   * Deletes the repository with everything that is only its: revisions, commits, trees, its
+   * token links, file links and SHA-256 index. false when there is no repository with that id.
+   */
+  deleteRepo(repoId: number): Promise<boolean>;
 
   /**
    * AlreadyExistsError if the repository already has a revision of that name (whatever its
    * kind); NotFoundError if there is no repository with that id.
    */
-  createRevision(repoId: number, name: string, kind: RevisionKind): Promise<Revision>;
+  createRevision(repoId: number, name: string, kind: RevisionKind, commitOid?: string | null): Promise<Revision>;
+  /** false when the repository has no revision of that name. */
+  deleteRevision(repoId: number, name: string): Promise<boolean>;
   getRevision(repoId: number, name: string): Promise<Revision | null>;
   /** The repository's revisions in creation order (`main` first); empty for an unknown id. */
   listRevisions(repoId: number): Promise<Revision[]>;
+
+  getCommit(repoId: number, oid: string): Promise<CommitRecord | null>;
+  getTree(repoId: number, oid: string): Promise<TreeRecord | null>;
+  /**
+   * Stores the commit and its trees and moves the branch to it, all in one transaction, if the
+   * branch still points at `expectedHead`; otherwise writes nothing. Also how a legacy branch
+   * (commitOid null) gets its first commit.
+   */
+  advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome>;
 
   /**
    * Stores the token and its repository links atomically. Duplicate repository ids collapse.

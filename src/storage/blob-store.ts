@@ -20,7 +20,11 @@ import type { Readable, Writable } from "node:stream";
 import { finished } from "node:stream/promises";
 import { hashToHex, type Hash } from "../format/hash.js";
 
-export const BLOB_KINDS = ["xorbs", "shards"] as const;
+/**
+ * `xorbs` and `shards` are keyed by their Merkle hash; `inline` holds the content of files a hub
+ * commit stores inline (small text files), keyed by the content's SHA-256.
+ */
+export const BLOB_KINDS = ["xorbs", "shards", "inline"] as const;
 export type BlobKind = (typeof BLOB_KINDS)[number];
 
 declare const blobKeyBrand: unique symbol;
@@ -28,7 +32,7 @@ declare const blobKeyBrand: unique symbol;
 export type BlobKey = string & { readonly [blobKeyBrand]: true };
 
 export type BlobStoreErrorCode =
-  /** The key (or list prefix) is not of the form `xorbs/<hex>` / `shards/<hex>`. */
+  /** The key (or list prefix) is not of the form `xorbs/<hex>`, `shards/<hex>` or `inline/<hex>`. */
   | "invalid_key"
   /** Reading an object that does not exist. */
   | "not_found"
@@ -53,7 +57,7 @@ export function isBlobStoreError(err: unknown, code?: BlobStoreErrorCode): err i
   return err instanceof BlobStoreError && (code === undefined || err.code === code);
 }
 
-const KEY_RE = /^(xorbs|shards)\/([0-9a-f]{64})$/;
+const KEY_RE = /^(xorbs|shards|inline)\/([0-9a-f]{64})$/;
 const MAX_SHOWN_INPUT = 80;
 
 /** Quotes untrusted text for an error message without letting it inject lines or megabytes. */
@@ -72,7 +76,7 @@ export function parseBlobKey(text: unknown): BlobKey {
   if (!isBlobKey(text)) {
     throw new BlobStoreError(
       "invalid_key",
-      `invalid blob key ${showInput(text)}: expected "xorbs/<hash>" or "shards/<hash>" with a 64-character lowercase hexadecimal hash`,
+      `invalid blob key ${showInput(text)}: expected "xorbs/<hash>", "shards/<hash>" or "inline/<sha256>" with a 64-character lowercase hexadecimal hash`,
     );
   }
   return text;
@@ -109,7 +113,7 @@ export function parseKeyPrefix(prefix: unknown): string {
   }
   throw new BlobStoreError(
     "invalid_key",
-    `invalid blob key prefix ${showInput(prefix)}: it must be the start of "xorbs/<hash>" or "shards/<hash>" (lowercase hexadecimal)`,
+    `invalid blob key prefix ${showInput(prefix)}: it must be the start of "xorbs/<hash>", "shards/<hash>" or "inline/<sha256>" (lowercase hexadecimal)`,
   );
 }
 

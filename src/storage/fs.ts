@@ -3,6 +3,7 @@
  *
  *   <root>/xorbs/<first 2 hex>/<64 hex>     published objects, read-only
  *   <root>/shards/<first 2 hex>/<64 hex>
+ *   <root>/inline/<first 2 hex>/<64 hex>    content of files hub commits store inline (by SHA-256)
  *   <root>/tmp/<uuid>.part                  bodies being written; swept at start-up
  *
  * The two-hex fan-out keeps each folder to ~1/256 of the objects of its kind.

@@ -4,6 +4,7 @@
  *
  *   <prefix>xorbs/<64 hex>          published objects
  *   <prefix>shards/<64 hex>
+ *   <prefix>inline/<64 hex>         content of files hub commits store inline (by SHA-256)
  *   <prefix>castor-probe/<uuid>     short-lived objects of the start-up capability probe
  *
  * This file opens the store and maps the `BlobStore` methods onto its parts:

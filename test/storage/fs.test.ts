@@ -46,7 +46,7 @@ describe("FsBlobStore", () => {
       const path = join(root, "xorbs", "ab", hex);
       assert.ok((await readFile(path)).equals(body));
       assert.equal((await stat(path)).mode & 0o222, 0, "published objects must not be writable");
-      assert.deepEqual((await readdir(root)).sort(), ["shards", "tmp", "xorbs"]);
+      assert.deepEqual((await readdir(root)).sort(), ["inline", "shards", "tmp", "xorbs"]);
       assert.deepEqual(await readdir(join(root, "xorbs")), ["ab"]);
       assert.deepEqual(await readdir(join(root, "shards")), ["07"]);
     }));
