@@ -52,6 +52,12 @@ export interface CastorConfig {
   /** Chunk references a shard's files may make in all (CASTOR_MAX_SHARD_CHUNK_REFS). */
   maxShardChunkRefs: number;
   /**
+   * Hub uploads: files of at least this many bytes (or binary ones) go through Xet, smaller
+   * text files travel inside the commit (CASTOR_HUB_INLINE_MAX_BYTES); also the largest file a
+   * commit may carry inline.
+   */
+  hubInlineMaxBytes: number;
+  /**
    * `/readyz` fails while the data dir's filesystem has this many bytes available or fewer: a
    * disk that full cannot take uploads (and the SQLite file and upload staging live there).
    */
@@ -74,6 +80,9 @@ export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
  */
 export const DEFAULT_MAX_SHARD_CHUNK_REFS = 1 << 24;
 /** Room for a few uploads' staging writes and SQLite's WAL; far below any real volume's size. */
+/** 10 MiB, the Hub's own threshold for files that go to large-file storage. */
+export const DEFAULT_HUB_INLINE_MAX_BYTES = 10 * 1024 * 1024;
+
 export const DEFAULT_MIN_FREE_BYTES = 16 * MiB;
 /** Long enough for an upload or download in progress to finish; short enough for a rolling restart. */
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
@@ -100,6 +109,7 @@ export const SETTINGS = [
   "CASTOR_MAX_XORB_BYTES",
   "CASTOR_MAX_SHARD_BYTES",
   "CASTOR_MAX_SHARD_CHUNK_REFS",
+  "CASTOR_HUB_INLINE_MAX_BYTES",
   "CASTOR_MIN_FREE_BYTES",
   "CASTOR_TRANSFER_MODE",
   "CASTOR_HEADER_TIMEOUT",
@@ -195,6 +205,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BODY_BYTES)),
     maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
     maxShardChunkRefs: positiveInt("CASTOR_MAX_SHARD_CHUNK_REFS", get("CASTOR_MAX_SHARD_CHUNK_REFS") ?? String(DEFAULT_MAX_SHARD_CHUNK_REFS)),
+    hubInlineMaxBytes: positiveInt("CASTOR_HUB_INLINE_MAX_BYTES", get("CASTOR_HUB_INLINE_MAX_BYTES") ?? String(DEFAULT_HUB_INLINE_MAX_BYTES)),
     minFreeBytes: nonNegativeInt("CASTOR_MIN_FREE_BYTES", get("CASTOR_MIN_FREE_BYTES") ?? String(DEFAULT_MIN_FREE_BYTES)),
     transferMode,
     limits: {

@@ -17,7 +17,8 @@ import { DedupService } from "./cas/dedup.js";
 import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
 import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
-import { HubService } from "./hub/index.js";
+import { HubError, HubService } from "./hub/index.js";
+import { HubRepositories } from "./hub/repositories.js";
 import { buildCastorApp, SPOOL_DIR_NAME } from "./http/app.js";
 import { sweepSpool } from "./http/body-spool.js";
 import { createLogger } from "./http/logging.js";
@@ -85,6 +86,13 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       limits: config.limits,
       store,
       hub: new HubService(store),
+      hubRepos: new HubRepositories(store, { inlineMaxBytes: config.hubInlineMaxBytes }),
+      hubInlineMaxBytes: config.hubInlineMaxBytes,
+      xetFiles: {
+        read: () => {
+          throw new HubError(501, "downloading Xet-stored files over plain HTTP is not available yet: use hf_xet");
+        },
+      },
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
       verifier: new CasTokenVerifier(keys.jwtPublicKey),
       publicUrl,

@@ -15,15 +15,16 @@ import {
 
 const USAGE = `Usage: castor repo <create|list> …
 
-  castor repo create TYPE NAMESPACE/NAME   create a repository and its main branch
+  castor repo create TYPE NAMESPACE/NAME   create a repository and its main branch [--public]
   castor repo list                         list repositories
 
 Run 'castor repo create --help' for details.
 `;
 
-const CREATE_USAGE = `Usage: castor repo create TYPE NAMESPACE/NAME [--data-dir DIR]
+const CREATE_USAGE = `Usage: castor repo create TYPE NAMESPACE/NAME [--public] [--data-dir DIR]
 
-Creates a repository and its main branch.
+Creates a repository and its main branch (with an empty initial commit). Repositories are
+private unless --public: anyone, without a token, may read a public one.
 
   TYPE             model, dataset or space
   NAMESPACE/NAME   e.g. alice/bert: letters, digits, '.', '_', '-' (each part ≤ 96 characters)
@@ -44,15 +45,15 @@ export function run(argv: string[]): Promise<number> {
 
 function create(argv: string[]): Promise<number> {
   return runCommand("repo create", async () => {
-    const args = parseCommandLine(argv, {});
+    const args = parseCommandLine(argv, { public: { type: "boolean" } });
     if (args.help) return help(CREATE_USAGE);
     const [type, name] = expectPositionals(args.positionals, ["TYPE", "NAMESPACE/NAME"]);
     // Checked before the database is opened, so a typo creates no data folder.
     requireRepoType(type);
     requireRepoName(name);
     const config = loadConfig(process.env, args.configFlags);
-    const repo = await withHub(config, (hub) => hub.createRepo(type, name));
-    process.stdout.write(`Created repository ${formatRepoRef(repo)} with branch main.\n`);
+    const repo = await withHub(config, (hub) => hub.createRepo(type, name, { private: args.values.public !== true }));
+    process.stdout.write(`Created ${repo.private ? "private" : "public"} repository ${formatRepoRef(repo)} with branch main.\n`);
     return EXIT_OK;
   });
 }
@@ -69,8 +70,8 @@ function list(argv: string[]): Promise<number> {
     }
     process.stdout.write(
       formatTable(
-        ["TYPE", "NAME", "CREATED"],
-        repos.map((repo) => [repo.type, repo.name, formatTime(repo.createdAt)]),
+        ["TYPE", "NAME", "VISIBILITY", "CREATED"],
+        repos.map((repo) => [repo.type, repo.name, repo.private ? "private" : "public", formatTime(repo.createdAt)]),
       ),
     );
     return EXIT_OK;

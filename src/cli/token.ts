@@ -20,21 +20,29 @@ import {
 
 const USAGE = `Usage: castor token <create|list|revoke> …
 
-  castor token create (--repo TYPE:NS/NAME[,…] | --all-repos) --access read|write [--expires D]
+  castor token create [--user NAME] (--repo TYPE:NS/NAME[,…] | --namespace NS[,…] | --all-repos)
+                      --access read|write [--expires D]
   castor token list
   castor token revoke ID
 
 Run 'castor token create --help' for details.
 `;
 
-const CREATE_USAGE = `Usage: castor token create (--repo TYPE:NS/NAME[,…] | --all-repos) --access read|write [--expires D]
+const CREATE_USAGE = `Usage: castor token create [--user NAME] (--repo TYPE:NS/NAME[,…] | --namespace NS[,…] | --all-repos)
+                           --access read|write [--expires D]
 
 Creates a hub token and prints it once, alone on the last line of stdout (everything else
 goes to stderr). Only its SHA-256 is stored: it cannot be shown again.
 
+  --user NAME           the user the token acts for: what 'hf auth whoami' shows, the author
+                        of its commits, and the namespace of repositories it creates without
+                        naming one (give --namespace NAME too to let it create them)
   --repo TYPE:NS/NAME   a repository the token covers, e.g. model:alice/bert; repeat the
                         flag or separate references with commas for several
-  --all-repos           cover every repository, including ones created later
+  --namespace NS        every repository of namespace NS, including ones created later; a
+                        write token may create repositories there (hf repo create NS/NAME)
+  --all-repos           cover every repository, including ones created later (a write token
+                        may create repositories in any namespace)
   --access read|write   read: CAS read tokens only; write: read and write tokens
   --expires D           a duration (30d, 12h, 45m, 3600s) or an ISO date (2030-01-31 or
                         2030-01-31T12:00:00Z); default: never expires
@@ -66,6 +74,8 @@ function create(argv: string[]): Promise<number> {
   return runCommand("token create", async () => {
     const args = parseCommandLine(argv, {
       repo: { type: "string", multiple: true },
+      namespace: { type: "string", multiple: true },
+      user: { type: "string" },
       "all-repos": { type: "boolean" },
       access: { type: "string" },
       expires: { type: "string" },
@@ -75,11 +85,13 @@ function create(argv: string[]): Promise<number> {
     const { values } = args;
 
     const refs = (values.repo ?? []).flatMap((list) => list.split(",")).map((ref) => ref.trim());
+    const namespaces = (values.namespace ?? []).flatMap((list) => list.split(",")).map((ns) => ns.trim());
     const allRepos = values["all-repos"] === true;
-    if (allRepos === (values.repo !== undefined)) {
-      throw new UsageError("give either --repo TYPE:NS/NAME[,…] or --all-repos");
+    if (allRepos === (values.repo !== undefined || values.namespace !== undefined)) {
+      throw new UsageError("give --repo TYPE:NS/NAME[,…] and/or --namespace NS[,…], or --all-repos");
     }
     if (refs.some((ref) => ref === "")) throw new UsageError("--repo has an empty repository reference");
+    if (namespaces.some((ns) => ns === "")) throw new UsageError("--namespace has an empty namespace");
     // Checked before the database is opened, so a typo creates no data folder.
     refs.forEach(parseRepoRef);
     if (values.access !== "read" && values.access !== "write") {
@@ -92,11 +104,12 @@ function create(argv: string[]): Promise<number> {
 
     const config = loadConfig(process.env, args.configFlags);
     const { secret, token } = await withHub(config, (hub) =>
-      hub.createToken({ repos: allRepos ? "all" : refs, access, expiresAt }),
+      hub.createToken({ repos: allRepos ? "all" : refs, namespaces, owner: values.user ?? null, access, expiresAt }),
     );
-    const covers = allRepos ? "all repositories" : [...new Set(refs)].join(", ");
+    const covers = allRepos ? "all repositories" : [...new Set(refs), ...namespaces.map((ns) => `${ns}/*`)].join(", ");
     const expiry = expiresAt === null ? "never expires" : `expires ${formatTime(expiresAt)}`;
-    process.stderr.write(`Created token ${token.id} (${access}, ${covers}, ${expiry}). Store it now: it is not shown again.\n`);
+    const user = token.owner === null ? "" : `user ${token.owner}, `;
+    process.stderr.write(`Created token ${token.id} (${user}${access}, ${covers}, ${expiry}). Store it now: it is not shown again.\n`);
     process.stdout.write(`${secret}\n`);
     return EXIT_OK;
   });
@@ -118,12 +131,13 @@ function list(argv: string[]): Promise<number> {
     const now = new Date();
     const refById = new Map(repos.map((repo: Repo) => [repo.id, formatRepoRef(repo)]));
     const coverage = (token: HubToken): string =>
-      token.repos === "all" ? "all" : token.repos.map((id) => refById.get(id) ?? `#${id}`).join(",");
+      token.repos === "all" ? "all" : [...token.repos.map((id) => refById.get(id) ?? `#${id}`), ...token.namespaces.map((ns) => `${ns}/*`)].join(",");
     process.stdout.write(
       formatTable(
-        ["ID", "ACCESS", "REPOS", "STATUS", "EXPIRES", "CREATED"],
+        ["ID", "USER", "ACCESS", "REPOS", "STATUS", "EXPIRES", "CREATED"],
         tokens.map((token) => [
           token.id,
+          token.owner ?? "-",
           token.access,
           coverage(token),
           hubTokenState(token, now),

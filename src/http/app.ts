@@ -20,6 +20,8 @@ import { DEFAULT_CONNECTION_LIMITS, httpServerOptions, installConnectionLimits, 
 import { registerDedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
 import { registerHealthRoutes } from "./health.js";
+import type { HubRepositories } from "../hub/repositories.js";
+import { hubRoutes, type XetFileSource } from "./hub/index.js";
 import { registerHubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
 import { registerReconstructionRoutes } from "./reconstruction-routes.js";
@@ -112,9 +114,15 @@ export interface CastorAppDeps extends HttpAppOptions {
   dataDir: string;
   /** `config.minFreeBytes`. */
   minFreeBytes: number;
+  /** The hub's repositories, for the Hugging Face routes. */
+  hubRepos: HubRepositories;
+  /** Serves Xet-stored files to clients that download them over plain HTTP. */
+  xetFiles: XetFileSource;
+  /** `config.hubInlineMaxBytes`. */
+  hubInlineMaxBytes: number;
 }
 
-/** The whole castor HTTP surface: hub token operation, health probes and the CAS routes. */
+/** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
 export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstance> {
   const app = createHttpApp(deps);
   // Both upload services report to it, so /readyz learns of storage-full failures (and of
@@ -124,6 +132,13 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   registerCasAuth(app, deps.verifier);
   registerHealthRoutes(app, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
   registerHubTokenRoutes(app, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
+  await app.register(hubRoutes, {
+    repos: deps.hubRepos,
+    blobs: deps.blobs,
+    xetFiles: deps.xetFiles,
+    publicUrl: deps.publicUrl,
+    inlineMaxBytes: deps.hubInlineMaxBytes,
+  });
   await registerXorbRoutes(app, {
     xorbs: {
       maxBodyBytes: xorbs.maxBodyBytes,

@@ -5,6 +5,7 @@
  * message: the log has those, under the request id the response also carries.
  */
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { HubError } from "../hub/errors.js";
 import { storageFullMessage, storageFullOf, type StorageFull } from "../storage/full.js";
 
 /** An error a route means to send as is: status, message and optional extra headers. */
@@ -56,6 +57,8 @@ export function installErrorHandlers(app: FastifyInstance): void {
       request.log.error({ err: error }, "request failed with an internal error");
     }
     if (headers) reply.headers(headers);
+    // Hugging Face clients show this header's text to the user (and break on non-ASCII in it).
+    reply.header("x-error-message", asciiHeaderText(message));
     return reply.code(statusCode).type("application/json; charset=utf-8").send({ error: message } satisfies ErrorBody);
   });
 
@@ -105,11 +108,24 @@ function logStorageFull(log: FastifyBaseLogger, error: unknown, full: StorageFul
   log.error({ err: error, storage: full.storage, code: full.code }, `storage full (${full.storage}, ${full.code}): request refused with ${INSUFFICIENT_STORAGE}`);
 }
 
+/** Printable ASCII only, at most 500 characters: what every client accepts in a header value. */
+export function asciiHeaderText(text: string): string {
+  const ascii = text.replace(/…/g, "...").replace(/[–—]/g, "-").replace(/[^\x20-\x7e]/g, "?");
+  return ascii.length > 500 ? `${ascii.slice(0, 497)}...` : ascii;
+}
+
 function describeError(
   error: FastifyError | HttpError | Error,
   request: FastifyRequest,
 ): { statusCode: number; message: string; headers?: Readonly<Record<string, string>> } {
   if (error instanceof HttpError) return { statusCode: error.statusCode, message: error.message, headers: error.headers };
+  if (error instanceof HubError) {
+    const headers: Record<string, string> = {};
+    if (error.code !== undefined) headers["x-error-code"] = error.code;
+    if (error.commitOid !== undefined) headers["x-repo-commit"] = error.commitOid;
+    if (error.status === 401) headers["www-authenticate"] = 'Bearer realm="castor"';
+    return { statusCode: error.status, message: error.message, headers };
+  }
 
   const fastifyError = error as FastifyError;
   const path = clip(pathOf(request.url));

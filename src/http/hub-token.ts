@@ -108,7 +108,7 @@ async function issueToken(
 
   const { token, claims } = await deps.issuer.issue({
     repo: { type: decision.repo.type, id: decision.repo.name },
-    rev: decision.revision.name,
+    rev: decision.revision,
     scope: access,
   });
   const casUrl = deps.publicUrl();

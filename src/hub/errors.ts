@@ -2,12 +2,22 @@
  * The hub's one error type. `status` is the HTTP status the HTTP layer answers with; the
  * admin commands map 400 to a usage error and the others to a failure. Messages are one
  * sentence a user can act on.
+ *
+ * `code` is what Hugging Face clients read from `X-Error-Code` to tell a missing repository,
+ * revision or file apart (`file_exists` returns false, `hf download` says which one); a missing
+ * file also names the commit it was looked up in.
  */
+export type HubErrorStatus = 400 | 401 | 403 | 404 | 409 | 412 | 413 | 415 | 501;
+export type HubErrorCode = "RepoNotFound" | "RevisionNotFound" | "EntryNotFound";
+
 export class HubError extends Error {
   override readonly name = "HubError";
   constructor(
-    readonly status: 400 | 404 | 409,
+    readonly status: HubErrorStatus,
     message: string,
+    readonly code?: HubErrorCode,
+    /** The commit a missing entry was looked up in (`X-Repo-Commit`). */
+    readonly commitOid?: string,
   ) {
     super(message);
   }

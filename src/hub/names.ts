@@ -54,6 +54,14 @@ export function revisionNameProblem(name: string): string | null {
   return reason === null ? null : `revision name ${quote(name)} is not valid: ${reason}`;
 }
 
+/** A namespace (the first part of a repository name) or a user name. */
+export function requireNamespace(name: string, what = "namespace"): string {
+  if (!NAME_PART.test(name) || name.includes("..")) {
+    throw new HubError(400, `${what} must be 1–96 characters of letters, digits, '.', '_' or '-' starting with a letter or digit; got ${quote(name)}`);
+  }
+  return name;
+}
+
 export function requireRepoType(type: string): RepoType {
   const problem = repoTypeProblem(type);
   if (problem !== null) throw new HubError(400, problem);

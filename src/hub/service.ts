@@ -14,7 +14,10 @@ import {
   type Revision,
   type RevisionKind,
 } from "../metadata/store.js";
+import { isGitOid } from "../format/git.js";
+import { callerOf, requireReadable, requireWritable, type Caller } from "./access.js";
 import { HubError } from "./errors.js";
+import { initialCommit } from "./history.js";
 import {
   formatRepoRef,
   parseRepoRef,
@@ -22,17 +25,12 @@ import {
   repoNameProblem,
   repoTypeProblem,
   requireRepoName,
+  requireNamespace,
   requireRepoType,
   requireRevisionName,
   revisionNameProblem,
 } from "./names.js";
-import {
-  generateHubTokenId,
-  generateHubTokenSecret,
-  hashHubTokenSecret,
-  hubTokenState,
-  isPlausibleHubTokenSecret,
-} from "./tokens.js";
+import { generateHubTokenId, generateHubTokenSecret, hashHubTokenSecret } from "./tokens.js";
 
 export { HubError } from "./errors.js";
 export { parseRepoRef, formatRepoRef } from "./names.js";
@@ -41,11 +39,15 @@ export { parseExpires } from "./expires.js";
 export type TokenGrant = {
   ok: true;
   repo: Repo;
-  revision: Revision;
+  /** The revision or commit id asked for. */
+  revision: string;
   /** Public id of the hub token that was used (for the CAS token's subject and for logs). */
   hubTokenId: string;
 };
 export type TokenDenial = { ok: false; status: 400 | 401 | 403 | 404; message: string };
+
+/** Author of the commits made by admin commands rather than by a user's token. */
+export const ADMIN_AUTHOR = "castor";
 
 export interface TokenRequest {
   /** The bearer value from `Authorization`, undefined when the header is absent. */
@@ -62,6 +64,10 @@ export interface TokenRequest {
 export interface CreateTokenOptions {
   /** `TYPE:NS/NAME` references, or "all" for every repository, present and future. */
   repos: string[] | "all";
+  /** Namespaces covered wholly (repositories created there later included). */
+  namespaces?: string[];
+  /** The user the token acts for; null for none. */
+  owner?: string | null;
   access: Access;
   /** null = never expires. */
   expiresAt: Date | null;
@@ -77,12 +83,16 @@ export class HubService {
     private readonly now: () => Date = () => new Date(),
   ) {}
 
-  /** HubError 400 for an invalid type or name, 409 when it exists. Creates the `main` branch too. */
-  async createRepo(type: string, name: string): Promise<Repo> {
+  /**
+   * HubError 400 for an invalid type or name, 409 when it exists. Creates the `main` branch
+   * too, pointing at an initial commit by `author`. Private unless asked otherwise.
+   */
+  async createRepo(type: string, name: string, options: { private?: boolean; author?: string } = {}): Promise<Repo> {
     const repoType = requireRepoType(type);
     const repoName = requireRepoName(name);
     try {
-      return await this.store.createRepo(repoType, repoName);
+      const { commit, tree } = initialCommit(options.author ?? ADMIN_AUTHOR, this.now());
+      return await this.store.createRepo(repoType, repoName, { private: options.private ?? true, commit, tree });
     } catch (err) {
       if (err instanceof AlreadyExistsError) {
         throw new HubError(409, `repository ${formatRepoRef({ type: repoType, name: repoName })} already exists`);
@@ -102,7 +112,9 @@ export class HubService {
     if (kind !== "branch" && kind !== "tag") throw new HubError(400, `revision kind must be branch or tag; got ${quote(String(kind))}`);
     const repo = await this.requireRepo(ref.type, ref.name);
     try {
-      return await this.store.createRevision(repo.id, name, kind);
+      // A new revision starts at main's head, as `git branch NAME main` would.
+      const main = await this.store.getRevision(repo.id, "main");
+      return await this.store.createRevision(repo.id, name, kind, main?.commitOid ?? null);
     } catch (err) {
       if (err instanceof AlreadyExistsError) {
         throw new HubError(409, `revision ${quote(name)} already exists in ${formatRepoRef(repo)}`);
@@ -129,11 +141,15 @@ export class HubService {
         throw new HubError(400, `expiry ${opts.expiresAt.toISOString()} is not in the future`);
       }
     }
+    const namespaces = [...new Set(opts.namespaces ?? [])].sort();
+    for (const namespace of namespaces) requireNamespace(namespace);
+    const owner = opts.owner ?? null;
+    if (owner !== null) requireNamespace(owner, "user name");
     let repos: number[] | "all";
     if (opts.repos === "all") {
       repos = "all";
     } else {
-      if (opts.repos.length === 0) throw new HubError(400, "a token needs at least one repository (or all repositories)");
+      if (opts.repos.length === 0 && namespaces.length === 0) throw new HubError(400, "a token needs at least one repository or namespace (or all repositories)");
       if (opts.repos.length > MAX_REPOS_PER_TOKEN) {
         throw new HubError(400, `a token may list at most ${MAX_REPOS_PER_TOKEN} repositories; use all repositories instead`);
       }
@@ -154,6 +170,8 @@ export class HubService {
           access: opts.access,
           repos,
           expiresAt: opts.expiresAt,
+          owner,
+          namespaces,
         });
         return { secret, token };
       } catch (err) {
@@ -175,17 +193,18 @@ export class HubService {
 
   /**
    * The token operation's checks, in the interface's order: 401 (hub token), 400 (names),
-   * 404 (repository, or not covered by the token, or revision), 403 (access).
+   * 404 (repository, or not readable by the caller, or revision), 403 (access). The revision
+   * is a branch, a tag or a commit id of the repository (clients ask read tokens at commit ids).
+   * A public repository grants read tokens to anonymous callers too.
    */
   async authorizeTokenRequest(req: TokenRequest): Promise<TokenGrant | TokenDenial> {
-    if (req.hubToken === undefined || req.hubToken === "") {
-      return deny(401, "a hub token is required: send Authorization: Bearer hf_… with a token from `castor token create`");
+    let caller: Caller;
+    try {
+      caller = await callerOf(this.store, req.hubToken, this.now());
+    } catch (err) {
+      if (err instanceof HubError) return deny(401, err.message);
+      throw err;
     }
-    const token = await this.findUsableToken(req.hubToken);
-    if (token === null) {
-      return deny(401, "the hub token is invalid or expired: create a new one with `castor token create`");
-    }
-
     const problem =
       repoTypeProblem(req.repoType) ??
       repoNameProblem(req.repoName) ??
@@ -194,26 +213,24 @@ export class HubService {
     if (problem !== null) return deny(400, problem);
 
     const type = req.repoType as RepoType;
-    const ref = formatRepoRef({ type, name: req.repoName });
+    const wanted = { type, name: req.repoName };
     const repo = await this.store.getRepo(type, req.repoName);
-    // An existing repository the token does not cover gets the very same answer as a missing
-    // one, so a token cannot be used to discover which repositories exist.
-    if (repo === null || (token.repos !== "all" && !token.repos.includes(repo.id))) {
-      return deny(404, `repository ${ref} not found (or this hub token does not cover it)`);
+    try {
+      if (req.access === "write") requireWritable(caller, repo, wanted);
+      else requireReadable(caller, repo, wanted);
+    } catch (err) {
+      if (err instanceof HubError) return deny(err.status as TokenDenial["status"], err.message);
+      throw err;
     }
-    const revision = await this.store.getRevision(repo.id, req.revision);
-    if (revision === null) return deny(404, `revision ${quote(req.revision)} not found in ${ref}`);
-
-    if (req.access === "write" && token.access !== "write") {
-      return deny(403, "this hub token is read-only: a write token needs a hub token created with --access write");
-    }
-    return { ok: true, repo, revision, hubTokenId: token.id };
+    const found = repo === null ? null : await this.findRevisionOrCommit(repo, req.revision);
+    if (repo === null || found === null) return deny(404, `revision ${quote(req.revision)} not found in ${formatRepoRef(wanted)}`);
+    return { ok: true, repo, revision: req.revision, hubTokenId: caller.token?.id ?? "anonymous" };
   }
 
-  private async findUsableToken(secret: string): Promise<HubToken | null> {
-    if (!isPlausibleHubTokenSecret(secret)) return null;
-    const token = await this.store.findHubTokenBySecretHash(hashHubTokenSecret(secret));
-    return token !== null && hubTokenState(token, this.now()) === "active" ? token : null;
+  /** Whether `name` is a revision of the repository or one of its commit ids. */
+  private async findRevisionOrCommit(repo: Repo, name: string): Promise<boolean> {
+    if ((await this.store.getRevision(repo.id, name)) !== null) return true;
+    return isGitOid(name) && (await this.store.getCommit(repo.id, name)) !== null;
   }
 
   private async requireRepo(type: RepoType, name: string): Promise<Repo> {

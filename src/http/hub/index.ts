@@ -1,0 +1,29 @@
+/**
+ * The repository hub's HTTP surface, one encapsulated fastify plugin: the routes Hugging Face
+ * clients (`hf`, `huggingface_hub`, `@huggingface/hub`) call through `HF_ENDPOINT`. The token
+ * operation (`…/xet-read-token/…`) lives in ../hub-token.ts next to the CAS it hands out
+ * access to.
+ */
+import type { FastifyInstance } from "fastify";
+import type { BlobStore } from "../../storage/blob-store.js";
+import type { HubRepositories } from "../../hub/repositories.js";
+import { fileRoutes } from "./file-routes.js";
+import { repoRoutes } from "./repo-routes.js";
+import { resolveRoutes, type XetFileSource } from "./resolve-routes.js";
+
+export type { XetFileSource } from "./resolve-routes.js";
+
+export interface HubHttpDeps {
+  repos: HubRepositories;
+  blobs: BlobStore;
+  xetFiles: XetFileSource;
+  publicUrl: () => string;
+  /** `config.hubInlineMaxBytes`. */
+  inlineMaxBytes: number;
+}
+
+export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promise<void> {
+  await repoRoutes(app, deps);
+  await fileRoutes(app, deps);
+  await resolveRoutes(app, deps);
+}

@@ -1,0 +1,73 @@
+/**
+ * The JSON shapes Hugging Face clients read: tree entries, repository info, commits. The
+ * domain records (src/hub) know nothing of these field names.
+ */
+import { lfsPointerSize } from "../../format/git.js";
+import type { ListedEntry } from "../../hub/repositories.js";
+import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js";
+
+export interface TreeEntryJson {
+  type: "file" | "directory";
+  path: string;
+  oid: string;
+  size: number;
+  lfs?: { oid: string; size: number; pointerSize: number };
+  xetHash?: string;
+}
+
+/** A tree or paths-info entry: `size` always (clients index it), `lfs` + `xetHash` for Xet-stored files. */
+export function treeEntryJson({ path, entry }: ListedEntry): TreeEntryJson {
+  if (entry.type === "directory") return { type: "directory", path, oid: entry.oid, size: 0 };
+  const json: TreeEntryJson = { type: "file", path, oid: entry.oid, size: entry.size };
+  if (entry.xetHash !== null) {
+    json.lfs = { oid: entry.sha256, size: entry.size, pointerSize: lfsPointerSize(entry.sha256, entry.size) };
+    json.xetHash = entry.xetHash;
+  }
+  return json;
+}
+
+export interface SiblingJson {
+  rfilename: string;
+  size?: number;
+  blobId?: string;
+  lfs?: { size: number; sha256: string; pointerSize: number };
+}
+
+export function siblingJson(path: string, entry: TreeFileEntry, blobs: boolean): SiblingJson {
+  if (!blobs) return { rfilename: path };
+  const sibling: SiblingJson = { rfilename: path, size: entry.size, blobId: entry.oid };
+  if (entry.xetHash !== null) sibling.lfs = { size: entry.size, sha256: entry.sha256, pointerSize: lfsPointerSize(entry.sha256, entry.size) };
+  return sibling;
+}
+
+/** The fields of repository info and repository listings. */
+export function repoSummaryJson(repo: Repo, head: CommitRecord | null): Record<string, unknown> {
+  const [author] = repo.name.split("/");
+  return {
+    _id: `${repo.type}-${repo.id}`,
+    id: repo.name,
+    ...(repo.type === "model" ? { modelId: repo.name } : {}),
+    author,
+    sha: head?.oid,
+    lastModified: (head?.createdAt ?? repo.createdAt).toISOString(),
+    createdAt: repo.createdAt.toISOString(),
+    private: repo.private,
+    disabled: false,
+    gated: false,
+    downloads: 0,
+    likes: 0,
+    tags: [],
+  };
+}
+
+export function commitJson(commit: CommitRecord): Record<string, unknown> {
+  const body = commit.message.slice(commit.title.length).trim();
+  return {
+    id: commit.oid,
+    title: commit.title,
+    message: body,
+    authors: [{ user: commit.author }],
+    date: commit.createdAt.toISOString(),
+    parents: commit.parentOids,
+  };
+}

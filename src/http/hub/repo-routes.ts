@@ -1,0 +1,225 @@
+/**
+ * Hub routes about repositories as wholes: who am I, create / delete / list / info / settings,
+ * branches, tags, refs and commit history, plus the calls clients make that castor answers
+ * without doing anything (card validation, the CLI's agent-harness registry, the LFS batch
+ * endpoint castor does not serve).
+ */
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { requireRepoType } from "../../hub/names.js";
+import { HubError } from "../../hub/errors.js";
+import { RepoExistsError, type HubRepositories, type RepoAddress } from "../../hub/repositories.js";
+import type { Caller } from "../../hub/access.js";
+import type { Repo } from "../../metadata/store.js";
+import { bearerToken } from "../cas-auth.js";
+import { HttpError } from "../errors.js";
+import { addressOf, repoTypeOfPlural, revisionAndPath, urlPrefixOf } from "./address.js";
+import { commitJson, repoSummaryJson, siblingJson } from "./render.js";
+
+export interface HubRouteDeps {
+  repos: HubRepositories;
+  /** Base of every URL handed out (`url`, `commitUrl`, `Link`); clients must use it as HF_ENDPOINT. */
+  publicUrl: () => string;
+}
+
+interface RepoParams {
+  types: string;
+  namespace: string;
+  name: string;
+}
+
+/** Commits per page of `GET …/commits/{rev}`. */
+const COMMITS_PAGE = 50;
+
+export async function callerOfRequest(deps: HubRouteDeps, request: FastifyRequest): Promise<Caller> {
+  const token = bearerToken(request.headers.authorization);
+  if (token === null) throw new HubError(401, "malformed Authorization header: expected `Bearer hf_…`");
+  return deps.repos.caller(token);
+}
+
+export function repoUrl(deps: HubRouteDeps, repo: Pick<Repo, "type" | "name">): string {
+  return `${deps.publicUrl()}/${urlPrefixOf(repo.type)}${repo.name}`;
+}
+
+function stringField(body: Record<string, unknown>, field: string, required: boolean): string | undefined {
+  const value = body[field];
+  if (value === undefined || value === null) {
+    if (required) throw new HubError(400, `the request body needs a string "${field}"`);
+    return undefined;
+  }
+  if (typeof value !== "string") throw new HubError(400, `"${field}" must be a string`);
+  return value;
+}
+
+function jsonBody(request: FastifyRequest): Record<string, unknown> {
+  const body = request.body ?? {};
+  if (typeof body !== "object" || Array.isArray(body)) throw new HubError(400, "the request body must be a JSON object");
+  return body as Record<string, unknown>;
+}
+
+/** `private: true|false` or `visibility: "private"|"public"`; undefined when neither is given. */
+function visibilityOf(body: Record<string, unknown>): boolean | undefined {
+  if (typeof body.private === "boolean") return body.private;
+  if (body.visibility === "private" || body.visibility === "public") return body.visibility === "private";
+  if (body.private !== undefined && body.private !== null) throw new HubError(400, '"private" must be true or false');
+  return undefined;
+}
+
+/** `{name, organization, type}` of repos/create and repos/delete: `name` may itself be `ns/name`. */
+function namedRepo(body: Record<string, unknown>): { type: string; namespace: string | null; name: string } {
+  const type = stringField(body, "type", false) ?? "model";
+  const full = stringField(body, "name", true)!;
+  const organization = stringField(body, "organization", false) ?? null;
+  const slash = full.indexOf("/");
+  return slash === -1 ? { type, namespace: organization, name: full } : { type, namespace: full.slice(0, slash), name: full.slice(slash + 1) };
+}
+
+export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
+  const address = (request: FastifyRequest<{ Params: RepoParams }>): RepoAddress =>
+    addressOf(request.params.types, request.params.namespace, request.params.name);
+
+  app.get("/api/whoami-v2", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const token = caller.token;
+    if (token === null) throw new HubError(401, "whoami needs a hub token: send Authorization: Bearer hf_… (HF_TOKEN)");
+    const name = token.owner ?? token.id;
+    return {
+      type: "user",
+      id: name,
+      name,
+      fullname: name,
+      email: null,
+      emailVerified: false,
+      isPro: false,
+      canPay: false,
+      avatarUrl: "",
+      orgs: token.namespaces.filter((ns) => ns !== token.owner).map((ns) => ({ type: "org", name: ns, fullname: ns, id: ns })),
+      auth: { type: "access_token", accessToken: { displayName: token.id, role: token.access, createdAt: token.createdAt.toISOString() } },
+    };
+  });
+
+  app.post("/api/repos/create", async (request, reply) => {
+    const caller = await callerOfRequest(deps, request);
+    const body = jsonBody(request);
+    const { type, namespace, name } = namedRepo(body);
+    try {
+      const repo = await deps.repos.createRepo(caller, type, namespace, name, visibilityOf(body));
+      return { url: repoUrl(deps, repo), name: repo.name, id: repo.name };
+    } catch (err) {
+      // The Hub's 409 carries the URL; clients parse it even when they tolerate the conflict.
+      if (err instanceof RepoExistsError) return reply.code(409).header("x-error-message", err.message).send({ error: err.message, url: repoUrl(deps, err.repo) });
+      throw err;
+    }
+  });
+
+  app.delete("/api/repos/delete", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const { type, namespace, name } = namedRepo(jsonBody(request));
+    if (namespace === null) throw new HubError(400, "name the repository to delete as namespace/name");
+    await deps.repos.deleteRepo(caller, { type: requireRepoType(type), name: `${namespace}/${name}` });
+    return {};
+  });
+
+  app.get<{ Params: { types: string }; Querystring: { author?: string; search?: string; limit?: string } }>("/api/:types", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const type = repoTypeOfPlural(request.params.types);
+    const limit = Math.max(0, Math.min(Number.parseInt(request.query.limit ?? "1000", 10) || 1000, 10_000));
+    const listed = await deps.repos.listRepos(caller, type, { author: request.query.author, search: request.query.search });
+    return listed.slice(0, limit).map(({ repo, head }) => repoSummaryJson(repo, head));
+  });
+
+  const info = async (request: FastifyRequest<{ Params: RepoParams; Querystring: { blobs?: string } }>, revisionName: string) => {
+    const caller = await callerOfRequest(deps, request);
+    const repo = await deps.repos.readable(caller, address(request));
+    const { commit } = await deps.repos.resolve(repo, revisionName);
+    const blobs = request.query.blobs === "true" || request.query.blobs === "1";
+    const files = await deps.repos.allFiles(repo, commit);
+    return {
+      ...repoSummaryJson(repo, commit),
+      sha: commit.oid,
+      lastModified: commit.createdAt.toISOString(),
+      siblings: files.map(({ path, entry }) => siblingJson(path, entry, blobs)),
+      ...(repo.type === "space" ? { sdk: "static" } : {}),
+    };
+  };
+  app.get<{ Params: RepoParams; Querystring: { blobs?: string } }>("/api/:types/:namespace/:name", (request) => info(request, "main"));
+  app.get<{ Params: RepoParams; Querystring: { blobs?: string } }>("/api/:types/:namespace/:name/revision/*", (request) =>
+    info(request, revisionAndPath(request, "revision").revision),
+  );
+
+  app.put<{ Params: RepoParams }>("/api/:types/:namespace/:name/settings", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const body = jsonBody(request);
+    if (body.gated !== undefined && body.gated !== false) throw new HubError(400, "gated repositories are not supported by castor");
+    const isPrivate = visibilityOf(body);
+    if (isPrivate === undefined) {
+      await deps.repos.writable(caller, address(request));
+      return {};
+    }
+    const repo = await deps.repos.setPrivate(caller, address(request), isPrivate);
+    return { private: repo.private };
+  });
+
+  app.post<{ Params: RepoParams }>("/api/:types/:namespace/:name/branch/*", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const body = jsonBody(request);
+    const branch = revisionAndPath(request, "branch").revision;
+    await deps.repos.createRevision(caller, address(request), branch, "branch", stringField(body, "startingPoint", false));
+    return {};
+  });
+  app.delete<{ Params: RepoParams }>("/api/:types/:namespace/:name/branch/*", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    await deps.repos.deleteRevision(caller, address(request), revisionAndPath(request, "branch").revision, "branch");
+    return {};
+  });
+  // The Hub's tag route names the revision to tag in the path and the tag in the body.
+  app.post<{ Params: RepoParams }>("/api/:types/:namespace/:name/tag/*", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const tag = stringField(jsonBody(request), "tag", true)!;
+    await deps.repos.createRevision(caller, address(request), tag, "tag", revisionAndPath(request, "tag").revision);
+    return {};
+  });
+  app.delete<{ Params: RepoParams }>("/api/:types/:namespace/:name/tag/*", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    await deps.repos.deleteRevision(caller, address(request), revisionAndPath(request, "tag").revision, "tag");
+    return {};
+  });
+
+  app.get<{ Params: RepoParams }>("/api/:types/:namespace/:name/refs", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const repo = await deps.repos.readable(caller, address(request));
+    const refs = await deps.repos.refs(repo);
+    return {
+      branches: refs.branches.map(({ name, commit }) => ({ name, ref: `refs/heads/${name}`, targetCommit: commit.oid })),
+      tags: refs.tags.map(({ name, commit }) => ({ name, ref: `refs/tags/${name}`, targetCommit: commit.oid })),
+      converts: [],
+    };
+  });
+
+  app.get<{ Params: RepoParams; Querystring: { p?: string } }>("/api/:types/:namespace/:name/commits/*", async (request, reply) => {
+    const caller = await callerOfRequest(deps, request);
+    const repo = await deps.repos.readable(caller, address(request));
+    const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, "commits").revision);
+    const page = Math.max(0, Number.parseInt(request.query.p ?? "0", 10) || 0);
+    const { commits, more } = await deps.repos.commitsFrom(repo, commit, page * COMMITS_PAGE, COMMITS_PAGE);
+    if (more) {
+      // Pinned to the commit, so later pages do not shift when the branch moves meanwhile.
+      const next = `${deps.publicUrl()}/api/${request.params.types}/${repo.name}/commits/${commit.oid}?p=${page + 1}`;
+      reply.header("link", `<${next}>; rel="next"`);
+    }
+    return commits.map(commitJson);
+  });
+
+  // Clients validate a model card whenever a commit adds README.md; castor accepts any card.
+  app.post("/api/validate-yaml", async () => ({ errors: [], warnings: [] }));
+  // The hf CLI asks for its agent-harness registry on every start; the empty registry is cached by it for a day.
+  app.get("/api/agent-harnesses", async () => ({ standardEnvVars: [], harnesses: {} }));
+  // Without hf_xet (or with HF_HUB_DISABLE_XET=1) clients fall back to LFS uploads castor does not offer.
+  const lfsBatch = async () => {
+    throw new HttpError(
+      400,
+      "castor stores large files through Xet only: install hf_xet (pip install hf_xet) and unset HF_HUB_DISABLE_XET, or use @huggingface/hub with Xet",
+    );
+  };
+  app.post("/:namespace/:repoGit/info/lfs/objects/batch", lfsBatch);
+  app.post("/:types/:namespace/:repoGit/info/lfs/objects/batch", lfsBatch);
+}

@@ -1,0 +1,126 @@
+/**
+ * `HEAD` and `GET /{prefix}{ns}/{name}/resolve/{rev}/{path}`: a file of a revision.
+ *
+ * HEAD tells Hugging Face clients what the file is: the commit (`X-Repo-Commit`), its ETag
+ * (git blob id of inline files, SHA-256 of Xet-stored ones, as on the Hub), its size, and for
+ * Xet-stored files the Xet hash and the read-token route through which `hf_xet` downloads it
+ * itself. GET sends the bytes — inline files from the blob store, Xet-stored ones
+ * reconstructed by the server from their xorbs — so curl, browsers and clients without Xet
+ * work too; a single `Range` is honoured (206, or 416 with the size).
+ */
+import type { Readable } from "node:stream";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { hashFromHex, type Hash } from "../../format/hash.js";
+import { halfOpenByteRange, type HalfOpenByteRange } from "../../format/ranges.js";
+import { HubError } from "../../hub/errors.js";
+import type { HubRepositories } from "../../hub/repositories.js";
+import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js";
+import { parseRangeHeader, ReconstructionError, resolveFileRange } from "../../cas/reconstruction.js";
+import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
+import { addressOf, PLURAL_BY_REPO_TYPE, revisionAndPath } from "./address.js";
+import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
+
+/** Reads a Xet-stored file's bytes, reconstructed and verified, as a stream. */
+export interface XetFileSource {
+  read(fileHash: Hash, range: HalfOpenByteRange): Readable;
+}
+
+export interface HubResolveRouteDeps extends HubRouteDeps {
+  repos: HubRepositories;
+  blobs: BlobStore;
+  xetFiles: XetFileSource;
+}
+
+interface ResolveParams {
+  namespace: string;
+  name: string;
+}
+
+interface Resolved {
+  repo: Repo;
+  commit: CommitRecord;
+  file: TreeFileEntry;
+}
+
+export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteDeps): Promise<void> {
+  const find = async (request: FastifyRequest<{ Params: ResolveParams }>, plural: string, reply: FastifyReply): Promise<Resolved> => {
+    const caller = await callerOfRequest(deps, request);
+    const repo = await deps.repos.readable(caller, addressOf(plural, request.params.namespace, request.params.name));
+    const { revision, path } = revisionAndPath(request, "resolve");
+    const { commit } = await deps.repos.resolve(repo, revision);
+    if (path === "") throw new HubError(400, "the URL names no file after the revision");
+    const file = await deps.repos.fileAt(repo, commit, path);
+    describe(reply, deps, repo, commit, file);
+    return { repo, commit, file };
+  };
+
+  for (const [prefix, plural] of [
+    ["", "models"],
+    ["/datasets", "datasets"],
+    ["/spaces", "spaces"],
+  ] as const) {
+    const url = `${prefix}/:namespace/:name/resolve/*`;
+    app.head<{ Params: ResolveParams }>(url, async (request, reply) => {
+      await find(request, plural, reply);
+      return reply.send();
+    });
+    app.get<{ Params: ResolveParams }>(url, { exposeHeadRoute: false }, async (request, reply) => {
+      const { file } = await find(request, plural, reply);
+      const range = requestedRange(request.headers.range, file.size);
+      if (range === "unsatisfiable") {
+        return reply.code(416).header("content-range", `bytes */${file.size}`).header("content-length", "0").send();
+      }
+      const whole = range === null;
+      const span = range ?? halfOpenByteRange(0, file.size);
+      if (!whole) reply.code(206).header("content-range", `bytes ${span.start}-${span.end - 1}/${file.size}`);
+      reply.header("content-length", String(span.end - span.start));
+      if (span.end === span.start) return reply.send();
+      return reply.send(open(deps, file, span));
+    });
+  }
+}
+
+/** The headers HEAD and GET share. */
+function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
+  reply.headers({
+    "x-repo-commit": commit.oid,
+    "accept-ranges": "bytes",
+    "content-type": "application/octet-stream",
+    "content-length": String(file.size),
+    // Stable per content; revalidation costs a HEAD, which is all clients do.
+    "cache-control": "private, max-age=0, must-revalidate",
+    "x-download-counter": "0",
+  });
+  if (file.xetHash === null) {
+    reply.header("etag", `"${file.oid}"`);
+    return;
+  }
+  const base = deps.publicUrl();
+  reply.headers({
+    etag: `"${file.sha256}"`,
+    "x-linked-etag": `"${file.sha256}"`,
+    "x-linked-size": String(file.size),
+    "x-xet-hash": file.xetHash,
+    link: `<${base}/api/${PLURAL_BY_REPO_TYPE[repo.type]}/${repo.name}/xet-read-token/${commit.oid}>; rel="xet-auth", <${base}/v1/reconstructions/${file.xetHash}>; rel="xet-reconstruction-info"`,
+  });
+}
+
+/**
+ * The range a `Range` header asks for: null for the whole file (no header, or one this route
+ * does not serve partially — several ranges, another unit — which HTTP lets it ignore).
+ */
+function requestedRange(header: string | undefined, size: number): HalfOpenByteRange | null | "unsatisfiable" {
+  if (header === undefined) return null;
+  try {
+    return resolveFileRange(parseRangeHeader(header), size);
+  } catch (err) {
+    if (err instanceof ReconstructionError && err.code === "unsatisfiable_range") return "unsatisfiable";
+    if (err instanceof ReconstructionError && err.code === "malformed_range") return null;
+    throw err;
+  }
+}
+
+function open(deps: HubResolveRouteDeps, file: TreeFileEntry, span: HalfOpenByteRange): Readable | Promise<Readable> {
+  if (file.xetHash !== null) return deps.xetFiles.read(hashFromHex(file.xetHash), span);
+  return deps.blobs.read(blobKeyFromHex("inline", file.sha256), { offset: span.start, length: span.end - span.start });
+}

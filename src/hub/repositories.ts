@@ -1,0 +1,314 @@
+/**
+ * The hub as its HTTP clients see it: repositories a caller may read or write, their
+ * revisions and commits, the files a commit holds, and new commits. Every method takes the
+ * `Caller` and enforces what it may do (access.ts); the HTTP layer only translates.
+ */
+import { isGitOid } from "../format/git.js";
+import { AlreadyExistsError, type CommitRecord, type MetadataStore, type Repo, type RepoType, type Revision, type TreeEntry, type TreeFileEntry } from "../metadata/store.js";
+import { callerOf, canRead, namespaceOf, requireReadable, requireWritable, type Caller } from "./access.js";
+import { HubError } from "./errors.js";
+import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js";
+import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireRevisionName } from "./names.js";
+import { requirePath, TreeReader } from "./paths.js";
+import { ADMIN_AUTHOR } from "./service.js";
+
+export interface RepoAddress {
+  type: RepoType;
+  /** `namespace/name`. */
+  name: string;
+}
+
+export interface HubOptions {
+  /** Files of at least this many bytes are uploaded through Xet (`lfs`); smaller ones inline, unless binary. */
+  inlineMaxBytes: number;
+  now?: () => Date;
+}
+
+export interface PreuploadFile {
+  path: string;
+  size: number;
+  /** The first (up to) 512 bytes. */
+  sample: Uint8Array;
+}
+
+export interface PreuploadAnswer {
+  path: string;
+  uploadMode: "regular" | "lfs";
+  /** The current file's id when it is stored the way this upload would store it (the client then skips it). */
+  oid?: string;
+}
+
+export interface ListedEntry {
+  path: string;
+  entry: TreeEntry;
+}
+
+export interface RefsListing {
+  branches: { name: string; commit: CommitRecord }[];
+  tags: { name: string; commit: CommitRecord }[];
+}
+
+/** The user a caller acts as: the token's owner, or its namespace-less admin stand-in. */
+export function authorOf(caller: Caller): string {
+  return caller.token?.owner ?? ADMIN_AUTHOR;
+}
+
+export class HubRepositories {
+  private readonly writer: HistoryWriter;
+  private readonly now: () => Date;
+
+  constructor(
+    private readonly store: MetadataStore,
+    private readonly options: HubOptions,
+  ) {
+    this.now = options.now ?? (() => new Date());
+    this.writer = new HistoryWriter(store, this.now);
+  }
+
+  caller(secret: string | undefined): Promise<Caller> {
+    return callerOf(this.store, secret, this.now());
+  }
+
+  // --- repositories -------------------------------------------------------------------------
+
+  /**
+   * `POST /api/repos/create`. `namespace` null means the caller's own (the token's owner).
+   * 409 (with the repository, for the Hub's `url`) when it exists and the caller can see it.
+   */
+  async createRepo(caller: Caller, type: string, namespace: string | null, name: string, isPrivate: boolean | undefined): Promise<Repo> {
+    const repoType = requireRepoType(type);
+    if (caller.token === null) throw new HubError(401, "creating a repository needs a hub token (HF_TOKEN)");
+    const ns = namespace ?? caller.token.owner;
+    if (ns === null) {
+      throw new HubError(400, `this hub token has no user, so ${quote(name)} has no namespace: name the repository namespace/name`);
+    }
+    const repoName = requireRepoName(`${requireNamespace(ns)}/${name}`);
+    const existing = await this.store.getRepo(repoType, repoName);
+    if (existing !== null && canRead(caller, existing)) {
+      throw new RepoExistsError(existing);
+    }
+    const token = caller.token;
+    const mayCreate = token.access === "write" && (token.repos === "all" || token.namespaces.includes(ns));
+    if (!mayCreate || existing !== null) {
+      throw new HubError(403, `this hub token may not create repositories in ${quote(ns)}: use a write token created with --namespace ${ns} (or --all-repos)`);
+    }
+    const { commit, tree } = initialCommit(authorOf(caller), this.now());
+    try {
+      return await this.store.createRepo(repoType, repoName, { private: isPrivate ?? true, commit, tree });
+    } catch (err) {
+      if (err instanceof AlreadyExistsError) {
+        const raced = await this.store.getRepo(repoType, repoName);
+        if (raced !== null) throw new RepoExistsError(raced);
+      }
+      throw err;
+    }
+  }
+
+  async readable(caller: Caller, address: RepoAddress): Promise<Repo> {
+    return requireReadable(caller, await this.store.getRepo(address.type, address.name), address);
+  }
+
+  async writable(caller: Caller, address: RepoAddress): Promise<Repo> {
+    return requireWritable(caller, await this.store.getRepo(address.type, address.name), address);
+  }
+
+  async deleteRepo(caller: Caller, address: RepoAddress): Promise<void> {
+    const repo = await this.writable(caller, address);
+    await this.store.deleteRepo(repo.id);
+  }
+
+  async setPrivate(caller: Caller, address: RepoAddress, isPrivate: boolean): Promise<Repo> {
+    const repo = await this.writable(caller, address);
+    await this.store.setRepoPrivate(repo.id, isPrivate);
+    return { ...repo, private: isPrivate };
+  }
+
+  /** The repositories of `type` the caller can read, optionally of one namespace or matching a search text. */
+  async listRepos(caller: Caller, type: RepoType, filter: { author?: string; search?: string }): Promise<{ repo: Repo; head: CommitRecord | null }[]> {
+    const search = filter.search?.toLowerCase();
+    const repos = (await this.store.listRepos()).filter(
+      (repo) =>
+        repo.type === type &&
+        canRead(caller, repo) &&
+        (filter.author === undefined || namespaceOf(repo.name) === filter.author) &&
+        (search === undefined || repo.name.toLowerCase().includes(search)),
+    );
+    const out = [];
+    for (const repo of repos) {
+      const main = await this.store.getRevision(repo.id, "main");
+      out.push({ repo, head: main?.commitOid ? await this.store.getCommit(repo.id, main.commitOid) : null });
+    }
+    return out;
+  }
+
+  // --- revisions ----------------------------------------------------------------------------
+
+  /** The commit `revision` names: a branch, a tag or a commit id of the repository. 404 RevisionNotFound otherwise. */
+  async resolve(repo: Repo, revision: string): Promise<{ commit: CommitRecord; revision: Revision | null }> {
+    const named = await this.store.getRevision(repo.id, revision);
+    if (named !== null) return { commit: await this.headOf(repo, named), revision: named };
+    if (isGitOid(revision)) {
+      const commit = await this.store.getCommit(repo.id, revision);
+      if (commit !== null) return { commit, revision: null };
+    }
+    throw new HubError(404, `revision ${quote(revision)} not found in ${formatRepoRef(repo)}`, "RevisionNotFound");
+  }
+
+  /**
+   * The commit a revision points at. Branches made before castor kept histories point at none:
+   * they get the initial commit here, once (a concurrent caller's identical write wins the race).
+   */
+  private async headOf(repo: Repo, revision: Revision): Promise<CommitRecord> {
+    for (;;) {
+      if (revision.commitOid !== null) {
+        const commit = await this.store.getCommit(repo.id, revision.commitOid);
+        if (commit === null) throw new Error(`commit ${revision.commitOid} of ${formatRepoRef(repo)} is missing from the metadata store`);
+        return commit;
+      }
+      const { commit, tree } = initialCommit(ADMIN_AUTHOR, repo.createdAt);
+      await this.store.advanceBranch({ repoId: repo.id, branch: revision.name, expectedHead: null, commit, trees: [tree] });
+      const again = await this.store.getRevision(repo.id, revision.name);
+      if (again === null) throw new HubError(404, `revision ${quote(revision.name)} not found in ${formatRepoRef(repo)}`, "RevisionNotFound");
+      revision = again;
+    }
+  }
+
+  async refs(repo: Repo): Promise<RefsListing> {
+    const listing: RefsListing = { branches: [], tags: [] };
+    for (const revision of await this.store.listRevisions(repo.id)) {
+      const commit = await this.headOf(repo, revision);
+      (revision.kind === "branch" ? listing.branches : listing.tags).push({ name: revision.name, commit });
+    }
+    return listing;
+  }
+
+  /** A branch or tag at the commit `from` names (default: `main`'s head). */
+  async createRevision(caller: Caller, address: RepoAddress, name: string, kind: "branch" | "tag", from: string | undefined): Promise<Revision> {
+    const repo = await this.writable(caller, address);
+    requireRevisionName(name);
+    if (isGitOid(name)) throw new HubError(400, `a ${kind} name cannot look like a commit id: ${quote(name)}`);
+    const { commit } = await this.resolve(repo, from ?? "main");
+    try {
+      return await this.store.createRevision(repo.id, name, kind, commit.oid);
+    } catch (err) {
+      if (err instanceof AlreadyExistsError) throw new HubError(409, `${quote(name)} already exists in ${formatRepoRef(repo)}`);
+      throw err;
+    }
+  }
+
+  async deleteRevision(caller: Caller, address: RepoAddress, name: string, kind: "branch" | "tag"): Promise<void> {
+    const repo = await this.writable(caller, address);
+    const revision = await this.store.getRevision(repo.id, name);
+    if (revision === null || revision.kind !== kind) throw new HubError(404, `${kind} ${quote(name)} not found in ${formatRepoRef(repo)}`, "RevisionNotFound");
+    if (name === "main") throw new HubError(400, "the main branch cannot be deleted");
+    await this.store.deleteRevision(repo.id, name);
+  }
+
+  /** Up to `limit` commits from `start` back along first parents, after skipping `skip`. */
+  async commitsFrom(repo: Repo, start: CommitRecord, skip: number, limit: number): Promise<{ commits: CommitRecord[]; more: boolean }> {
+    const commits: CommitRecord[] = [];
+    let current: CommitRecord | null = start;
+    for (let index = 0; current !== null && commits.length <= limit; index++) {
+      if (index >= skip) commits.push(current);
+      const parent: string | undefined = current.parentOids[0];
+      current = parent === undefined ? null : await this.store.getCommit(repo.id, parent);
+    }
+    const more = commits.length > limit;
+    return { commits: commits.slice(0, limit), more };
+  }
+
+  // --- files --------------------------------------------------------------------------------
+
+  /** The file at `path` in `commit`; 404 EntryNotFound when there is none. */
+  async fileAt(repo: Repo, commit: CommitRecord, path: string): Promise<TreeFileEntry> {
+    const file = await new TreeReader(this.store, repo.id).fileAt(commit.treeOid, path);
+    if (file === null) throw entryNotFound(path, commit);
+    return file;
+  }
+
+  /**
+   * Entries below `path` (the root for ""), `offset` onwards, at most `limit`; 404 EntryNotFound
+   * when `path` is not a folder. `more` says whether entries follow.
+   */
+  async listTree(repo: Repo, commit: CommitRecord, path: string, recursive: boolean, offset: number, limit: number): Promise<{ entries: ListedEntry[]; more: boolean }> {
+    const reader = new TreeReader(this.store, repo.id);
+    const folder = await reader.entryAt(commit.treeOid, path);
+    if (folder === null || folder.type !== "directory") throw entryNotFound(path, commit);
+    const entries: ListedEntry[] = [];
+    let index = 0;
+    for await (const listed of reader.walk(folder.oid, path, recursive)) {
+      if (index++ < offset) continue;
+      if (entries.length === limit) return { entries, more: true };
+      entries.push(listed);
+    }
+    return { entries, more: false };
+  }
+
+  /** The entries at `paths` that exist (files or folders), in the order asked. */
+  async pathsInfo(repo: Repo, commit: CommitRecord, paths: string[]): Promise<ListedEntry[]> {
+    const reader = new TreeReader(this.store, repo.id);
+    const out: ListedEntry[] = [];
+    for (const path of paths) {
+      const entry = await reader.entryAt(commit.treeOid, path.replace(/^\/+|\/+$/g, ""));
+      if (entry !== null && entry.name !== "") out.push({ path, entry: entry as TreeEntry });
+    }
+    return out;
+  }
+
+  /** Every file of the commit (for repository info's `siblings`). */
+  async allFiles(repo: Repo, commit: CommitRecord): Promise<{ path: string; entry: TreeFileEntry }[]> {
+    const files: { path: string; entry: TreeFileEntry }[] = [];
+    for await (const { path, entry } of new TreeReader(this.store, repo.id).walk(commit.treeOid, "", true)) {
+      if (entry.type === "file") files.push({ path, entry });
+    }
+    return files;
+  }
+
+  // --- writing ------------------------------------------------------------------------------
+
+  /**
+   * Which files travel inline and which through Xet: Xet for non-empty files of at least
+   * `inlineMaxBytes` or with a NUL byte in their first 512 bytes (binary), inline otherwise.
+   */
+  async preupload(repo: Repo, commit: CommitRecord, files: PreuploadFile[]): Promise<PreuploadAnswer[]> {
+    const reader = new TreeReader(this.store, repo.id);
+    const answers: PreuploadAnswer[] = [];
+    for (const file of files) {
+      const lfs = file.size > 0 && (file.size >= this.options.inlineMaxBytes || file.sample.includes(0));
+      requirePath(file.path);
+      const current = await reader.fileAt(commit.treeOid, file.path);
+      const answer: PreuploadAnswer = { path: file.path, uploadMode: lfs ? "lfs" : "regular" };
+      // The client skips a file whose oid matches its own: only say it when it is exactly that id.
+      if (current !== null && (current.xetHash !== null) === lfs) answer.oid = lfs ? current.sha256 : current.oid;
+      answers.push(answer);
+    }
+    return answers;
+  }
+
+  /** Applies a commit to `branch` of a repository the caller may write. */
+  async commit(
+    caller: Caller,
+    address: RepoAddress,
+    branch: string,
+    header: { summary: string; description: string; parentCommit?: string },
+    operations: CommitOperation[],
+  ): Promise<CommitRecord> {
+    const repo = await this.writable(caller, address);
+    if (isGitOid(branch) && (await this.store.getRevision(repo.id, branch)) === null) {
+      throw new HubError(400, `commits go to a branch, not to the commit id ${branch}`);
+    }
+    if (header.summary.trim() === "") throw new HubError(400, "the commit summary is empty");
+    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations });
+  }
+}
+
+/** `createRepo` found the repository already there (the Hub answers 409 with its URL). */
+export class RepoExistsError extends HubError {
+  constructor(readonly repo: Repo) {
+    super(409, `repository ${formatRepoRef(repo)} already exists`);
+  }
+}
+
+export function entryNotFound(path: string, commit: CommitRecord): HubError {
+  return new HubError(404, `${quote(path)} does not exist at commit ${commit.oid}`, "EntryNotFound", commit.oid);
+}
