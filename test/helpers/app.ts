@@ -1,13 +1,16 @@
 /**
- * The CAS dependencies of `buildCastorApp` for tests that build the app in-process around a
- * metadata store of their own: an fs blob store in `dataDir` and services with fixed test keys.
+ * The CAS and hub dependencies of `buildCastorApp` for tests that build the app in-process
+ * around a metadata store of their own: an fs blob store in `dataDir` and services with fixed
+ * test keys.
  */
 import { join } from "node:path";
 import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
 import { DedupService } from "../../src/cas/dedup.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
-import { DEFAULT_MAX_SHARD_BYTES } from "../../src/config.js";
+import { DEFAULT_HUB_INLINE_MAX_BYTES, DEFAULT_MAX_SHARD_BYTES } from "../../src/config.js";
+import { FileReader } from "../../src/cas/file-reader.js";
+import { HubRepositories } from "../../src/hub/repositories.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "../../src/format/xorb.js";
 import type { CastorAppDeps } from "../../src/http/app.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
@@ -15,13 +18,30 @@ import { FsBlobStore } from "../../src/storage/fs.js";
 
 export type CasDeps = Pick<
   CastorAppDeps,
-  "blobs" | "xorbs" | "shards" | "dedup" | "transferUrls" | "transferUrlTtlSeconds" | "v2Reconstruction" | "dataDir" | "minFreeBytes"
+  | "blobs"
+  | "xorbs"
+  | "shards"
+  | "dedup"
+  | "transferUrls"
+  | "transferUrlTtlSeconds"
+  | "v2Reconstruction"
+  | "dataDir"
+  | "minFreeBytes"
+  | "hubRepos"
+  | "xetFiles"
+  | "hubInlineMaxBytes"
 >;
 
 const TRANSFER_URL_TTL_SECONDS = 3600;
 
-export async function casDepsForTest(store: MetadataStore, dataDir: string, publicUrl: () => string): Promise<CasDeps> {
+export async function casDepsForTest(
+  store: MetadataStore,
+  dataDir: string,
+  publicUrl: () => string,
+  hub: { inlineMaxBytes?: number; now?: () => Date } = {},
+): Promise<CasDeps> {
   const blobs = await FsBlobStore.open(join(dataDir, "blobs"));
+  const inlineMaxBytes = hub.inlineMaxBytes ?? DEFAULT_HUB_INLINE_MAX_BYTES;
   return {
     blobs,
     xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES }),
@@ -33,5 +53,8 @@ export async function casDepsForTest(store: MetadataStore, dataDir: string, publ
     dataDir,
     // Readiness never fails for lack of space on the machine running the tests.
     minFreeBytes: 0,
+    hubRepos: new HubRepositories(store, { inlineMaxBytes, now: hub.now }),
+    xetFiles: new FileReader({ store, blobs }),
+    hubInlineMaxBytes: inlineMaxBytes,
   };
 }
