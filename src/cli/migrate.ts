@@ -110,7 +110,7 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
   const repos = await source.metadata.listRepos();
   let reposCopied = 0;
   for (const repo of repos) {
-    const imported = await target.metadata.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt });
+    const imported = await target.metadata.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt, private: repo.private });
     repoIds.set(repo.id, imported.repo.id);
     if (imported.inserted) reposCopied++;
   }
