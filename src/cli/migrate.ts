@@ -1,20 +1,24 @@
 /**
- * `castor migrate --from DATA_DIR`: copies everything of an embedded data dir — repositories,
- * revisions, hub tokens (their secret hashes; the secrets were never stored), xorb and shard
- * objects, xorb chunk tables, files, file ↔ repository links, the SHA-256 index, registered
- * shards and the global-dedup index — into the configured target: normally PostgreSQL
- * (`CASTOR_DATABASE_URL`) and S3 (`CASTOR_S3_*`), where several castor nodes then serve it.
+ * `castor migrate --from DATA_DIR`: copies everything of an embedded data dir — repositories
+ * (with their visibility), hub tokens (their secret hashes; the secrets were never stored),
+ * objects of every blob kind (xorbs, shards, inline file contents), xorb chunk tables, files,
+ * file ↔ repository links, the SHA-256 index, registered shards, the global-dedup index, and
+ * the repositories' histories (trees, commits, revisions with the commits they point at) —
+ * into the configured target: normally PostgreSQL (`CASTOR_DATABASE_URL`) and S3
+ * (`CASTOR_S3_*`), where several castor nodes then serve it.
  *
  * Idempotent: objects are put-if-absent and rows insert-or-ignore, so a run cut short is simply
  * run again and completes without duplicates; a run that finds everything in place copies
- * nothing. Objects are copied before the records that point at them and files before what
- * names them, so at every moment each record in the target has what it refers to.
+ * nothing. Objects are copied before the records that point at them, files and inline objects
+ * before the trees that name them, trees before commits, commits before the revisions that
+ * point at them: at every moment each record in the target has what it refers to.
  *
  * Repository ids are per store: the target numbers repositories its own way, and every row
- * naming one (revisions, token coverage, file links, the SHA-256 index) is mapped. A repository
- * the target already has (same type and name) is taken to be the same one: the source's rows
- * join it. Records the target holds already are kept as they are (insert-or-ignore), except
- * that a hub token revoked in the source is revoked in the target too.
+ * naming one (revisions, commits, trees, token coverage, file links, the SHA-256 index) is
+ * mapped. A repository the target already has (same type and name) is taken to be the same
+ * one: the source's rows join it. Records the target holds already are kept as they are
+ * (insert-or-ignore), except what a run after the source stopped must carry: a repository's
+ * visibility, the commit a revision points at, a hub token's revocation.
  *
  * The source is read while it may still be in use, but rows written behind an export's cursor
  * are missed: stop the embedded server, then run (or run again) before starting the nodes.
@@ -29,28 +33,32 @@ import { hashToHex } from "../format/hash.js";
 import { openMetadataStore } from "../metadata/open.js";
 import { METADATA_FILE_NAME, SqliteMetadataStore } from "../metadata/sqlite.js";
 import type { ExportPage, HubToken, MetadataStore } from "../metadata/store.js";
-import { blobKey, type BlobKey, type BlobKind, type BlobStore } from "../storage/blob-store.js";
+import { BLOB_KINDS, blobKey, type BlobKey, type BlobKind, type BlobStore } from "../storage/blob-store.js";
 import { openFsBlobStore } from "../storage/fs.js";
 import { BLOBS_DIR_NAME, openBlobStore } from "../storage/open.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, UsageError, expectPositionals, formatTable, parseCommandLine, runCommand } from "./args.js";
 
 const USAGE = `Usage: castor migrate --from DATA_DIR
 
-Copies everything of the embedded data dir DATA_DIR (repositories, revisions, hub tokens,
-xorbs, shards, files, the SHA-256 and dedup indexes) into the configured stores: PostgreSQL
-(CASTOR_DATABASE_URL) and S3 (CASTOR_S3_BUCKET, CASTOR_S3_ENDPOINT, …). Safe to run again:
-an interrupted run completes, a repeated one copies nothing. Stop the embedded server first
-(or run again after stopping it). Progress goes to stderr; the summary, and how to carry the
-server's keys to the new nodes, to stdout.
+Copies everything of the embedded data dir DATA_DIR (repositories, revisions, commits,
+trees, hub tokens, xorbs, shards, inline files, the SHA-256 and dedup indexes) into the
+configured stores: PostgreSQL (CASTOR_DATABASE_URL) and S3 (CASTOR_S3_BUCKET,
+CASTOR_S3_ENDPOINT, …). Safe to run again: an interrupted run completes, a repeated one
+copies nothing. Stop the embedded server first (or run again after stopping it). Progress
+goes to stderr; the summary, and how to carry the server's keys to the new nodes, to stdout.
 
   --from DATA_DIR   the embedded data dir to copy (the CASTOR_DATA_DIR of the old server)
 
 ${CONFIG_FLAGS_HELP}
 `;
 
-/** Rows per export page for tables of large rows (chunk tables, term lists) and of small ones. */
+/** Rows per export page for tables of large rows (chunk tables, term lists, trees) and of small ones. */
 const LARGE_ROW_PAGE = 256;
 const SMALL_ROW_PAGE = 2000;
+/** Trees per export page: a tree of 10,000 entries is ~2 MB of text. */
+const TREE_PAGE = 32;
+/** The summary's name of each blob kind's objects. */
+const OBJECT_STEPS: Record<BlobKind, string> = { xorbs: "xorb objects", shards: "shard objects", inline: "inline file objects" };
 /** Tokens per import batch. */
 const TOKEN_BATCH = 500;
 /** Objects copied at once: enough to keep a network store busy, few enough for 2 cores. */
@@ -105,12 +113,12 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
     progress.done(name, inSource, copied);
   };
 
-  // Hub: repositories (mapped), revisions, tokens.
+  // Repositories first: every other row names one (mapped to the target's ids).
   const repoIds = new Map<number, number>();
   const repos = await source.metadata.listRepos();
   let reposCopied = 0;
   for (const repo of repos) {
-    const imported = await target.metadata.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt });
+    const imported = await target.metadata.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt, private: repo.private });
     repoIds.set(repo.id, imported.repo.id);
     if (imported.inserted) reposCopied++;
   }
@@ -121,25 +129,16 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
     return mapped;
   };
 
-  let revisionCount = 0;
-  let revisionsCopied = 0;
-  for (const repo of repos) {
-    const revisions = await source.metadata.listRevisions(repo.id);
-    revisionCount += revisions.length;
-    revisionsCopied += await target.metadata.importRevisions(revisions.map((revision) => ({ ...revision, repoId: mapRepo(revision.repoId) })));
-  }
-  step("revisions", revisionCount, revisionsCopied);
-
   const tokens = (await source.metadata.listHubTokens()).map((token): HubToken => ({ ...token, repos: token.repos === "all" ? "all" : token.repos.map(mapRepo) }));
   let tokensCopied = 0;
   for (let at = 0; at < tokens.length; at += TOKEN_BATCH) tokensCopied += await target.metadata.importHubTokens(tokens.slice(at, at + TOKEN_BATCH));
   step("hub tokens (secret hashes)", tokens.length, tokensCopied);
 
-  // Objects before the records that point at them.
+  // Objects of every kind before the records that point at them.
   const concurrency = options.concurrency ?? DEFAULT_COPY_CONCURRENCY;
   const sourceXorbs = new Set<string>();
-  for (const kind of ["xorbs", "shards"] as const) {
-    const name = `${kind === "xorbs" ? "xorb" : "shard"} objects`;
+  for (const kind of BLOB_KINDS) {
+    const name = OBJECT_STEPS[kind];
     const { keys, copied } = source.blobs === null ? { keys: [], copied: 0 } : await copyObjects(kind, source.blobs, target.blobs, concurrency, (done, total) => progress.tick(name, done, total));
     if (kind === "xorbs") for (const key of keys) sourceXorbs.add(key);
     step(name, keys.length, copied);
@@ -190,6 +189,23 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
   await copyPages("dedup index entries", SMALL_ROW_PAGE, (a, n) => source.metadata.exportDedupEntries(a, n), (entries) =>
     target.metadata.importDedupEntries(entries),
   );
+
+  // Histories: trees (naming files and inline objects), commits (naming trees), then the
+  // revisions that point at commits.
+  await copyPages("trees", TREE_PAGE, (a, n) => source.metadata.exportTrees(a, n), (trees) =>
+    target.metadata.importTrees(trees.map((tree) => ({ ...tree, repoId: mapRepo(tree.repoId) }))),
+  );
+  await copyPages("commits", SMALL_ROW_PAGE, (a, n) => source.metadata.exportCommits(a, n), (commits) =>
+    target.metadata.importCommits(commits.map((commit) => ({ ...commit, repoId: mapRepo(commit.repoId) }))),
+  );
+  let revisionCount = 0;
+  let revisionsCopied = 0;
+  for (const repo of repos) {
+    const revisions = await source.metadata.listRevisions(repo.id);
+    revisionCount += revisions.length;
+    revisionsCopied += await target.metadata.importRevisions(revisions.map((revision) => ({ ...revision, repoId: mapRepo(revision.repoId) })));
+  }
+  step("revisions", revisionCount, revisionsCopied);
   return steps;
 }
 

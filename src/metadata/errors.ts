@@ -18,8 +18,9 @@ export class NotFoundError extends Error {
 }
 
 /**
- * Thrown when a CAS record cannot be stored as given (a hash that is not 32 bytes, a length
- * that is not a u32, a xorb without chunks or with too many); nothing of the write is stored.
+ * Thrown when a record cannot be stored as given: a CAS record with a hash that is not 32
+ * bytes, a length that is not a u32, a xorb without chunks or with too many; a tree entry of
+ * an unknown type or a commit with a field of the wrong type. Nothing of the write is stored.
  * It signals a bug in the caller, which validates untrusted input before recording it.
  */
 export class InvalidRecordError extends Error {

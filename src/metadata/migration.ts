@@ -10,14 +10,19 @@
  *   interrupted copy completes without duplicates, and a repeat that finds everything in place
  *   reports 0 everywhere. A batch is written in one transaction: all of it or nothing.
  * - Repository ids belong to one store. Rows naming repositories (revisions, token coverage,
- *   file links, the SHA-256 index) are exported with the source's ids; the caller maps them to
- *   the target's (from `importRepo`) before importing.
- * - Hub data is small and has list methods already (`listRepos`, `listRevisions`,
- *   `listHubTokens`); only its imports are here.
+ *   commits, trees, file links, the SHA-256 index) are exported with the source's ids; the
+ *   caller maps them to the target's (from `importRepo`) before importing.
+ * - Repositories, revisions and tokens are few and have list methods already (`listRepos`,
+ *   `listRevisions`, `listHubTokens`); only their imports are here. Histories (commits, trees)
+ *   grow with every commit and are paged like the CAS tables.
+ * - Where a record is mutable, the import carries the source's state onto a record already
+ *   present, so a migration run again after the source stopped picks up what changed since
+ *   the first run: a repository's visibility, a revision's commit (never back to none), a
+ *   token's revocation (never undone).
  */
 import type { Hash } from "../format/hash.js";
 import type { FileRecord, XorbRecord } from "./cas.js";
-import type { HubToken, Repo, Revision } from "./store.js";
+import type { CommitRecord, HubToken, Repo, Revision, TreeRecord } from "./store.js";
 
 /** Rows per export page at most; memory per page is bounded by this times the largest row. */
 export const MAX_EXPORT_PAGE_ROWS = 10_000;
@@ -58,14 +63,29 @@ export interface DedupEntry {
   xorbHash: Hash;
 }
 
+/** A commit of the repository `repoId`. */
+export interface RepoCommit extends CommitRecord {
+  repoId: number;
+}
+
+/** A tree of the repository `repoId`. */
+export interface RepoTree extends TreeRecord {
+  repoId: number;
+}
+
 export interface MetadataMigration {
   /**
-   * The repository of that type and name with its original creation time, or the one already
-   * there (then `inserted: false` and its time is kept). Unlike `createRepo`, no `main` branch
-   * is created: revisions are imported as they are.
+   * The repository of that type and name with its original creation time and visibility, or
+   * the one already there (then `inserted: false`; its time is kept and its visibility set to
+   * the imported one). Unlike `createRepo`, no `main` branch is created: revisions are
+   * imported as they are.
    */
   importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }>;
-  /** Insert-or-ignore by (repository, name), in the given order. NotFoundError (nothing stored) for an unknown repository id. */
+  /**
+   * Insert by (repository, name), in the given order. A revision already present keeps its
+   * kind and time; it takes the imported commit when that is not null and the kinds agree
+   * (counted as a change). NotFoundError (nothing stored) for an unknown repository id.
+   */
   importRevisions(revisions: readonly Revision[]): Promise<number>;
   /**
    * Insert-or-ignore by id, with the token's repository links, times and revocation. A token
@@ -75,6 +95,16 @@ export interface MetadataMigration {
    * of the batch is stored either way.
    */
   importHubTokens(tokens: readonly HubToken[]): Promise<number>;
+
+  /** Commits in (repository id, oid) order. */
+  exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>>;
+  /** Insert-or-ignore by (repository, oid). NotFoundError (nothing stored) for an unknown repository id; InvalidRecordError for an unstorable record. */
+  importCommits(commits: readonly RepoCommit[]): Promise<number>;
+
+  /** Trees in (repository id, oid) order. */
+  exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>>;
+  /** Insert-or-ignore by (repository, oid). NotFoundError (nothing stored) for an unknown repository id; InvalidRecordError for an unstorable record. */
+  importTrees(trees: readonly RepoTree[]): Promise<number>;
 
   /** Xorbs in hash byte order. */
   exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>>;
@@ -139,6 +169,7 @@ export function checkPageLimit(limit: number): void {
 const HASH_CURSOR = /^[0-9a-f]{64}$/;
 const HASH_ID_CURSOR = /^([0-9a-f]{64}):(-?\d{1,16})$/;
 const ID_HASH_CURSOR = /^(-?\d{1,16}):([0-9a-f]{64})$/;
+const ID_TEXT_CURSOR = /^(-?\d{1,16}):([\s\S]*)$/;
 
 function badCursor(cursor: string): RangeError {
   return new RangeError(`malformed export cursor ${JSON.stringify(cursor.slice(0, 100))}: pass the \`next\` of the previous page, or null for the first`);
@@ -178,6 +209,18 @@ export function parseIdHashCursor(cursor: string | null): [number, Buffer] {
   const match = ID_HASH_CURSOR.exec(cursor);
   if (match === null || !Number.isSafeInteger(Number(match[1]))) throw badCursor(cursor);
   return [Number(match[1]), Buffer.from(match[2], "hex")];
+}
+
+/** Cursor of a table keyed by (repository id, text), such as a git oid. */
+export function idTextCursor(id: number, text: string): string {
+  return `${id}:${text}`;
+}
+
+export function parseIdTextCursor(cursor: string | null): [number, string] {
+  if (cursor === null) return [Number.MIN_SAFE_INTEGER, ""];
+  const match = ID_TEXT_CURSOR.exec(cursor);
+  if (match === null || !Number.isSafeInteger(Number(match[1]))) throw badCursor(cursor);
+  return [Number(match[1]), match[2]];
 }
 
 /**

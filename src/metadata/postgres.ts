@@ -6,14 +6,17 @@
  * statements in key order (postgres/cas.ts).
  *
  * The records live in one file per family, behind this one `MetadataStore`:
- * `postgres/connection.ts` (the pool), `postgres/hub.ts` (repositories, revisions, hub
- * tokens), `postgres/cas.ts` (xorbs, files, shards, dedup index) and `postgres/migration.ts`
- * (export and import for `castor migrate`).
+ * `postgres/schema.ts` (migrations), `postgres/connection.ts` (the pool), `postgres/repos.ts`
+ * (repositories, revisions), `postgres/tokens.ts` (hub tokens), `postgres/history.ts`
+ * (commits, trees, branch heads), `postgres/cas.ts` (xorbs, files, shards, dedup index) and
+ * `postgres/migration.ts` (export and import for `castor migrate`).
  */
 import { PostgresCasRecords } from "./postgres/cas.js";
 import { PostgresConnection, type PostgresStoreOptions } from "./postgres/connection.js";
-import { PostgresHubRecords } from "./postgres/hub.js";
+import { PostgresHistoryRecords } from "./postgres/history.js";
 import { PostgresMigrationRecords } from "./postgres/migration.js";
+import { PostgresRepoRecords } from "./postgres/repos.js";
+import { PostgresTokenRecords } from "./postgres/tokens.js";
 import { RecordFamiliesStore } from "./record-families.js";
 
 export { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_POOL_SIZE, PostgresConnectionError, type PostgresStoreOptions } from "./postgres/connection.js";
@@ -34,10 +37,16 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
 
   private constructor(
     private readonly connection: PostgresConnection,
-    hub = new PostgresHubRecords(connection),
+    history = new PostgresHistoryRecords(connection),
     cas = new PostgresCasRecords(connection),
   ) {
-    super({ hub, cas, migration: new PostgresMigrationRecords(connection, hub, cas) });
+    super({
+      repos: new PostgresRepoRecords(connection, history),
+      tokens: new PostgresTokenRecords(connection),
+      history,
+      cas,
+      migration: new PostgresMigrationRecords(connection, cas),
+    });
     this.poolSize = connection.poolSize;
   }
 

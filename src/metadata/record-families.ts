@@ -1,16 +1,53 @@
 /**
  * A `MetadataStore` made of one object per record family — what both backends are: their
- * `hub`, `cas` and `migration` records live in files of their own (sqlite/, postgres/) and
- * this class presents them as the one store the rest of castor uses. A backend adds only
- * `ping` and `close`.
+ * `repos` (repositories, revisions), `tokens`, `history` (commits, trees, branch heads), `cas`
+ * and `migration` records live in files of their own (sqlite/, postgres/) and this class
+ * presents them as the one store the rest of castor uses. A backend adds only `ping` and
+ * `close`.
  */
 import type { Hash } from "../format/hash.js";
 import type { CasMetadataStore, FileRecord, ShardRegistration, XorbRecord } from "./cas.js";
-import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, MetadataMigration, Sha256IndexEntry, ShardRow } from "./migration.js";
-import type { HubMetadataStore, HubToken, MetadataStore, NewHubToken, Repo, RepoType, Revision, RevisionKind } from "./store.js";
+import type {
+  DatedFile,
+  DatedXorb,
+  DedupEntry,
+  FileRepoLink,
+  MetadataMigration,
+  RepoCommit,
+  RepoTree,
+  Sha256IndexEntry,
+  ShardRow,
+} from "./migration.js";
+import type {
+  BranchAdvance,
+  BranchAdvanceOutcome,
+  CommitRecord,
+  HubMetadataStore,
+  HubToken,
+  MetadataStore,
+  NewHubToken,
+  Repo,
+  RepoInit,
+  RepoType,
+  Revision,
+  RevisionKind,
+  TreeRecord,
+} from "./store.js";
+
+/** Repositories and their revisions. */
+export type RepoRecords = Pick<
+  HubMetadataStore,
+  "createRepo" | "getRepo" | "getRepoById" | "listRepos" | "setRepoPrivate" | "deleteRepo" | "createRevision" | "deleteRevision" | "getRevision" | "listRevisions"
+>;
+/** Hub tokens with their repository links. */
+export type TokenRecords = Pick<HubMetadataStore, "createHubToken" | "findHubTokenBySecretHash" | "listHubTokens" | "revokeHubToken">;
+/** Commits, trees and moving branches to new commits. */
+export type HistoryRecords = Pick<HubMetadataStore, "getCommit" | "getTree" | "advanceBranch">;
 
 export interface RecordFamilies {
-  hub: HubMetadataStore;
+  repos: RepoRecords;
+  tokens: TokenRecords;
+  history: HistoryRecords;
   cas: CasMetadataStore;
   migration: MetadataMigration;
 }
@@ -18,39 +55,61 @@ export interface RecordFamilies {
 export abstract class RecordFamiliesStore implements MetadataStore {
   protected constructor(private readonly families: RecordFamilies) {}
 
-  // Hub records
-  createRepo(type: RepoType, name: string): Promise<Repo> {
-    return this.families.hub.createRepo(type, name);
+  // Repositories and revisions
+  createRepo(type: RepoType, name: string, init?: RepoInit): Promise<Repo> {
+    return this.families.repos.createRepo(type, name, init);
   }
   getRepo(type: RepoType, name: string): Promise<Repo | null> {
-    return this.families.hub.getRepo(type, name);
+    return this.families.repos.getRepo(type, name);
   }
   getRepoById(id: number): Promise<Repo | null> {
-    return this.families.hub.getRepoById(id);
+    return this.families.repos.getRepoById(id);
   }
   listRepos(): Promise<Repo[]> {
-    return this.families.hub.listRepos();
+    return this.families.repos.listRepos();
   }
-  createRevision(repoId: number, name: string, kind: RevisionKind): Promise<Revision> {
-    return this.families.hub.createRevision(repoId, name, kind);
+  setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean> {
+    return this.families.repos.setRepoPrivate(repoId, isPrivate);
+  }
+  deleteRepo(repoId: number): Promise<boolean> {
+    return this.families.repos.deleteRepo(repoId);
+  }
+  createRevision(repoId: number, name: string, kind: RevisionKind, commitOid?: string | null): Promise<Revision> {
+    return this.families.repos.createRevision(repoId, name, kind, commitOid);
+  }
+  deleteRevision(repoId: number, name: string): Promise<boolean> {
+    return this.families.repos.deleteRevision(repoId, name);
   }
   getRevision(repoId: number, name: string): Promise<Revision | null> {
-    return this.families.hub.getRevision(repoId, name);
+    return this.families.repos.getRevision(repoId, name);
   }
   listRevisions(repoId: number): Promise<Revision[]> {
-    return this.families.hub.listRevisions(repoId);
+    return this.families.repos.listRevisions(repoId);
   }
+
+  // Histories
+  getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
+    return this.families.history.getCommit(repoId, oid);
+  }
+  getTree(repoId: number, oid: string): Promise<TreeRecord | null> {
+    return this.families.history.getTree(repoId, oid);
+  }
+  advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome> {
+    return this.families.history.advanceBranch(advance);
+  }
+
+  // Hub tokens
   createHubToken(token: NewHubToken): Promise<HubToken> {
-    return this.families.hub.createHubToken(token);
+    return this.families.tokens.createHubToken(token);
   }
   findHubTokenBySecretHash(secretHash: string): Promise<HubToken | null> {
-    return this.families.hub.findHubTokenBySecretHash(secretHash);
+    return this.families.tokens.findHubTokenBySecretHash(secretHash);
   }
   listHubTokens(): Promise<HubToken[]> {
-    return this.families.hub.listHubTokens();
+    return this.families.tokens.listHubTokens();
   }
   revokeHubToken(id: string): Promise<boolean> {
-    return this.families.hub.revokeHubToken(id);
+    return this.families.tokens.revokeHubToken(id);
   }
 
   // CAS records
@@ -88,6 +147,18 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   }
   importHubTokens(tokens: readonly HubToken[]): Promise<number> {
     return this.families.migration.importHubTokens(tokens);
+  }
+  exportCommits(after: string | null, limit: number): ReturnType<MetadataStore["exportCommits"]> {
+    return this.families.migration.exportCommits(after, limit);
+  }
+  importCommits(commits: readonly RepoCommit[]): Promise<number> {
+    return this.families.migration.importCommits(commits);
+  }
+  exportTrees(after: string | null, limit: number): ReturnType<MetadataStore["exportTrees"]> {
+    return this.families.migration.exportTrees(after, limit);
+  }
+  importTrees(trees: readonly RepoTree[]): Promise<number> {
+    return this.families.migration.importTrees(trees);
   }
   exportXorbs(after: string | null, limit: number): ReturnType<MetadataStore["exportXorbs"]> {
     return this.families.migration.exportXorbs(after, limit);

@@ -13,8 +13,9 @@
  * its own (sqlite/shard-registration.ts); the other writes wait for it (sqlite/connection.ts).
  *
  * The records live in one file per family, behind this one `MetadataStore`:
- * `sqlite/schema.ts` (file, settings, migrations), `sqlite/hub.ts` (repositories, revisions,
- * hub tokens), `sqlite/cas.ts` (xorbs, files, shards, dedup index) and `sqlite/migration.ts`
+ * `sqlite/schema.ts` (file, settings, migrations), `sqlite/repos.ts` (repositories,
+ * revisions), `sqlite/tokens.ts` (hub tokens), `sqlite/history.ts` (commits, trees, branch
+ * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index) and `sqlite/migration.ts`
  * (export and import for `castor migrate`).
  */
 import { mkdirSync } from "node:fs";
@@ -22,9 +23,11 @@ import { join } from "node:path";
 import { RecordFamiliesStore } from "./record-families.js";
 import { SqliteCasRecords } from "./sqlite/cas.js";
 import { SqliteConnection } from "./sqlite/connection.js";
-import { SqliteHubRecords } from "./sqlite/hub.js";
+import { SqliteHistoryRecords } from "./sqlite/history.js";
 import { SqliteMigrationRecords } from "./sqlite/migration.js";
+import { SqliteRepoRecords } from "./sqlite/repos.js";
 import { METADATA_FILE_NAME } from "./sqlite/schema.js";
+import { SqliteTokenRecords } from "./sqlite/tokens.js";
 
 export { BUSY_TIMEOUT_MS, JOURNAL_SIZE_LIMIT_BYTES, METADATA_FILE_NAME, MIGRATIONS, MetadataSchemaError } from "./sqlite/schema.js";
 
@@ -41,10 +44,12 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
 
   private constructor(
     private readonly connection: SqliteConnection,
-    hub = new SqliteHubRecords(connection),
+    history = new SqliteHistoryRecords(connection),
+    repos = new SqliteRepoRecords(connection, history),
+    tokens = new SqliteTokenRecords(connection),
     cas = new SqliteCasRecords(connection),
   ) {
-    super({ hub, cas, migration: new SqliteMigrationRecords(connection, hub.sql, cas.sql) });
+    super({ repos, tokens, history, cas, migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql) });
     this.path = connection.path;
     this.cas = cas;
     this.pingStatement = connection.db.prepare<[], { ok: number }>("SELECT 1 AS ok");

@@ -4,9 +4,10 @@
  * contract suite in test/contract/metadata-store.ts. All methods are async because the
  * PostgreSQL implementation is.
  *
- * It has two halves: the hub (repositories, revisions, hub tokens), declared here, and the CAS
- * (xorbs, files, shards, dedup index), declared in cas.ts with the packed-table codecs; and
- * the export/import methods `castor migrate` copies a store with (migration.ts).
+ * It has two halves: the hub (repositories, revisions, commits and trees, hub tokens),
+ * declared here with the history codecs in history.ts, and the CAS (xorbs, files, shards,
+ * dedup index), declared in cas.ts with the packed-table codecs; and the export/import
+ * methods `castor migrate` copies a store with (migration.ts).
  *
  * Rules every implementation keeps (the contract suite checks them):
  * - No caching: each call reads the database, so a write by another process (an admin command
@@ -30,6 +31,8 @@ export type {
   ExportPage,
   FileRepoLink,
   MetadataMigration,
+  RepoCommit,
+  RepoTree,
   Sha256IndexEntry,
   ShardRow,
 } from "./migration.js";
@@ -39,7 +42,7 @@ export { REPO_TYPES, type RepoType } from "../format/repo.js";
 export type Access = "read" | "write";
 
 export interface Repo {
-  /** Internal numeric key; stable within one metadata store. */
+  /** Internal numeric key; stable within one metadata store, and never reused after the repository is deleted. */
   id: number;
   type: RepoType;
   /** `namespace/name`. */
@@ -167,12 +170,13 @@ export type NewHubToken = Omit<HubToken, "createdAt" | "revokedAt" | "owner" | "
 
 export { AlreadyExistsError, CorruptRecordError, InvalidRecordError, NotFoundError } from "./errors.js";
 
-/** The hub's records: repositories, their revisions, hub tokens. */
+/** The hub's records: repositories, their revisions and histories, hub tokens. */
 export interface HubMetadataStore {
   /**
    * Creates the repository and its `main` branch atomically; with `init`, also its initial tree
    * and commit, which `main` points at. Without `init` the repository is private and `main` has
-   * no commit. AlreadyExistsError if present.
+   * no commit. AlreadyExistsError if present; InvalidRecordError (nothing stored) for an
+   * unstorable tree or commit (history.ts says what is checked).
    */
   createRepo(type: RepoType, name: string, init?: RepoInit): Promise<Repo>;
   getRepo(type: RepoType, name: string): Promise<Repo | null>;
@@ -183,13 +187,16 @@ export interface HubMetadataStore {
   setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean>;
   /**
    * Deletes the repository with everything that is only its: revisions, commits, trees, its
-   * token links, file links and SHA-256 index. false when there is no repository with that id.
+   * token links, file links and SHA-256 index, in one transaction. Tokens stay (without the
+   * link); file records, xorbs, shards, the dedup index and blobs are shared by content and
+   * stay too. false when there is no repository with that id.
    */
   deleteRepo(repoId: number): Promise<boolean>;
 
   /**
    * AlreadyExistsError if the repository already has a revision of that name (whatever its
-   * kind); NotFoundError if there is no repository with that id.
+   * kind); NotFoundError if there is no repository with that id. `commitOid` (default null) is
+   * stored as given: whether the repository has that commit is the hub's to check.
    */
   createRevision(repoId: number, name: string, kind: RevisionKind, commitOid?: string | null): Promise<Revision>;
   /** false when the repository has no revision of that name. */
@@ -203,7 +210,9 @@ export interface HubMetadataStore {
   /**
    * Stores the commit and its trees and moves the branch to it, all in one transaction, if the
    * branch still points at `expectedHead`; otherwise writes nothing. Also how a legacy branch
-   * (commitOid null) gets its first commit.
+   * (commitOid null) gets its first commit. Of concurrent advances from the same head — in
+   * this process or any other on the same database — exactly one answers "advanced".
+   * InvalidRecordError (nothing written) for an unstorable tree or commit.
    */
   advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome>;
 

@@ -4,19 +4,25 @@
  * a tag, hub tokens (one revoked), files uploaded to each (one to both, so it is linked twice and
  * deduplicated), plus what the old server handed out and must stay valid after a migration with
  * the carried keys: a CAS access token and a transfer URL. Then the server is stopped, as the
- * migration guide says.
+ * migration guide says, and the store gets what the hub's histories add (`addHistories`): a
+ * commit with a tree and an inline file on alice/bert's main, bob/data made public, and a hub
+ * token with an owner and namespaces.
  *
  * `checkMigratedServer` downloads every file from a server started on the migrated stores with
  * the OLD hub tokens, byte for byte, and checks the old token and URL and the revoked hub token.
  */
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { download, upload } from "../../src/client/index.js";
 import { loadConfig } from "../../src/config.js";
 import { withHub } from "../../src/hub/open.js";
+import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import type { CommitRecord, TreeRecord } from "../../src/metadata/store.js";
+import { blobKeyFromHex } from "../../src/storage/blob-store.js";
+import { openFsBlobStore } from "../../src/storage/fs.js";
 import { startCastorServer } from "../helpers/server.js";
 
 export interface UploadedFixtureFile {
@@ -72,6 +78,7 @@ export async function buildEmbeddedDataDir(): Promise<EmbeddedDataDir> {
       { repo: DATA, hubToken: hubTokens.dataWrite, name: "other.bin", bytes: randomBytes(1024 * 1024 + 17) },
     ];
     const server = await startCastorServer({ dataDir });
+    let fixture: EmbeddedDataDir;
     try {
       const files: UploadedFixtureFile[] = [];
       for (const [i, item] of uploads.entries()) {
@@ -93,7 +100,7 @@ export async function buildEmbeddedDataDir(): Promise<EmbeddedDataDir> {
       const transferResponse = await fetch(entry.url, { headers: { range } });
       assert.equal(transferResponse.status, 206);
       const url = new URL(entry.url);
-      return {
+      fixture = {
         dataDir,
         hubTokens,
         files,
@@ -104,9 +111,56 @@ export async function buildEmbeddedDataDir(): Promise<EmbeddedDataDir> {
     } finally {
       await server.stop();
     }
+    await addHistories(dataDir);
+    return fixture;
   } catch (error) {
     await remove();
     throw error;
+  }
+}
+
+/** git's object id: SHA-1 of `<type> <length>\0<body>`. */
+function gitOid(type: string, body: Buffer): string {
+  return createHash("sha1").update(`${type} ${body.length}\0`).update(body).digest("hex");
+}
+
+/**
+ * Adds to the (stopped) data dir what hub histories add: a commit on alice/bert's main whose
+ * tree holds an inline README (its content under `inline/`), bob/data made public, a hub token
+ * with an owner and namespaces. Objects and ids are git's, computed here.
+ */
+export async function addHistories(dataDir: string): Promise<{ commit: CommitRecord; tree: TreeRecord; readme: Buffer }> {
+  const store = await SqliteMetadataStore.open(dataDir);
+  try {
+    const readme = Buffer.from("# bert\n\nMigrated with its history.\n");
+    const sha256 = createHash("sha256").update(readme).digest("hex");
+    const blobs = await openFsBlobStore(join(dataDir, "blobs"));
+    await blobs.putIfAbsent(blobKeyFromHex("inline", sha256), readme);
+    const blobOid = gitOid("blob", readme);
+    const tree: TreeRecord = {
+      oid: gitOid("tree", Buffer.concat([Buffer.from("100644 README.md\0"), Buffer.from(blobOid, "hex")])),
+      entries: [{ type: "file", name: "README.md", oid: blobOid, size: readme.length, sha256, xetHash: null }],
+    };
+    const bert = (await store.getRepo("model", "alice/bert"))!;
+    const head = (await store.getRevision(bert.id, "main"))!.commitOid;
+    const seconds = 1_767_225_600;
+    const object = [`tree ${tree.oid}`, ...(head === null ? [] : [`parent ${head}`]), `author alice <alice@castor.invalid> ${seconds} +0000`, `committer alice <alice@castor.invalid> ${seconds} +0000`, "", "Add README", ""].join("\n");
+    const commit: CommitRecord = {
+      oid: gitOid("commit", Buffer.from(object)),
+      treeOid: tree.oid,
+      parentOids: head === null ? [] : [head],
+      title: "Add README",
+      message: "Add README\n",
+      author: "alice",
+      createdAt: new Date(seconds * 1000),
+      object,
+    };
+    assert.equal(await store.advanceBranch({ repoId: bert.id, branch: "main", expectedHead: head, commit, trees: [tree] }), "advanced");
+    assert.equal(await store.setRepoPrivate((await store.getRepo("dataset", "bob/data"))!.id, false), true);
+    await store.createHubToken({ id: "tok_owned", secretHash: "0".repeat(64), access: "read", repos: [bert.id], expiresAt: null, owner: "alice", namespaces: ["alice", "bob"] });
+    return { commit, tree, readme };
+  } finally {
+    await store.close();
   }
 }
 

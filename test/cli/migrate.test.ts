@@ -14,7 +14,7 @@ import { after, before, describe, it } from "node:test";
 import { migrateStores, MigrationSourceError, type MigrationSource, type MigrationTarget } from "../../src/cli/migrate.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
-import type { BlobStore } from "../../src/storage/blob-store.js";
+import { blobKeyFromHex, type BlobStore } from "../../src/storage/blob-store.js";
 import { openFsBlobStore } from "../../src/storage/fs.js";
 import { runCastor, type CliResult } from "../helpers/cli.js";
 import { startCastorServer } from "../helpers/server.js";
@@ -67,6 +67,12 @@ function failingOn<T extends object>(object: T, method: keyof T & string, failAt
   });
 }
 
+async function text(stream: Readable): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}
+
 async function listAll(blobs: BlobStore): Promise<string[]> {
   const keys: string[] = [];
   for await (const key of blobs.list()) keys.push(key);
@@ -84,9 +90,13 @@ async function idFreeRows(store: MetadataStore) {
       after = page.next;
     }
   };
-  const repoNames = new Map((await store.listRepos()).map((repo) => [repo.id, `${repo.type}:${repo.name}`]));
+  const repos = await store.listRepos();
+  const repoNames = new Map(repos.map((repo) => [repo.id, `${repo.type}:${repo.name}`]));
   return {
-    repos: [...repoNames.values()],
+    repos: repos.map((repo) => ({ ...repo, id: undefined })),
+    revisions: (await Promise.all(repos.map((repo) => store.listRevisions(repo.id)))).flat().map((r) => ({ ...r, repoId: repoNames.get(r.repoId) })),
+    commits: (await all((a, n) => store.exportCommits(a, n))).map((c) => ({ ...c, repoId: repoNames.get(c.repoId) })),
+    trees: (await all((a, n) => store.exportTrees(a, n))).map((t) => ({ ...t, repoId: repoNames.get(t.repoId) })),
     tokens: (await store.listHubTokens()).map((t) => ({ ...t, repos: t.repos === "all" ? "all" : t.repos.map((id) => repoNames.get(id)) })),
     xorbs: await all((a, n) => store.exportXorbs(a, n)),
     files: await all((a, n) => store.exportFiles(a, n)),
@@ -137,7 +147,10 @@ describe("castor migrate (embedded data dir → another embedded data dir)", () 
     const copied = copiedColumn(first.stdout);
     assert.equal(copied.get("repositories"), 2);
     assert.equal(copied.get("revisions"), 3, "main of each repository and the tag");
-    assert.equal(copied.get("hub tokens (secret hashes)"), 4);
+    assert.equal(copied.get("hub tokens (secret hashes)"), 5);
+    assert.equal(copied.get("inline file objects"), 1);
+    assert.equal(copied.get("trees"), 1);
+    assert.equal(copied.get("commits"), 1);
     assert.equal(copied.get("files"), 4, "the shared file is one file");
     assert.equal(copied.get("file ↔ repository links"), 5, "the shared file is linked to both repositories");
     for (const [step, count] of copied) assert.ok(count > 0, `${step} copied something`);
@@ -147,6 +160,25 @@ describe("castor migrate (embedded data dir → another embedded data dir)", () 
     const keys = await carriedKeys(source.dataDir);
     for (const secret of [keys.CASTOR_URL_KEY, keys.CASTOR_DEDUP_KEY_SEED]) {
       assert.ok(!first.stdout.includes(secret) && !first.stderr.includes(secret), "secrets are never printed");
+    }
+
+    // Histories, visibility, token owners and inline objects came along, repository ids mapped.
+    const from = await openSource(source.dataDir);
+    const to = await openTarget(target);
+    try {
+      assert.deepEqual(await idFreeRows(to.metadata), await idFreeRows(from.metadata));
+      assert.deepEqual(await listAll(to.blobs), await listAll(from.blobs!));
+      const bert = (await to.metadata.getRepo("model", "alice/bert"))!;
+      const head = (await to.metadata.getRevision(bert.id, "main"))!.commitOid!;
+      const commit = (await to.metadata.getCommit(bert.id, head))!;
+      assert.equal(commit.title, "Add README");
+      const [readme] = (await to.metadata.getTree(bert.id, commit.treeOid))!.entries;
+      assert.ok(readme.type === "file" && readme.xetHash === null);
+      assert.match(await text(await to.blobs.read(blobKeyFromHex("inline", readme.sha256))), /^# bert\n/);
+      assert.equal((await to.metadata.getRepo("dataset", "bob/data"))?.private, false);
+    } finally {
+      await from.close();
+      await to.close();
     }
 
     const server = await startCastorServer({ dataDir: target, env: keys });

@@ -10,14 +10,19 @@ import { createHash } from "node:crypto";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import {
   AlreadyExistsError,
+  InvalidRecordError,
   NotFoundError,
   type DatedFile,
   type DatedXorb,
   type DedupEntry,
   type ExportPage,
   type FileRepoLink,
+  type CommitRecord,
   type HubToken,
   type MetadataStore,
+  type RepoCommit,
+  type RepoTree,
+  type TreeRecord,
   type Sha256IndexEntry,
   type ShardRow,
   type XorbRecord,
@@ -54,6 +59,30 @@ const C2 = hashOf("chunk two");
 const BUSY = hashOf("busy chunk");
 const BUSY_XORBS = [X3, X1, X2, xorbOf("four", 1), xorbOf("five", 1)].map((x) => x.hash);
 
+/** A git-like object id (40 hex) per label. */
+function oidOf(label: string): string {
+  return createHash("sha1").update(label).digest("hex");
+}
+
+const EMPTY_TREE: TreeRecord = { oid: oidOf("empty tree"), entries: [] };
+const TREE: TreeRecord = {
+  oid: oidOf("tree with files"),
+  entries: [
+    { type: "file", name: "README.md", oid: oidOf("readme"), size: 11, sha256: "ab".repeat(32), xetHash: null },
+    { type: "directory", name: "data", oid: oidOf("data dir") },
+    { type: "file", name: "model.bin", oid: oidOf("model pointer"), size: 3 << 20, sha256: "cd".repeat(32), xetHash: "ef".repeat(32) },
+  ],
+};
+
+function commitOf(label: string, tree: TreeRecord, parents: string[], seconds: number): CommitRecord {
+  const message = `${label}\n`;
+  const object = `tree ${tree.oid}\n${parents.map((p) => `parent ${p}\n`).join("")}author alice <a@b> ${seconds} +0000\ncommitter alice <a@b> ${seconds} +0000\n\n${message}`;
+  return { oid: oidOf(object), treeOid: tree.oid, parentOids: parents, title: label, message, author: "alice", createdAt: new Date(seconds * 1000), object };
+}
+
+const INITIAL = commitOf("Initial commit", EMPTY_TREE, [], 1_767_225_600);
+const SECOND = commitOf("Add files", TREE, [INITIAL.oid], 1_767_225_660);
+
 interface Populated {
   repos: { type: "model" | "dataset" | "space"; name: string }[];
   /** Every chunk hash of the dedup index. */
@@ -63,12 +92,14 @@ interface Populated {
 
 /** A store with a bit of everything: repositories, revisions, tokens of every kind, xorbs, registrations. */
 async function populate(store: MetadataStore): Promise<Populated> {
-  const bert = await store.createRepo("model", "alice/bert");
+  // Public with a history; made before histories (private, main at no commit); private with an initial commit.
+  const bert = await store.createRepo("model", "alice/bert", { private: false, commit: INITIAL, tree: EMPTY_TREE });
   const data = await store.createRepo("dataset", "bob/data");
-  await store.createRepo("space", "carol/app");
-  await store.createRevision(bert.id, "v1", "tag");
+  await store.createRepo("space", "carol/app", { private: true, commit: INITIAL, tree: EMPTY_TREE });
+  await store.advanceBranch({ repoId: bert.id, branch: "main", expectedHead: INITIAL.oid, commit: SECOND, trees: [TREE] });
+  await store.createRevision(bert.id, "v1", "tag", INITIAL.oid);
   await store.createRevision(bert.id, "feature/x", "branch");
-  await store.createHubToken({ id: "tok_read", secretHash: "a".repeat(64), access: "read", repos: [data.id, bert.id], expiresAt: null });
+  await store.createHubToken({ id: "tok_read", secretHash: "a".repeat(64), access: "read", repos: [data.id, bert.id], expiresAt: null, owner: "bob", namespaces: ["bob", "alice"] });
   await store.createHubToken({ id: "tok_admin", secretHash: "b".repeat(64), access: "write", repos: "all", expiresAt: new Date(Date.UTC(2031, 0, 2, 3, 4, 5, 678)) });
   await store.createHubToken({ id: "tok_old", secretHash: "c".repeat(64), access: "write", repos: [bert.id], expiresAt: null });
   await store.revokeHubToken("tok_old");
@@ -120,6 +151,8 @@ interface Everything {
   sha256: Sha256IndexEntry[];
   shards: ShardRow[];
   dedup: DedupEntry[];
+  commits: RepoCommit[];
+  trees: RepoTree[];
 }
 
 async function exportEverything(store: MetadataStore, limit = 10_000): Promise<Everything> {
@@ -130,7 +163,14 @@ async function exportEverything(store: MetadataStore, limit = 10_000): Promise<E
     sha256: await exportAll((a, n) => store.exportSha256Index(a, n), limit),
     shards: await exportAll((a, n) => store.exportShards(a, n), limit),
     dedup: await exportAll((a, n) => store.exportDedupEntries(a, n), limit),
+    commits: await exportAll((a, n) => store.exportCommits(a, n), limit),
+    trees: await exportAll((a, n) => store.exportTrees(a, n), limit),
   };
+}
+
+/** Rows of a history export in key order: (repository id, oid). */
+function byRepoAndOid<T extends { repoId: number; oid: string }>(rows: T[]): T[] {
+  return [...rows].sort((a, b) => a.repoId - b.repoId || (a.oid < b.oid ? -1 : a.oid > b.oid ? 1 : 0));
 }
 
 interface CopyCounts {
@@ -143,14 +183,16 @@ interface CopyCounts {
   sha256: number;
   shards: number;
   dedup: number;
+  commits: number;
+  trees: number;
 }
 
 /** Copies `source` into `target` with the migration methods, in pages of `limit`; returns the counts the imports reported. */
 async function copyStore(source: MetadataStore, target: MetadataStore, limit: number): Promise<{ counts: CopyCounts; repoIds: Map<number, number> }> {
-  const counts: CopyCounts = { repos: 0, revisions: 0, tokens: 0, xorbs: 0, files: 0, links: 0, sha256: 0, shards: 0, dedup: 0 };
+  const counts: CopyCounts = { repos: 0, revisions: 0, tokens: 0, xorbs: 0, files: 0, links: 0, sha256: 0, shards: 0, dedup: 0, commits: 0, trees: 0 };
   const repoIds = new Map<number, number>();
   for (const repo of await source.listRepos()) {
-    const { repo: imported, inserted } = await target.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt });
+    const { repo: imported, inserted } = await target.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt, private: repo.private });
     repoIds.set(repo.id, imported.id);
     counts.repos += inserted ? 1 : 0;
   }
@@ -188,6 +230,8 @@ async function copyStore(source: MetadataStore, target: MetadataStore, limit: nu
   );
   counts.shards = await pages((a, n) => source.exportShards(a, n), (rows) => target.importShards(rows));
   counts.dedup = await pages((a, n) => source.exportDedupEntries(a, n), (rows) => target.importDedupEntries(rows));
+  counts.trees = await pages((a, n) => source.exportTrees(a, n), (rows) => target.importTrees(rows.map((t) => ({ ...t, repoId: mapId(t.repoId) }))));
+  counts.commits = await pages((a, n) => source.exportCommits(a, n), (rows) => target.importCommits(rows.map((c) => ({ ...c, repoId: mapId(c.repoId) }))));
   return { counts, repoIds };
 }
 
@@ -221,6 +265,25 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
       assert.deepEqual(await exportEverything(store, 2), whole, "pages of 2 rows give the same rows");
 
       assert.deepEqual(whole.xorbs.map((x) => x.hash), [X1, X2, X3].map((x) => x.hash).sort(byteOrder));
+      const [bertId, , appId] = (await store.listRepos()).map((repo) => repo.id);
+      assert.deepEqual(
+        whole.commits,
+        byRepoAndOid([
+          { repoId: bertId, ...INITIAL },
+          { repoId: bertId, ...SECOND },
+          { repoId: appId, ...INITIAL },
+        ]),
+        "commits in (repository, oid) order, every field kept",
+      );
+      assert.deepEqual(
+        whole.trees,
+        byRepoAndOid([
+          { repoId: bertId, ...EMPTY_TREE },
+          { repoId: bertId, ...TREE },
+          { repoId: appId, ...EMPTY_TREE },
+        ]),
+        "trees in (repository, oid) order, entries kept",
+      );
       for (const xorb of whole.xorbs) {
         const { createdAt, ...record } = xorb;
         assert.ok(createdAt instanceof Date && createdAt.getTime() <= Date.now());
@@ -278,7 +341,7 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
       // The target numbers repositories differently: one of its own first.
       const own = await target.createRepo("model", "zed/own");
       const { counts, repoIds } = await copyStore(source, target, 2);
-      assert.deepEqual(counts, { repos: 3, revisions: 5, tokens: 3, xorbs: 3, files: 4, links: 5, sha256: 3, shards: 3, dedup: 8 });
+      assert.deepEqual(counts, { repos: 3, revisions: 5, tokens: 3, xorbs: 3, files: 4, links: 5, sha256: 3, shards: 3, dedup: 8, commits: 3, trees: 3 });
       assert.ok([...repoIds].some(([from, to]) => from !== to), "ids differ between the stores");
 
       const sourceRepos = await source.listRepos();
@@ -289,6 +352,7 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
         sourceRepos.map(({ type, name, createdAt }) => ({ type, name, createdAt })),
         "repositories keep their names, types, creation times and order",
       );
+      assert.deepEqual(targetRepos.map((repo) => repo.private), [true, false, true, true], "and their visibility");
       for (const repo of sourceRepos) {
         const mapped = repoIds.get(repo.id)!;
         assert.deepEqual(await target.getRepoById(mapped), { ...repo, id: mapped });
@@ -297,8 +361,9 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
       assert.deepEqual(
         await target.listHubTokens(),
         (await source.listHubTokens()).map((t) => ({ ...t, repos: t.repos === "all" ? "all" : t.repos.map((id) => repoIds.get(id)!).sort((a, b) => a - b) })),
-        "tokens keep ids, secret hashes, access, coverage, times and revocations",
+        "tokens keep ids, secret hashes, access, coverage, times, revocations, owners and namespaces",
       );
+      assert.deepEqual((await target.listHubTokens()).map((t) => [t.owner, t.namespaces]), [["bob", ["alice", "bob"]], [null, []], [null, []]]);
       for (const token of await source.listHubTokens()) {
         assert.deepEqual((await target.findHubTokenBySecretHash(token.secretHash))?.id, token.id);
       }
@@ -308,6 +373,14 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
       for (const table of ["xorbs", "files", "shards", "dedup"] as const) {
         assert.deepEqual(targetRows[table], sourceRows[table], `${table} are copied exactly, times included`);
       }
+      for (const table of ["commits", "trees"] as const) {
+        const mapped = sourceRows[table].map((row) => ({ ...row, repoId: repoIds.get(row.repoId)! }));
+        assert.deepEqual(targetRows[table], byRepoAndOid<RepoCommit | RepoTree>(mapped), `${table} are copied exactly, repository ids mapped`);
+      }
+      const bert = repoIds.get((await source.getRepo("model", "alice/bert"))!.id)!;
+      assert.equal((await target.getRevision(bert, "main"))?.commitOid, SECOND.oid);
+      assert.deepEqual(await target.getCommit(bert, SECOND.oid), SECOND);
+      assert.deepEqual(await target.getTree(bert, TREE.oid), TREE);
       for (const hash of populated.files) {
         for (const repo of sourceRepos) {
           assert.equal(await target.isFileInRepo(hash, repoIds.get(repo.id)!), await source.isFileInRepo(hash, repo.id));
@@ -336,7 +409,7 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
       const before = await exportEverything(target);
       const tokensBefore = await target.listHubTokens();
       const again = await copyStore(source, target, 3);
-      assert.deepEqual(again.counts, { repos: 0, revisions: 0, tokens: 0, xorbs: 0, files: 0, links: 0, sha256: 0, shards: 0, dedup: 0 });
+      assert.deepEqual(again.counts, { repos: 0, revisions: 0, tokens: 0, xorbs: 0, files: 0, links: 0, sha256: 0, shards: 0, dedup: 0, commits: 0, trees: 0 });
       assert.deepEqual(await exportEverything(target), before);
       assert.deepEqual(await target.listHubTokens(), tokensBefore);
       assert.equal((await target.listRepos()).length, 3);
@@ -355,19 +428,56 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
       assert.deepEqual((await target.listHubTokens()).find((t) => t.id === "tok_old")?.repos, old.repos);
     }));
 
+    it("carries a moved branch and a changed visibility on a repeat, never a revision back to no commit", withTwoStores(async (source, target) => {
+      await populate(source);
+      await copyStore(source, target, 10);
+      const bert = (await source.getRepo("model", "alice/bert"))!;
+      const data = (await source.getRepo("dataset", "bob/data"))!;
+      // The source goes on after the first copy: a commit on main, visibility flipped both ways, a new tag.
+      const third = commitOf("Third", EMPTY_TREE, [SECOND.oid], 1_767_225_720);
+      assert.equal(await source.advanceBranch({ repoId: bert.id, branch: "main", expectedHead: SECOND.oid, commit: third, trees: [EMPTY_TREE] }), "advanced");
+      assert.equal(await source.advanceBranch({ repoId: data.id, branch: "main", expectedHead: null, commit: INITIAL, trees: [EMPTY_TREE] }), "advanced");
+      await source.setRepoPrivate(bert.id, true);
+      await source.setRepoPrivate(data.id, false);
+      await source.createRevision(bert.id, "v2", "tag", third.oid);
+      const again = await copyStore(source, target, 10);
+      assert.deepEqual(again.counts, { repos: 0, revisions: 3, tokens: 0, xorbs: 0, files: 0, links: 0, sha256: 0, shards: 0, dedup: 0, commits: 2, trees: 1 });
+      for (const repo of [bert, data]) {
+        const mapped = again.repoIds.get(repo.id)!;
+        assert.deepEqual(await target.getRepoById(mapped), { ...(await source.getRepoById(repo.id))!, id: mapped }, "visibility carried");
+        assert.deepEqual(await target.listRevisions(mapped), (await source.listRevisions(repo.id)).map((r) => ({ ...r, repoId: mapped })), "heads carried");
+      }
+      const targetBert = again.repoIds.get(bert.id)!;
+      assert.deepEqual(await target.getCommit(targetBert, third.oid), third);
+
+      // A revision present never goes back to no commit, nor takes the commit of a revision of another kind.
+      const main = (await target.getRevision(targetBert, "main"))!;
+      assert.equal(await target.importRevisions([{ ...main, commitOid: null }]), 0);
+      assert.equal(await target.importRevisions([{ ...main, kind: "tag", commitOid: INITIAL.oid }]), 0);
+      assert.deepEqual(await target.getRevision(targetBert, "main"), main);
+      const imported = await target.importRepo({ type: "model", name: "alice/bert", createdAt: new Date(0), private: false });
+      assert.deepEqual(imported, { repo: { ...(await target.getRepoById(targetBert))!, private: false }, inserted: false }, "the time is kept, the visibility set");
+    }));
+
     it("refuses rows that name unknown repositories or files, a taken secret hash, and malformed cursors and page sizes", withTwoStores(async (store) => {
       const repo = await store.createRepo("model", "alice/bert");
       const missingRepo = repo.id + 1000;
-      await assert.rejects(store.importRevisions([{ repoId: missingRepo, name: "v1", kind: "tag", createdAt: new Date() }]), NotFoundError);
+      await assert.rejects(store.importRevisions([{ repoId: missingRepo, name: "v1", kind: "tag", createdAt: new Date(), commitOid: null }]), NotFoundError);
       await assert.rejects(
         store.importRevisions([
-          { repoId: repo.id, name: "v2", kind: "tag", createdAt: new Date() },
-          { repoId: missingRepo, name: "v1", kind: "tag", createdAt: new Date() },
+          { repoId: repo.id, name: "v2", kind: "tag", createdAt: new Date(), commitOid: null },
+          { repoId: missingRepo, name: "v1", kind: "tag", createdAt: new Date(), commitOid: null },
         ]),
         NotFoundError,
       );
       assert.equal(await store.getRevision(repo.id, "v2"), null, "a failed batch stores nothing");
-      const token: HubToken = { id: "tok_x", secretHash: "d".repeat(64), access: "read", repos: [missingRepo], createdAt: new Date(), expiresAt: null, revokedAt: null };
+      await assert.rejects(store.importCommits([{ repoId: repo.id, ...INITIAL }, { repoId: missingRepo, ...SECOND }]), NotFoundError);
+      await assert.rejects(store.importTrees([{ repoId: repo.id, ...TREE }, { repoId: missingRepo, ...EMPTY_TREE }]), NotFoundError);
+      assert.equal(await store.getCommit(repo.id, INITIAL.oid), null, "a failed batch stores nothing");
+      assert.equal(await store.getTree(repo.id, TREE.oid), null);
+      await assert.rejects(store.importCommits([{ repoId: repo.id, ...INITIAL, createdAt: new Date(Number.NaN) }]), InvalidRecordError);
+      await assert.rejects(store.importTrees([{ repoId: repo.id, oid: TREE.oid, entries: [{ type: "link" } as never] }]), InvalidRecordError);
+      const token: HubToken = { id: "tok_x", secretHash: "d".repeat(64), access: "read", repos: [missingRepo], createdAt: new Date(), expiresAt: null, revokedAt: null, owner: null, namespaces: [] };
       await assert.rejects(store.importHubTokens([token]), NotFoundError);
       assert.deepEqual(await store.listHubTokens(), []);
       await store.createHubToken({ id: "tok_y", secretHash: "e".repeat(64), access: "read", repos: "all", expiresAt: null });
@@ -387,6 +497,8 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
         await assert.rejects(store.exportXorbs(cursor, 10), RangeError);
         await assert.rejects(store.exportFileRepoLinks(cursor, 10), RangeError);
         await assert.rejects(store.exportSha256Index(cursor, 10), RangeError);
+        await assert.rejects(store.exportCommits(cursor, 10), RangeError);
+        await assert.rejects(store.exportTrees(cursor, 10), RangeError);
       }
       for (const limit of [0, -1, 1.5, 10_001]) await assert.rejects(store.exportFiles(null, limit), RangeError);
     }));

@@ -14,6 +14,7 @@ import {
   type NewHubToken,
 } from "../../src/metadata/store.js";
 import { runCasMetadataContract } from "./cas-metadata.js";
+import { runHubHistoryContract } from "./hub-history.js";
 import { runMigrationContract } from "./metadata-migration.js";
 
 export interface MetadataStoreFixture {
@@ -189,10 +190,22 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
         const input = newToken({ access: "write", repos: [repo.id] });
         const before = Date.now();
         const token = await store.createHubToken(input);
-        assert.deepEqual({ ...token, createdAt: undefined }, { ...input, createdAt: undefined, revokedAt: null });
+        assert.deepEqual({ ...token, createdAt: undefined }, { ...input, createdAt: undefined, revokedAt: null, owner: null, namespaces: [] }, "no owner, no namespaces by default");
         assertCreatedSince(token.createdAt, before);
         assert.deepEqual(await store.findHubTokenBySecretHash(input.secretHash), token);
         assert.equal(await store.findHubTokenBySecretHash("f".repeat(64)), null);
+      }));
+
+      it("keeps a token's owner and namespaces (ascending, duplicates collapsed)", withStore(async (store) => {
+        const repo = await store.createRepo("model", "alice/bert");
+        const input = newToken({ access: "write", repos: [repo.id], owner: "alice", namespaces: ["zed-org", "alice", "Bob", "alice", "ünï"] });
+        const token = await store.createHubToken(input);
+        assert.equal(token.owner, "alice");
+        assert.deepEqual(token.namespaces, ["Bob", "alice", "zed-org", "ünï"]);
+        assert.deepEqual(await store.findHubTokenBySecretHash(input.secretHash), token);
+        const ownerless = await store.createHubToken(newToken({ owner: null, namespaces: [] }));
+        assert.deepEqual([ownerless.owner, ownerless.namespaces], [null, []]);
+        assert.deepEqual(await store.listHubTokens(), [token, ownerless]);
       }));
 
       it("keeps all-repos tokens apart from tokens listing repositories", withStore(async (store) => {
@@ -311,6 +324,7 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
       }));
     });
 
+    runHubHistoryContract(withStore);
     runCasMetadataContract(withStore);
     runMigrationContract(open);
   });

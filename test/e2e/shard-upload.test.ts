@@ -268,7 +268,7 @@ describe("GET /v1/chunks/{prefix}/{hash}", () => {
 describe("/v2/shards heartbeat (in-process, short interval)", () => {
   it("re-sends the last progress frame while validation waits, then ends with the result", async () => {
     const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-    const repo: Repo = { id: 7, type: "model", name: "alice/bert", createdAt: new Date() };
+    const repo: Repo = { id: 7, type: "model", name: "alice/bert", createdAt: new Date(), private: true };
     const registered: unknown[] = [];
     const slowStore = {
       // Slow metadata reads: the validation waits on them long enough for several heartbeats.

@@ -167,6 +167,53 @@ describe("SqliteMetadataStore CAS specifics", () => {
     }
   });
 
+  it("upgrades a database of schema version 2 (before histories): repositories private, revisions at no commit, tokens without owner", async () => {
+    const root = await tempDir();
+    try {
+      const raw = new Database(join(root, METADATA_FILE_NAME));
+      raw.pragma("foreign_keys = ON");
+      raw.exec(MIGRATIONS[0]);
+      raw.exec(MIGRATIONS[1]);
+      raw.pragma("user_version = 2");
+      raw.prepare("INSERT INTO repos (id, type, name, created_at) VALUES (1, 'model', 'alice/old', 1000), (2, 'dataset', 'alice/newest', 2000)").run();
+      raw.prepare("INSERT INTO revisions (repo_id, name, kind, created_at) VALUES (1, 'main', 'branch', 1000), (1, 'v1', 'tag', 1500), (2, 'main', 'branch', 2000)").run();
+      raw.prepare("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', ?, 'write', 0, 3000)").run("a".repeat(64));
+      raw.prepare("INSERT INTO hub_token_repos (token_id, repo_id) VALUES ('tok_old', 1), ('tok_old', 2)").run();
+      raw.close();
+
+      const store = await SqliteMetadataStore.open(root);
+      try {
+        const old = await store.getRepo("model", "alice/old");
+        assert.deepEqual(old, { id: 1, type: "model", name: "alice/old", createdAt: new Date(1000), private: true });
+        assert.deepEqual(
+          (await store.listRevisions(1)).map((r) => [r.name, r.kind, r.createdAt.getTime(), r.commitOid]),
+          [["main", "branch", 1000, null], ["v1", "tag", 1500, null]],
+        );
+        const token = await store.findHubTokenBySecretHash("a".repeat(64));
+        assert.deepEqual([token?.repos, token?.owner, token?.namespaces], [[1, 2], null, []]);
+
+        // The new records work on the old rows: a first commit, visibility, deletion without id reuse.
+        const commit = { oid: "1".repeat(40), treeOid: "2".repeat(40), parentOids: [], title: "Initial", message: "Initial\n", author: "alice", createdAt: new Date(5000), object: "tree …" };
+        assert.equal(await store.advanceBranch({ repoId: 1, branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }), "advanced");
+        assert.deepEqual(await store.getCommit(1, commit.oid), commit);
+        assert.equal(await store.setRepoPrivate(1, false), true);
+        assert.equal(await store.deleteRepo(2), true);
+        assert.deepEqual((await store.findHubTokenBySecretHash("a".repeat(64)))?.repos, [1]);
+        assert.equal((await store.createRepo("space", "alice/next")).id, 3, "the deleted newest id is not reused");
+      } finally {
+        await store.close();
+      }
+      const check = new Database(join(root, METADATA_FILE_NAME), { readonly: true });
+      try {
+        assert.equal(check.pragma("user_version", { simple: true }), MIGRATIONS.length);
+      } finally {
+        check.close();
+      }
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
   it("answers CorruptRecordError for damaged rows instead of reading out of bounds", async () => {
     const root = await tempDir();
     const store = await SqliteMetadataStore.open(root);

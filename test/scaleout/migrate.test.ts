@@ -98,6 +98,22 @@ describe("castor migrate: embedded data dir → PostgreSQL + S3 (Ceph RGW)", () 
         (await sourceMetadata.listHubTokens()).map((token) => token.secretHash),
       );
       assert.deepEqual((await targetMetadata.exportDedupEntries(null, 10_000)).rows, (await sourceMetadata.exportDedupEntries(null, 10_000)).rows);
+      // Histories, visibility and token owners, with repository ids as names (each store numbers its own).
+      const hubRows = async (store: SqliteMetadataStore | PostgresMetadataStore) => {
+        const repos = (await store.listRepos()).filter((repo) => repo.name !== "zed/already-here");
+        const names = new Map(repos.map((repo) => [repo.id, `${repo.type}:${repo.name}`]));
+        const named = <T extends { repoId: number }>(rows: T[]) => rows.map((row) => ({ ...row, repoId: names.get(row.repoId) }));
+        return {
+          repos: repos.map((repo) => ({ ...repo, id: undefined })),
+          revisions: named((await Promise.all(repos.map((repo) => store.listRevisions(repo.id)))).flat()),
+          commits: named((await store.exportCommits(null, 10_000)).rows),
+          trees: named((await store.exportTrees(null, 10_000)).rows),
+          tokens: (await store.listHubTokens()).map((token) => ({ ...token, repos: token.repos === "all" ? "all" : token.repos.map((id) => names.get(id)) })),
+        };
+      };
+      const sourceHub = await hubRows(sourceMetadata);
+      assert.deepEqual(await hubRows(targetMetadata), sourceHub);
+      assert.equal(sourceHub.commits.length, 1, "the fixture has a history to copy");
     } finally {
       await sourceMetadata.close();
       await targetMetadata.close();

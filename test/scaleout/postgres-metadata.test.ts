@@ -108,7 +108,7 @@ describe("PostgresMetadataStore specifics", () => {
         await withStores(database, 1, async () => undefined);
         assert.equal(await schemaVersion(sql), MIGRATIONS.length);
         const tables = await tableNames(sql);
-        for (const table of ["repos", "revisions", "hub_tokens", "hub_token_repos", "xorbs", "files", "file_repos", "file_sha256", "shards", "dedup_chunks"]) {
+        for (const table of ["repos", "revisions", "hub_tokens", "hub_token_repos", "xorbs", "files", "file_repos", "file_sha256", "shards", "dedup_chunks", "commits", "trees"]) {
           assert.ok(tables.includes(table), `table ${table} exists`);
         }
 
@@ -122,6 +122,39 @@ describe("PostgresMetadataStore specifics", () => {
         });
         assert.equal(await schemaVersion(sql), MIGRATIONS.length);
         assert.deepEqual(await tableNames(sql), tables);
+      });
+    });
+
+    it("upgrades a database of schema version 1 (before histories): repositories private, revisions at no commit, tokens without owner", async () => {
+      await withDatabase(async (database, sql) => {
+        await sql.query("CREATE TABLE castor_schema (one boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)");
+        await sql.query("INSERT INTO castor_schema (version) VALUES (1)");
+        await sql.query(MIGRATIONS[0]);
+        await sql.query("INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', to_timestamp(1)), ('dataset', 'alice/newest', to_timestamp(2))");
+        const ids = (await sql.query<{ id: string }>("SELECT id FROM repos ORDER BY id")).rows.map((row) => Number(row.id));
+        await sql.query("INSERT INTO revisions (repo_id, name, kind, created_at) VALUES ($1, 'main', 'branch', to_timestamp(1)), ($1, 'v1', 'tag', to_timestamp(1.5)), ($2, 'main', 'branch', to_timestamp(2))", ids);
+        await sql.query("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', $1, 'write', false, to_timestamp(3))", ["a".repeat(64)]);
+        await sql.query("INSERT INTO hub_token_repos (token_id, repo_id) VALUES ('tok_old', $1), ('tok_old', $2)", ids);
+
+        await withStores(database, 1, async ([store]) => {
+          assert.equal(await schemaVersion(sql), MIGRATIONS.length);
+          assert.deepEqual(await store.getRepo("model", "alice/old"), { id: ids[0], type: "model", name: "alice/old", createdAt: new Date(1000), private: true });
+          assert.deepEqual(
+            (await store.listRevisions(ids[0])).map((r) => [r.name, r.kind, r.createdAt.getTime(), r.commitOid]),
+            [["main", "branch", 1000, null], ["v1", "tag", 1500, null]],
+          );
+          const token = await store.findHubTokenBySecretHash("a".repeat(64));
+          assert.deepEqual([token?.repos, token?.owner, token?.namespaces], [ids, null, []]);
+
+          const commit = { oid: "1".repeat(40), treeOid: "2".repeat(40), parentOids: [], title: "Initial", message: "Initial\n", author: "alice", createdAt: new Date(5000), object: "tree …" };
+          assert.equal(await store.advanceBranch({ repoId: ids[0], branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }), "advanced");
+          assert.deepEqual(await store.getCommit(ids[0], commit.oid), commit);
+          assert.equal(await store.deleteRepo(ids[1]), true);
+          assert.deepEqual((await store.findHubTokenBySecretHash("a".repeat(64)))?.repos, [ids[0]]);
+          assert.ok((await store.createRepo("space", "alice/next")).id > ids[1], "the deleted newest id is not reused");
+        });
+        const tables = await tableNames(sql);
+        for (const table of ["commits", "trees"]) assert.ok(tables.includes(table), `table ${table} exists`);
       });
     });
 
@@ -151,6 +184,43 @@ describe("PostgresMetadataStore specifics", () => {
   });
 
   describe("two nodes writing at once", () => {
+    it("moves branches from four nodes at once: one winner per head, no deadlock on shared trees", async () => {
+      await withDatabase(async (database) => {
+        await withStores(database, 4, async (stores) => {
+          const oid = (label: string) => createHash("sha1").update(label).digest("hex");
+          const emptyTree = { oid: oid("empty"), entries: [] };
+          const commitOf = (label: string, treeOid: string, parents: string[]) => ({
+            oid: oid(label), treeOid, parentOids: parents, title: label, message: `${label}\n`, author: "alice", createdAt: new Date(1_767_225_600_000), object: label,
+          });
+          const initial = commitOf("initial", emptyTree.oid, []);
+          const repo = await stores[0].createRepo("model", "alice/raced", { private: false, commit: initial, tree: emptyTree });
+          for (const branch of ["b0", "b1", "b2", "b3"]) await stores[0].createRevision(repo.id, branch, "branch", initial.oid);
+          const heads = new Map([["main", initial.oid], ["b0", initial.oid], ["b1", initial.oid], ["b2", initial.oid], ["b3", initial.oid]]);
+          for (let round = 0; round < 5; round++) {
+            // Each node advances main (one wins) and its own branch (all win); the trees new in
+            // this round are shared by every advance, listed in a different order by each node.
+            const shared = Array.from({ length: 20 }, (_, i) => ({ oid: oid(`round ${round} tree ${i}`), entries: [{ type: "directory" as const, name: `d${i}`, oid: oid(`sub ${i}`) }] }));
+            const advances = stores.flatMap((store, node) => {
+              const trees = node % 2 === 0 ? shared : [...shared].reverse();
+              return ["main", `b${node}`].map((branch) => {
+                const commit = commitOf(`round ${round} node ${node} ${branch}`, shared[0].oid, [heads.get(branch)!]);
+                return { branch, commit, run: store.advanceBranch({ repoId: repo.id, branch, expectedHead: heads.get(branch)!, commit, trees }) };
+              });
+            });
+            const outcomes = await Promise.all(advances.map((advance) => advance.run));
+            const mainWinners = advances.filter((advance, i) => advance.branch === "main" && outcomes[i] === "advanced");
+            assert.equal(mainWinners.length, 1, `round ${round}: ${outcomes.join(", ")}`);
+            assert.deepEqual(outcomes.filter((outcome, i) => advances[i].branch !== "main"), ["advanced", "advanced", "advanced", "advanced"]);
+            for (const [i, advance] of advances.entries()) if (outcomes[i] === "advanced") heads.set(advance.branch, advance.commit.oid);
+            for (const store of stores) {
+              for (const [branch, head] of heads) assert.equal((await store.getRevision(repo.id, branch))?.commitOid, head);
+            }
+            assert.deepEqual(await stores[3].getTree(repo.id, shared[19].oid), shared[19]);
+          }
+        });
+      });
+    });
+
     it("registers the same shard from two nodes at once: exactly one true, no error", async () => {
       await withDatabase(async (database) => {
         await withStores(database, 2, async ([first, second]) => {

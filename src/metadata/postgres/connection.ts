@@ -1,7 +1,8 @@
 /**
- * The pool every record family of the scale-out store (hub.ts, cas.ts, migration.ts) queries
- * through: opened and migrated once, statements run by name (so every pooled connection
- * parses and plans each once), transactions on one pooled connection.
+ * The pool every record family of the scale-out store (repos.ts, tokens.ts, history.ts, cas.ts,
+ * migration.ts) queries through: opened and migrated once, statements run by name (so every
+ * pooled connection parses and plans each once; names are unique across the families),
+ * transactions on one pooled connection.
  *
  * `pg` returns bigint columns as strings; the pool parses them into numbers and refuses any
  * stored value beyond Number.MAX_SAFE_INTEGER with CorruptRecordError instead of rounding it.

@@ -6,21 +6,26 @@
 import type pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
+import { checkCommit, encodeTreeEntries, normalizeNamespaces } from "../history.js";
 import {
   checkPageLimit,
   exportPage,
   hashCursor,
   hashIdCursor,
   idHashCursor,
+  idTextCursor,
   parseHashCursor,
   parseHashIdCursor,
   parseIdHashCursor,
+  parseIdTextCursor,
   wholeChunkPage,
   type DatedFile,
   type DatedXorb,
   type DedupEntry,
   type ExportPage,
   type FileRepoLink,
+  type RepoCommit,
+  type RepoTree,
   type Sha256IndexEntry,
   type ShardRow,
 } from "../migration.js";
@@ -28,7 +33,8 @@ import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
 import type { PostgresCasRecords } from "./cas.js";
 import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection } from "./connection.js";
-import { REPO_COLUMNS, toRepo, type PostgresHubRecords, type RepoRow } from "./hub.js";
+import { COMMIT_COLUMNS, toCommit, toTree, type CommitRow, type TreeRow } from "./history.js";
+import { REPO_COLUMNS, toRepo, type RepoRow } from "./repos.js";
 
 interface DatedXorbRow extends XorbRow {
   created_at: Date;
@@ -46,18 +52,42 @@ const MIGRATION_SQL = {
   // Migration (see migration.ts): exports in primary-key order, keyset-paged; imports of whole
   // batches as arrays. Arrays of bytea travel as hex text — slower than the packed form of
   // registrations, and fine for a one-off copy.
-  importRepo: `INSERT INTO repos (type, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (type, name) DO NOTHING RETURNING ${REPO_COLUMNS}`,
+  importRepo: `
+    INSERT INTO repos (type, name, created_at, private) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (type, name) DO NOTHING RETURNING ${REPO_COLUMNS}`,
+  carryVisibility: `UPDATE repos SET private = $3 WHERE type = $1 AND name = $2 RETURNING ${REPO_COLUMNS}`,
+  // A revision present takes the imported commit, unless that is none or the kinds differ.
   importRevisions: `
-    INSERT INTO revisions (repo_id, name, kind, created_at)
-    SELECT r.repo_id, r.name, r.kind, r.created_at
-    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[]) WITH ORDINALITY AS r (repo_id, name, kind, created_at, i)
+    INSERT INTO revisions (repo_id, name, kind, created_at, commit_oid)
+    SELECT r.repo_id, r.name, r.kind, r.created_at, r.commit_oid
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY AS r (repo_id, name, kind, created_at, commit_oid, i)
     ORDER BY r.i
-    ON CONFLICT DO NOTHING`,
+    ON CONFLICT (repo_id, name) DO UPDATE SET commit_oid = excluded.commit_oid
+    WHERE excluded.commit_oid IS NOT NULL AND revisions.kind = excluded.kind AND revisions.commit_oid IS DISTINCT FROM excluded.commit_oid`,
   importToken: `
-    INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`,
+    INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at, owner, namespaces)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]) ON CONFLICT (id) DO NOTHING`,
   carryRevocation: `UPDATE hub_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`,
   importTokenRepos: `INSERT INTO hub_token_repos (token_id, repo_id) SELECT $1, unnest($2::bigint[]) ON CONFLICT DO NOTHING`,
+  exportCommits: `
+    SELECT ${COMMIT_COLUMNS} FROM commits WHERE (repo_id, oid) > ($1::bigint, $2::text COLLATE "C")
+    ORDER BY repo_id, oid LIMIT $3`,
+  // Parent lists travel as JSON texts: unnest cannot take an array of arrays of different lengths.
+  importCommits: `
+    INSERT INTO commits (${COMMIT_COLUMNS})
+    SELECT c.repo_id, c.oid, c.tree_oid,
+      ARRAY(SELECT p.oid FROM json_array_elements_text(c.parents::json) WITH ORDINALITY AS p (oid, i) ORDER BY p.i),
+      c.title, c.message, c.author, c.created_at, c.object
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[])
+      AS c (repo_id, oid, tree_oid, parents, title, message, author, created_at, object)
+    ON CONFLICT DO NOTHING`,
+  exportTrees: `
+    SELECT repo_id, oid, entries FROM trees WHERE (repo_id, oid) > ($1::bigint, $2::text COLLATE "C")
+    ORDER BY repo_id, oid LIMIT $3`,
+  importTrees: `
+    INSERT INTO trees (repo_id, oid, entries)
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[])
+    ON CONFLICT DO NOTHING`,
   exportXorbs: `SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > $1 ORDER BY hash LIMIT $2`,
   importXorbs: `
     INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
@@ -91,8 +121,6 @@ const MIGRATION_SQL = {
 export class PostgresMigrationRecords {
   constructor(
     private readonly connection: PostgresConnection,
-    /** Imports look up repositories that were already there. */
-    private readonly hub: PostgresHubRecords,
     /** Dedup entries are imported as a registration writes them. */
     private readonly cas: PostgresCasRecords,
   ) {}
@@ -106,21 +134,24 @@ export class PostgresMigrationRecords {
   }
 
   async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
-    const { rows } = await this.run<RepoRow>("importRepo", [repo.type, repo.name, repo.createdAt]);
+    const { rows } = await this.run<RepoRow>("importRepo", [repo.type, repo.name, repo.createdAt, repo.private]);
     if (rows.length > 0) return { repo: toRepo(rows[0]), inserted: true };
-    const existing = await this.hub.getRepo(repo.type, repo.name);
-    if (existing === null) throw new Error(`repository ${repo.type}:${repo.name} neither inserted nor found (deleted meanwhile?)`);
-    return { repo: existing, inserted: false };
+    const existing = await this.run<RepoRow>("carryVisibility", [repo.type, repo.name, repo.private]);
+    if (existing.rows.length === 0) throw new Error(`repository ${repo.type}:${repo.name} neither inserted nor found (deleted meanwhile?)`);
+    return { repo: toRepo(existing.rows[0]), inserted: false };
   }
 
   async importRevisions(revisions: readonly Revision[]): Promise<number> {
-    if (revisions.length === 0) return 0;
+    // ON CONFLICT DO UPDATE may not touch a row twice in one statement: the last revision of a name wins.
+    const distinct = [...new Map(revisions.map((r) => [idTextCursor(r.repoId, r.name), r])).values()];
+    if (distinct.length === 0) return 0;
     return importing(async () => {
       const result = await this.run("importRevisions", [
-        revisions.map((r) => r.repoId),
-        revisions.map((r) => r.name),
-        revisions.map((r) => r.kind),
-        revisions.map((r) => r.createdAt),
+        distinct.map((r) => r.repoId),
+        distinct.map((r) => r.name),
+        distinct.map((r) => r.kind),
+        distinct.map((r) => r.createdAt),
+        distinct.map((r) => r.commitOid),
       ]);
       return result.rowCount ?? 0;
     });
@@ -140,6 +171,8 @@ export class PostgresMigrationRecords {
             token.createdAt,
             token.expiresAt,
             token.revokedAt,
+            token.owner,
+            normalizeNamespaces(token.namespaces),
           ]);
           if (inserted.rowCount === 0) {
             // Present already: its record (and coverage) stays; only a revocation carries over.
@@ -152,6 +185,50 @@ export class PostgresMigrationRecords {
         return changed;
       }),
     );
+  }
+
+  async exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>> {
+    checkPageLimit(limit);
+    const [repoId, oid] = parseIdTextCursor(after);
+    const { rows } = await this.run<CommitRow>("exportCommits", [repoId, oid, limit]);
+    const commits = rows.map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) }));
+    return exportPage(commits, limit, (last) => idTextCursor(last.repoId, last.oid));
+  }
+
+  async importCommits(commits: readonly RepoCommit[]): Promise<number> {
+    commits.forEach(checkCommit);
+    if (commits.length === 0) return 0;
+    return importing(async () => {
+      const result = await this.run("importCommits", [
+        commits.map((c) => c.repoId),
+        commits.map((c) => c.oid),
+        commits.map((c) => c.treeOid),
+        commits.map((c) => JSON.stringify(c.parentOids)),
+        commits.map((c) => c.title),
+        commits.map((c) => c.message),
+        commits.map((c) => c.author),
+        commits.map((c) => c.createdAt),
+        commits.map((c) => c.object),
+      ]);
+      return result.rowCount ?? 0;
+    });
+  }
+
+  async exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>> {
+    checkPageLimit(limit);
+    const [repoId, oid] = parseIdTextCursor(after);
+    const { rows } = await this.run<TreeRow>("exportTrees", [repoId, oid, limit]);
+    const trees = rows.map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) }));
+    return exportPage(trees, limit, (last) => idTextCursor(last.repoId, last.oid));
+  }
+
+  async importTrees(trees: readonly RepoTree[]): Promise<number> {
+    const entries = trees.map(encodeTreeEntries);
+    if (trees.length === 0) return 0;
+    return importing(async () => {
+      const result = await this.run("importTrees", [trees.map((t) => t.repoId), trees.map((t) => t.oid), entries]);
+      return result.rowCount ?? 0;
+    });
   }
 
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {

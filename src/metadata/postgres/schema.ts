@@ -133,6 +133,42 @@ export const MIGRATIONS: readonly string[] = [
   );
   CREATE SEQUENCE dedup_registration_seq AS bigint;
   `,
+  // Hub histories, as SQLite's third migration: repository visibility (rows made before it stay
+  // private, the safe default), the commit each revision points at (NULL for older rows),
+  // commits and trees keyed by (repository, git oid), token owners and namespaces. Oids are
+  // text in the "C" collation, so keys compare bytewise as in SQLite whatever the database's
+  // locale, and exports page through the primary key's order. A tree's entries are one ASCII
+  // JSON text (codec in ../history.ts), kept as text: jsonb would re-serialize it on every
+  // read, and bytea travels as hex text through \`pg\`, which decodes every column as UTF-8.
+  // Deleting a repository cascades to everything of it (file_repos is scanned once: see the
+  // comment on its table).
+  `
+  ALTER TABLE repos ADD COLUMN private boolean NOT NULL DEFAULT true;
+  ALTER TABLE revisions ADD COLUMN commit_oid text;
+  ALTER TABLE hub_tokens ADD COLUMN owner text, ADD COLUMN namespaces text[] NOT NULL DEFAULT '{}';
+
+  CREATE TABLE commits (
+    repo_id     bigint      NOT NULL,
+    oid         text        COLLATE "C" NOT NULL,
+    tree_oid    text        NOT NULL,
+    parent_oids text[]      NOT NULL,
+    title       text        NOT NULL,
+    message     text        NOT NULL,
+    author      text        NOT NULL,
+    created_at  timestamptz NOT NULL,
+    object      text        NOT NULL,
+    CONSTRAINT commits_pkey PRIMARY KEY (repo_id, oid),
+    CONSTRAINT commits_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE
+  );
+
+  CREATE TABLE trees (
+    repo_id bigint NOT NULL,
+    oid     text   COLLATE "C" NOT NULL,
+    entries text   NOT NULL,
+    CONSTRAINT trees_pkey PRIMARY KEY (repo_id, oid),
+    CONSTRAINT trees_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE
+  );
+  `,
 ];
 
 /** The database was migrated by a newer castor whose schema this version does not know. */

@@ -1,6 +1,6 @@
 /**
- * One open SQLite database, shared by the store's record families (hub.ts, cas.ts,
- * migration.ts): the main connection, and the write lock that a large shard registration
+ * One open SQLite database, shared by the store's record families (repos.ts, tokens.ts,
+ * history.ts, cas.ts, migration.ts): the main connection, and the write lock that a large shard registration
  * holds across event-loop turns on a connection of its own (shard-registration.ts).
  *
  * Every write of the families goes through `write`, which waits while such a registration is

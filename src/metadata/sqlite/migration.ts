@@ -6,21 +6,26 @@
 import type Database from "better-sqlite3";
 import { hashToHex, type Hash } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
+import { checkCommit, encodeTreeEntries, normalizeNamespaces, treeEntriesToBytes } from "../history.js";
 import {
   checkPageLimit,
   exportPage,
   hashCursor,
   hashIdCursor,
   idHashCursor,
+  idTextCursor,
   parseHashCursor,
   parseHashIdCursor,
   parseIdHashCursor,
+  parseIdTextCursor,
   wholeChunkPage,
   type DatedFile,
   type DatedXorb,
   type DedupEntry,
   type ExportPage,
   type FileRepoLink,
+  type RepoCommit,
+  type RepoTree,
   type Sha256IndexEntry,
   type ShardRow,
 } from "../migration.js";
@@ -28,8 +33,10 @@ import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
 import type { CasStatements } from "./cas.js";
 import type { SqliteConnection } from "./connection.js";
-import { toRepo, type HubStatements, type RepoRow } from "./hub.js";
+import { toCommit, toTree, type CommitRow, type HistoryStatements, type TreeRow } from "./history.js";
+import { REPO_ID_AFTER_DELETIONS, toRepo, type RepoRow } from "./repos.js";
 import { isConstraint } from "./schema.js";
+import type { TokenStatements } from "./tokens.js";
 
 interface DatedXorbRow extends XorbRow {
   created_at: number;
@@ -41,16 +48,25 @@ interface DatedFileRow extends FileRow {
 
 function prepareMigrationStatements(db: Database.Database) {
   return {
-    importRepo: db.prepare<[string, string, number], RepoRow>(
-      "INSERT INTO repos (type, name, created_at) VALUES (?, ?, ?) ON CONFLICT (type, name) DO NOTHING RETURNING *",
+    importRepo: db.prepare<[string, string, number, number], RepoRow>(
+      `INSERT INTO repos (id, type, name, created_at, private) VALUES (${REPO_ID_AFTER_DELETIONS}, ?, ?, ?, ?)
+       ON CONFLICT (type, name) DO NOTHING RETURNING *`,
     ),
-    importRevision: db.prepare<[number, string, string, number]>(
-      "INSERT INTO revisions (repo_id, name, kind, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    carryVisibility: db.prepare<[number, string, string], RepoRow>("UPDATE repos SET private = ? WHERE type = ? AND name = ? RETURNING *"),
+    // A revision present takes the imported commit, unless that is none or the kinds differ.
+    importRevision: db.prepare<[number, string, string, number, string | null]>(
+      `INSERT INTO revisions (repo_id, name, kind, created_at, commit_oid) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (repo_id, name) DO UPDATE SET commit_oid = excluded.commit_oid
+       WHERE excluded.commit_oid IS NOT NULL AND revisions.kind = excluded.kind AND revisions.commit_oid IS NOT excluded.commit_oid`,
     ),
-    importToken: db.prepare<[string, string, string, number, number, number | null, number | null]>(
-      `INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+    importToken: db.prepare<[string, string, string, number, number, number | null, number | null, string | null, string]>(
+      `INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at, owner, namespaces)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
     ),
+    exportCommits: db.prepare<[number, string, number], CommitRow>(
+      "SELECT * FROM commits WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?",
+    ),
+    exportTrees: db.prepare<[number, string, number], TreeRow>("SELECT * FROM trees WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?"),
     carryRevocation: db.prepare<[number, string]>("UPDATE hub_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"),
     exportXorbs: db.prepare<[Uint8Array, number], DatedXorbRow>(
       "SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > ? ORDER BY hash LIMIT ?",
@@ -90,7 +106,8 @@ export class SqliteMigrationRecords {
   constructor(
     private readonly connection: SqliteConnection,
     /** The other families' statements that imports reuse. */
-    private readonly hub: HubStatements,
+    private readonly tokens: TokenStatements,
+    private readonly history: HistoryStatements,
     private readonly cas: CasStatements,
   ) {
     this.db = connection.db;
@@ -100,9 +117,10 @@ export class SqliteMigrationRecords {
   // -------------------------------------------------------------------------------------------
   async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
     return this.connection.write(() => {
-      const row = this.sql.importRepo.get(repo.type, repo.name, repo.createdAt.getTime());
+      const isPrivate = repo.private ? 1 : 0;
+      const row = this.sql.importRepo.get(repo.type, repo.name, repo.createdAt.getTime(), isPrivate);
       if (row !== undefined) return { repo: toRepo(row), inserted: true };
-      return { repo: toRepo(this.hub.getRepo.get(repo.type, repo.name)!), inserted: false };
+      return { repo: toRepo(this.sql.carryVisibility.get(isPrivate, repo.type, repo.name)!), inserted: false };
     });
   }
 
@@ -112,7 +130,7 @@ export class SqliteMigrationRecords {
         let changed = 0;
         for (const revision of revisions) {
           if (!this.cas.repoExists.get(revision.repoId)) throw new NotFoundError(`no repository with id ${revision.repoId}`);
-          changed += this.sql.importRevision.run(revision.repoId, revision.name, revision.kind, revision.createdAt.getTime()).changes;
+          changed += this.sql.importRevision.run(revision.repoId, revision.name, revision.kind, revision.createdAt.getTime(), revision.commitOid).changes;
         }
         return changed;
       });
@@ -120,11 +138,12 @@ export class SqliteMigrationRecords {
   }
 
   async importHubTokens(tokens: readonly HubToken[]): Promise<number> {
+    const namespaces = tokens.map((token) => JSON.stringify(normalizeNamespaces(token.namespaces)));
     return this.connection.write(() => {
       try {
         return this.importAll(() => {
           let changed = 0;
-          for (const token of tokens) {
+          for (const [i, token] of tokens.entries()) {
             const revokedAt = token.revokedAt === null ? null : token.revokedAt.getTime();
             const inserted = this.sql.importToken.run(
               token.id,
@@ -134,6 +153,8 @@ export class SqliteMigrationRecords {
               token.createdAt.getTime(),
               token.expiresAt === null ? null : token.expiresAt.getTime(),
               revokedAt,
+              token.owner,
+              namespaces[i],
             ).changes;
             if (inserted === 0) {
               // Present already: its record (and coverage) stays; only a revocation carries over.
@@ -144,7 +165,7 @@ export class SqliteMigrationRecords {
             if (token.repos === "all") continue;
             for (const repoId of token.repos) {
               if (!this.cas.repoExists.get(repoId)) throw new NotFoundError(`hub token ${token.id} lists repository id ${repoId}, which does not exist`);
-              this.hub.insertTokenRepo.run(token.id, repoId);
+              this.tokens.insertTokenRepo.run(token.id, repoId);
             }
           }
           return changed;
@@ -153,6 +174,49 @@ export class SqliteMigrationRecords {
         if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) throw new AlreadyExistsError("another hub token has the secret hash of an imported one");
         throw err;
       }
+    });
+  }
+
+  async exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>> {
+    checkPageLimit(limit);
+    const [repoId, oid] = parseIdTextCursor(after);
+    const rows = this.sql.exportCommits.all(repoId, oid, limit).map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) }));
+    return exportPage(rows, limit, (last) => idTextCursor(last.repoId, last.oid));
+  }
+
+  async importCommits(commits: readonly RepoCommit[]): Promise<number> {
+    commits.forEach(checkCommit);
+    return this.connection.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        for (const c of commits) {
+          if (!this.cas.repoExists.get(c.repoId)) throw new NotFoundError(`no repository with id ${c.repoId}`);
+          const parents = JSON.stringify(c.parentOids);
+          changed += this.history.insertCommit.run(c.repoId, c.oid, c.treeOid, parents, c.title, c.message, c.author, c.createdAt.getTime(), c.object).changes;
+        }
+        return changed;
+      });
+    });
+  }
+
+  async exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>> {
+    checkPageLimit(limit);
+    const [repoId, oid] = parseIdTextCursor(after);
+    const rows = this.sql.exportTrees.all(repoId, oid, limit).map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) }));
+    return exportPage(rows, limit, (last) => idTextCursor(last.repoId, last.oid));
+  }
+
+  async importTrees(trees: readonly RepoTree[]): Promise<number> {
+    const entries = trees.map((tree) => treeEntriesToBytes(encodeTreeEntries(tree)));
+    return this.connection.write(() => {
+      return this.importAll(() => {
+        let changed = 0;
+        trees.forEach((tree, i) => {
+          if (!this.cas.repoExists.get(tree.repoId)) throw new NotFoundError(`no repository with id ${tree.repoId}`);
+          changed += this.history.insertTree.run(tree.repoId, tree.oid, entries[i]).changes;
+        });
+        return changed;
+      });
     });
   }
 

@@ -115,6 +115,54 @@ export const MIGRATIONS: readonly string[] = [
   ) STRICT;
   INSERT INTO dedup_seq (one, next) VALUES (1, 0);
   `,
+  // Hub histories: repository visibility, the commit each branch or tag points at, commits and
+  // trees, token owners and namespaces. Rows made before them: repositories stay private (the
+  // safe default), revisions point at no commit (NULL; the hub gives them an initial commit),
+  // tokens have no owner and no namespaces. Commits and trees are keyed by (repository, git
+  // oid); a tree's entries are one ASCII JSON text kept as a BLOB, which reads faster than
+  // TEXT (codec in ../history.ts); parent oids and token namespaces are JSON arrays. Deleting a repository cascades to everything of it; file_repos has
+  // no index by repo_id, so that delete scans file_repos once — a rare admin operation, while
+  // every registration would pay for the index.
+  //
+  // Repository ids are never reused (as PostgreSQL's identity column guarantees): SQLite would
+  // give a new row the largest id + 1, so deleting the newest repository would hand its id to
+  // the next one. The trigger remembers the largest deleted id, and inserts take the id after
+  // both (REPO_ID_AFTER_DELETIONS in repos.ts).
+  `
+  ALTER TABLE repos ADD COLUMN private INTEGER NOT NULL DEFAULT 1 CHECK (private IN (0, 1));
+  ALTER TABLE revisions ADD COLUMN commit_oid TEXT;
+  ALTER TABLE hub_tokens ADD COLUMN owner TEXT;
+  ALTER TABLE hub_tokens ADD COLUMN namespaces TEXT NOT NULL DEFAULT '[]';
+
+  CREATE TABLE commits (
+    repo_id     INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    oid         TEXT    NOT NULL,
+    tree_oid    TEXT    NOT NULL,
+    parent_oids TEXT    NOT NULL,
+    title       TEXT    NOT NULL,
+    message     TEXT    NOT NULL,
+    author      TEXT    NOT NULL,
+    created_at  INTEGER NOT NULL,
+    object      TEXT    NOT NULL,
+    PRIMARY KEY (repo_id, oid)
+  ) STRICT;
+
+  CREATE TABLE trees (
+    repo_id INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    oid     TEXT    NOT NULL,
+    entries BLOB    NOT NULL,
+    PRIMARY KEY (repo_id, oid)
+  ) STRICT;
+
+  CREATE TABLE deleted_repo_ids (
+    one    INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+    max_id INTEGER NOT NULL
+  ) STRICT;
+  CREATE TRIGGER repos_remember_deleted_ids AFTER DELETE ON repos BEGIN
+    INSERT INTO deleted_repo_ids (one, max_id) VALUES (1, old.id)
+    ON CONFLICT (one) DO UPDATE SET max_id = max(max_id, excluded.max_id);
+  END;
+  `,
 ];
 
 /** The database file was written by a newer castor whose schema this version does not know. */

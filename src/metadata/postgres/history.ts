@@ -1,0 +1,135 @@
+/**
+ * The hub's histories in the scale-out store: commits and trees, keyed by (repository, oid),
+ * and moving a branch to a new commit.
+ *
+ * `advanceBranch` is one transaction that starts with the compare-and-swap: a conditional
+ * UPDATE of the branch row. It locks that row, so a second advance of the same branch — on
+ * this node or another — waits for the first to end and then re-checks its condition against
+ * the committed head (PostgreSQL re-evaluates an UPDATE's WHERE on the newest row version), so
+ * of two advances from the same head exactly one matches. Only then are the trees and the
+ * commit inserted, in oid order so that two advances sharing trees lock them in the same order.
+ */
+import type pg from "pg";
+import type { PoolClient, QueryResultRow } from "pg";
+import { checkCommit, decodeTreeEntries, distinctTrees, encodeTreeEntries } from "../history.js";
+import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RevisionKind, TreeRecord } from "../store.js";
+import type { PostgresConnection } from "./connection.js";
+
+export interface CommitRow {
+  repo_id: number;
+  oid: string;
+  tree_oid: string;
+  parent_oids: string[];
+  title: string;
+  message: string;
+  author: string;
+  created_at: Date;
+  object: string;
+}
+export interface TreeRow {
+  repo_id: number;
+  oid: string;
+  entries: string;
+}
+
+export const COMMIT_COLUMNS = "repo_id, oid, tree_oid, parent_oids, title, message, author, created_at, object";
+
+const HISTORY_SQL = {
+  getCommit: `SELECT ${COMMIT_COLUMNS} FROM commits WHERE repo_id = $1 AND oid = $2`,
+  getTree: `SELECT repo_id, oid, entries FROM trees WHERE repo_id = $1 AND oid = $2`,
+  moveBranch: `
+    UPDATE revisions SET commit_oid = $3
+    WHERE repo_id = $1 AND name = $2 AND kind = 'branch' AND commit_oid IS NOT DISTINCT FROM $4::text`,
+  revisionKind: `SELECT kind FROM revisions WHERE repo_id = $1 AND name = $2`,
+  insertTrees: `
+    INSERT INTO trees (repo_id, oid, entries)
+    SELECT $1::bigint, t.oid, t.entries FROM unnest($2::text[], $3::text[]) AS t (oid, entries)
+    ORDER BY t.oid COLLATE "C"
+    ON CONFLICT DO NOTHING`,
+  insertCommit: `
+    INSERT INTO commits (${COMMIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    ON CONFLICT DO NOTHING`,
+} as const;
+
+/** A commit and its trees checked and encoded before any transaction starts (a bad record holds no lock). */
+export interface EncodedHistory {
+  commit: CommitRecord;
+  treeOids: string[];
+  treeEntries: string[];
+}
+
+export function encodeHistory(commit: CommitRecord, trees: readonly TreeRecord[]): EncodedHistory {
+  checkCommit(commit);
+  const distinct = distinctTrees(trees);
+  return { commit, treeOids: distinct.map((tree) => tree.oid), treeEntries: distinct.map(encodeTreeEntries) };
+}
+
+export class PostgresHistoryRecords {
+  constructor(private readonly connection: PostgresConnection) {}
+
+  private run<R extends QueryResultRow>(name: keyof typeof HISTORY_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.query<R>(name, HISTORY_SQL[name], values);
+  }
+
+  private runOn<R extends QueryResultRow>(client: PoolClient, name: keyof typeof HISTORY_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.queryOn<R>(client, name, HISTORY_SQL[name], values);
+  }
+
+  /** Inserts the trees and the commit (each ignored when present), on the caller's transaction. */
+  async insertHistory(client: PoolClient, repoId: number, history: EncodedHistory): Promise<void> {
+    if (history.treeOids.length > 0) await this.runOn(client, "insertTrees", [repoId, history.treeOids, history.treeEntries]);
+    const { commit } = history;
+    await this.runOn(client, "insertCommit", [
+      repoId,
+      commit.oid,
+      commit.treeOid,
+      commit.parentOids,
+      commit.title,
+      commit.message,
+      commit.author,
+      commit.createdAt,
+      commit.object,
+    ]);
+  }
+
+  async getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
+    const { rows } = await this.run<CommitRow>("getCommit", [repoId, oid]);
+    return rows.length > 0 ? toCommit(rows[0]) : null;
+  }
+
+  async getTree(repoId: number, oid: string): Promise<TreeRecord | null> {
+    const { rows } = await this.run<TreeRow>("getTree", [repoId, oid]);
+    return rows.length > 0 ? toTree(rows[0]) : null;
+  }
+
+  async advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome> {
+    const history = encodeHistory(advance.commit, advance.trees);
+    return this.connection.inTransaction(async (client): Promise<BranchAdvanceOutcome> => {
+      const moved = await this.runOn(client, "moveBranch", [advance.repoId, advance.branch, history.commit.oid, advance.expectedHead]);
+      if (moved.rowCount !== 1) {
+        // Nothing was written: the transaction ends with nothing to commit. Tell why.
+        const { rows } = await this.runOn<{ kind: RevisionKind }>(client, "revisionKind", [advance.repoId, advance.branch]);
+        return rows.length === 0 || rows[0].kind !== "branch" ? "no_branch" : "moved";
+      }
+      await this.insertHistory(client, advance.repoId, history);
+      return "advanced";
+    });
+  }
+}
+
+export function toCommit(row: CommitRow): CommitRecord {
+  return {
+    oid: row.oid,
+    treeOid: row.tree_oid,
+    parentOids: row.parent_oids,
+    title: row.title,
+    message: row.message,
+    author: row.author,
+    createdAt: row.created_at,
+    object: row.object,
+  };
+}
+
+export function toTree(row: TreeRow): TreeRecord {
+  return { oid: row.oid, entries: decodeTreeEntries(row.entries, row.repo_id, row.oid) };
+}

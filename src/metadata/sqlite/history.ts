@@ -1,0 +1,146 @@
+/**
+ * The hub's histories in the embedded store: commits and trees, keyed by (repository, oid),
+ * and moving a branch to a new commit. Everything runs synchronously inside one IMMEDIATE
+ * transaction, which holds the database's write lock: the compare-and-swap of a branch head
+ * cannot interleave with another writer, in this process or any other.
+ */
+import type Database from "better-sqlite3";
+import { checkCommit, decodeStringList, decodeTreeEntries, distinctTrees, encodeTreeEntries, treeEntriesFromBytes, treeEntriesToBytes } from "../history.js";
+import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RevisionKind, TreeRecord } from "../store.js";
+import type { SqliteConnection } from "./connection.js";
+
+export interface CommitRow {
+  repo_id: number;
+  oid: string;
+  tree_oid: string;
+  parent_oids: string;
+  title: string;
+  message: string;
+  author: string;
+  created_at: number;
+  object: string;
+}
+export interface TreeRow {
+  repo_id: number;
+  oid: string;
+  /** ASCII JSON (../history.ts). */
+  entries: Buffer;
+}
+
+export interface HistoryStatements {
+  insertTree: Database.Statement<[number, string, Uint8Array]>;
+  insertCommit: Database.Statement<[number, string, string, string, string, string, string, number, string]>;
+  getCommit: Database.Statement<[number, string], CommitRow>;
+  getTree: Database.Statement<[number, string], TreeRow>;
+  branchHead: Database.Statement<[number, string], { kind: RevisionKind; commit_oid: string | null }>;
+  moveBranch: Database.Statement<[string, number, string, string | null]>;
+}
+
+function prepareHistoryStatements(db: Database.Database): HistoryStatements {
+  return {
+    insertTree: db.prepare<[number, string, Uint8Array]>("INSERT INTO trees (repo_id, oid, entries) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
+    insertCommit: db.prepare<[number, string, string, string, string, string, string, number, string]>(
+      `INSERT INTO commits (repo_id, oid, tree_oid, parent_oids, title, message, author, created_at, object)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+    ),
+    getCommit: db.prepare<[number, string], CommitRow>("SELECT * FROM commits WHERE repo_id = ? AND oid = ?"),
+    getTree: db.prepare<[number, string], TreeRow>("SELECT * FROM trees WHERE repo_id = ? AND oid = ?"),
+    branchHead: db.prepare<[number, string], { kind: RevisionKind; commit_oid: string | null }>(
+      "SELECT kind, commit_oid FROM revisions WHERE repo_id = ? AND name = ?",
+    ),
+    // The compare-and-swap itself (`IS` is SQLite's IS NOT DISTINCT FROM).
+    moveBranch: db.prepare<[string, number, string, string | null]>(
+      "UPDATE revisions SET commit_oid = ? WHERE repo_id = ? AND name = ? AND kind = 'branch' AND commit_oid IS ?",
+    ),
+  };
+}
+
+/** A commit and its trees checked and encoded, ready to insert inside a transaction. */
+export interface EncodedHistory {
+  commit: CommitRecord;
+  parentOids: string;
+  trees: { oid: string; entries: Buffer }[];
+}
+
+/** Checks and encodes before any transaction starts, so a bad record costs no lock and stores nothing. */
+export function encodeHistory(commit: CommitRecord, trees: readonly TreeRecord[]): EncodedHistory {
+  checkCommit(commit);
+  return {
+    commit,
+    parentOids: JSON.stringify(commit.parentOids),
+    trees: distinctTrees(trees).map((tree) => ({ oid: tree.oid, entries: treeEntriesToBytes(encodeTreeEntries(tree)) })),
+  };
+}
+
+export class SqliteHistoryRecords {
+  readonly sql: HistoryStatements;
+  private readonly db: Database.Database;
+
+  constructor(private readonly connection: SqliteConnection) {
+    this.db = connection.db;
+    this.sql = prepareHistoryStatements(this.db);
+  }
+
+  /** Inserts the trees and the commit (each ignored when present); runs inside the caller's transaction. */
+  insertHistory(repoId: number, history: EncodedHistory): void {
+    for (const tree of history.trees) this.sql.insertTree.run(repoId, tree.oid, tree.entries);
+    const { commit } = history;
+    this.sql.insertCommit.run(
+      repoId,
+      commit.oid,
+      commit.treeOid,
+      history.parentOids,
+      commit.title,
+      commit.message,
+      commit.author,
+      commit.createdAt.getTime(),
+      commit.object,
+    );
+  }
+
+  async getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
+    const row = this.sql.getCommit.get(repoId, oid);
+    return row ? toCommit(row) : null;
+  }
+
+  async getTree(repoId: number, oid: string): Promise<TreeRecord | null> {
+    const row = this.sql.getTree.get(repoId, oid);
+    return row ? toTree(row) : null;
+  }
+
+  async advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome> {
+    const history = encodeHistory(advance.commit, advance.trees);
+    return this.connection.write(() =>
+      this.db
+        .transaction((): BranchAdvanceOutcome => {
+          const head = this.sql.branchHead.get(advance.repoId, advance.branch);
+          if (head === undefined || head.kind !== "branch") return "no_branch";
+          if (head.commit_oid !== advance.expectedHead) return "moved";
+          this.insertHistory(advance.repoId, history);
+          // Always one row under the write lock; checked anyway, and a miss rolls everything back.
+          if (this.sql.moveBranch.run(history.commit.oid, advance.repoId, advance.branch, advance.expectedHead).changes !== 1) {
+            throw new Error(`branch ${JSON.stringify(advance.branch)} of repository #${advance.repoId} changed under the write lock`);
+          }
+          return "advanced";
+        })
+        .immediate(),
+    );
+  }
+}
+
+export function toCommit(row: CommitRow): CommitRecord {
+  return {
+    oid: row.oid,
+    treeOid: row.tree_oid,
+    parentOids: decodeStringList(row.parent_oids, `parent oids of commit ${row.oid} in repository #${row.repo_id}`),
+    title: row.title,
+    message: row.message,
+    author: row.author,
+    createdAt: new Date(row.created_at),
+    object: row.object,
+  };
+}
+
+export function toTree(row: TreeRow): TreeRecord {
+  return { oid: row.oid, entries: decodeTreeEntries(treeEntriesFromBytes(row.entries, row.repo_id, row.oid), row.repo_id, row.oid) };
+}
