@@ -742,6 +742,24 @@ export function serializeXorb(sources: readonly XorbChunkSource[], options: Seri
   };
 }
 
+/** The fields of an 8-byte chunk header (docs/protocol.md §5.2), as stored: nothing is checked. */
+export interface ChunkHeader {
+  readonly version: number;
+  readonly compressedSize: number;
+  readonly scheme: number;
+  readonly uncompressedSize: number;
+}
+
+/** Reads the chunk header at `at`; the caller checks that 8 bytes are there and judges the fields. */
+export function readChunkHeader(bytes: Uint8Array, at: number): ChunkHeader {
+  return {
+    version: bytes[at],
+    compressedSize: bytes[at + 1] | (bytes[at + 2] << 8) | (bytes[at + 3] << 16),
+    scheme: bytes[at + 4],
+    uncompressedSize: bytes[at + 5] | (bytes[at + 6] << 8) | (bytes[at + 7] << 16),
+  };
+}
+
 /** Writes the 8-byte chunk header of docs/protocol.md §5.2 at `at`: version 0, u24 sizes little-endian. */
 export function writeChunkHeader(out: Uint8Array, at: number, compressedSize: number, scheme: number, uncompressedSize: number): void {
   out[at] = 0;
