@@ -17,7 +17,8 @@ import { DedupService } from "./cas/dedup.js";
 import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
 import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
-import { HubError, HubService } from "./hub/index.js";
+import { HubService } from "./hub/index.js";
+import { FileReader } from "./cas/file-reader.js";
 import { HubRepositories } from "./hub/repositories.js";
 import { buildCastorApp, SPOOL_DIR_NAME } from "./http/app.js";
 import { sweepSpool } from "./http/body-spool.js";
@@ -88,11 +89,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       hub: new HubService(store),
       hubRepos: new HubRepositories(store, { inlineMaxBytes: config.hubInlineMaxBytes }),
       hubInlineMaxBytes: config.hubInlineMaxBytes,
-      xetFiles: {
-        read: () => {
-          throw new HubError(501, "downloading Xet-stored files over plain HTTP is not available yet: use hf_xet");
-        },
-      },
+      xetFiles: new FileReader({ metadata: store, blobs }),
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
       verifier: new CasTokenVerifier(keys.jwtPublicKey),
       publicUrl,

@@ -222,8 +222,7 @@ export class HubService {
       if (err instanceof HubError) return deny(err.status as TokenDenial["status"], err.message);
       throw err;
     }
-    const found = repo === null ? null : await this.findRevisionOrCommit(repo, req.revision);
-    if (repo === null || found === null) return deny(404, `revision ${quote(req.revision)} not found in ${formatRepoRef(wanted)}`);
+    if (repo === null || !(await this.findRevisionOrCommit(repo, req.revision))) return deny(404, `revision ${quote(req.revision)} not found in ${formatRepoRef(wanted)}`);
     return { ok: true, repo, revision: req.revision, hubTokenId: caller.token?.id ?? "anonymous" };
   }
 

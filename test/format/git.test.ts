@@ -58,14 +58,16 @@ describe("git ids", () => {
     const empty = gitTreeId([]);
     assert.equal(empty, "4b825dc642cb6eb9a060e54bf8d69288fbee4904");
     const sub = git(["mktree"], `100644 blob ${blob}\tinner.txt\n`);
-    const items: GitTreeItem[] = [
+    const items: GitTreeItem[] = (
+      [
       { type: "file", name: "a0", oid: blob },
       { type: "directory", name: "a", oid: sub },
       { type: "file", name: "a.txt", oid: blob },
       { type: "file", name: "B", oid: blob },
       { type: "file", name: "ü", oid: blob },
-      { type: "file", name: "with space", oid: blob },
-    ].sort(compareTreeItems) as GitTreeItem[];
+        { type: "file", name: "with space", oid: blob },
+      ] as GitTreeItem[]
+    ).sort(compareTreeItems);
     assert.deepEqual(
       items.map((i) => i.name),
       ["B", "a.txt", "a", "a0", "with space", "ü"],

@@ -54,7 +54,7 @@ export async function casDepsForTest(
     // Readiness never fails for lack of space on the machine running the tests.
     minFreeBytes: 0,
     hubRepos: new HubRepositories(store, { inlineMaxBytes, now: hub.now }),
-    xetFiles: new FileReader({ store, blobs }),
+    xetFiles: new FileReader({ metadata: store, blobs }),
     hubInlineMaxBytes: inlineMaxBytes,
   };
 }

@@ -460,26 +460,41 @@ describe("hub routes", () => {
       assertStatus(await call("DELETE", "/api/models/alice/bert/tag/v1", { token: tokens.alice }), 200);
     });
 
-    it("commit, tree and blob ids are git's: the git binary rebuilds the same commit", async () => {
+    it("commit, tree and blob ids are git's: the git binary rebuilds the whole history", async () => {
       const git = mkdtempSyncBare();
       try {
-        const info = (await call("GET", "/api/datasets/alice/corpus?blobs=true", { token: tokens.alice })).json();
-        const history = (await call("GET", "/api/datasets/alice/corpus/commits/main", { token: tokens.alice })).json();
-        const tree = (await call("GET", "/api/datasets/alice/corpus/tree/main?recursive=true", { token: tokens.alice })).json();
-        // Each blob as git stores it: the content of inline files, the LFS pointer of Xet-stored ones.
-        const lines = [];
-        for (const entry of tree) {
-          const body = entry.lfs ? lfsPointer(entry.lfs.oid, entry.lfs.size) : Buffer.from((await call("GET", `/datasets/alice/corpus/resolve/main/${entry.path}`, { token: tokens.alice })).text, "latin1");
-          const oid = gitIn(git, ["hash-object", "-w", "--stdin"], body);
-          assert.equal(oid, entry.oid, `blob id of ${entry.path}`);
-          lines.push(`100644 blob ${oid}\t${entry.path}\n`);
+        const history = (await call("GET", "/api/datasets/alice/corpus/commits/main", { token: tokens.alice })).json().reverse();
+        let parent: string | null = null;
+        for (const commit of history) {
+          // The commit's files as git stores them: inline content, or the LFS pointer of Xet-stored files.
+          const tree = (await call("GET", `/api/datasets/alice/corpus/tree/${commit.id}?recursive=true`, { token: tokens.alice })).json();
+          const lines = [];
+          for (const entry of tree) {
+            const body = entry.lfs
+              ? lfsPointer(entry.lfs.oid, entry.lfs.size)
+              : Buffer.from((await call("GET", `/datasets/alice/corpus/resolve/${commit.id}/${entry.path}`, { token: tokens.alice })).text, "latin1");
+            const oid = gitIn(git, ["hash-object", "-w", "--stdin"], body);
+            assert.equal(oid, entry.oid, `blob id of ${entry.path}`);
+            lines.push(`100644 blob ${oid}\t${entry.path}\n`);
+          }
+          const treeOid = gitIn(git, ["mktree"], lines.join(""));
+          const seconds = Math.floor(Date.parse(commit.date) / 1000);
+          const user = commit.authors[0].user;
+          const env = {
+            GIT_AUTHOR_NAME: user,
+            GIT_AUTHOR_EMAIL: `${user}@users.castor.invalid`,
+            GIT_AUTHOR_DATE: `${seconds} +0000`,
+            GIT_COMMITTER_NAME: user,
+            GIT_COMMITTER_EMAIL: `${user}@users.castor.invalid`,
+            GIT_COMMITTER_DATE: `${seconds} +0000`,
+          };
+          const message = commit.message === "" ? `${commit.title}\n` : `${commit.title}\n\n${commit.message}\n`;
+          const rebuilt = gitIn(git, ["commit-tree", treeOid, ...(parent === null ? [] : ["-p", parent]), "-F", "-"], message, env);
+          assert.equal(rebuilt, commit.id, `commit "${commit.title}"`);
+          parent = rebuilt;
         }
-        const treeOid = gitIn(git, ["mktree"], lines.join(""));
-        const [latest, parent] = history;
-        const seconds = Math.floor(Date.parse(latest.date) / 1000);
-        const env = { GIT_AUTHOR_NAME: "alice", GIT_AUTHOR_EMAIL: "alice@users.castor.invalid", GIT_AUTHOR_DATE: `${seconds} +0000`, GIT_COMMITTER_NAME: "alice", GIT_COMMITTER_EMAIL: "alice@users.castor.invalid", GIT_COMMITTER_DATE: `${seconds} +0000` };
-        const commitOid = gitIn(git, ["commit-tree", treeOid, "-p", parent.id, "-F", "-"], `${latest.title}\n`, env);
-        assert.equal(commitOid, info.sha);
+        assert.equal(parent, (await call("GET", "/api/datasets/alice/corpus", { token: tokens.alice })).json().sha);
+        assert.ok(history.length >= 2);
       } finally {
         execFileSync("rm", ["-rf", git]);
       }

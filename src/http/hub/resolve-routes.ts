@@ -10,7 +10,8 @@
  */
 import type { Readable } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { hashFromHex, type Hash } from "../../format/hash.js";
+import type { FileReader } from "../../cas/file-reader.js";
+import { hashFromHex } from "../../format/hash.js";
 import { halfOpenByteRange, type HalfOpenByteRange } from "../../format/ranges.js";
 import { HubError } from "../../hub/errors.js";
 import type { HubRepositories } from "../../hub/repositories.js";
@@ -20,10 +21,8 @@ import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
 import { addressOf, PLURAL_BY_REPO_TYPE, revisionAndPath } from "./address.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
 
-/** Reads a Xet-stored file's bytes, reconstructed and verified, as a stream. */
-export interface XetFileSource {
-  read(fileHash: Hash, range: HalfOpenByteRange): Readable;
-}
+/** Xet-stored files, reconstructed from their xorbs and verified as they stream (cas/file-reader.ts). */
+export type XetFileSource = Pick<FileReader, "open">;
 
 export interface HubResolveRouteDeps extends HubRouteDeps {
   repos: HubRepositories;
@@ -122,7 +121,11 @@ function requestedRange(header: string | undefined, size: number): HalfOpenByteR
   }
 }
 
-function open(deps: HubResolveRouteDeps, file: TreeFileEntry, span: HalfOpenByteRange): Readable | Promise<Readable> {
-  if (file.xetHash !== null) return deps.xetFiles.read(hashFromHex(file.xetHash), span);
-  return deps.blobs.read(blobKeyFromHex("inline", file.sha256), { offset: span.start, length: span.end - span.start });
+async function open(deps: HubResolveRouteDeps, file: TreeFileEntry, span: HalfOpenByteRange): Promise<Readable> {
+  if (file.xetHash === null) return deps.blobs.read(blobKeyFromHex("inline", file.sha256), { offset: span.start, length: span.end - span.start });
+  const stored = await deps.xetFiles.open(hashFromHex(file.xetHash));
+  // A commit names only registered files, and files are never deleted: this is damage, not a client error.
+  if (stored === null) throw new Error(`Xet file ${file.xetHash} of a committed path is not registered`);
+  if (stored.size !== file.size) throw new Error(`Xet file ${file.xetHash} has ${stored.size} bytes; the commit recorded ${file.size}`);
+  return stored.read({ start: span.start, end: span.end - 1 });
 }
