@@ -35,22 +35,26 @@ function decodeSegment(segment: string): string {
   }
 }
 
+/** Where the revision sits in API paths: `/api/{types}/{ns}/{name}/{operation}/{rev}`. */
+export const API_REVISION_SEGMENT = 6;
+
 /**
- * The revision and path that follow `marker` (e.g. `"tree"`, `"resolve"`) in the request's raw
- * path: `…/{marker}/{rev}[/{path…}]`. The path is "" when absent.
+ * The revision and path of the request's raw path: the revision is segment `revisionSegment`
+ * (counting the empty one before the leading `/` as 0), the path is everything after it ("" when
+ * absent). Positions, not a search for the operation's name, since a repository may be called
+ * `tree` or `resolve`.
  */
-export function revisionAndPath(request: FastifyRequest, marker: string): { revision: string; path: string } {
+export function revisionAndPath(request: FastifyRequest, revisionSegment: number): { revision: string; path: string } {
   const raw = request.raw.url ?? "";
   const q = raw.indexOf("?");
   const segments = (q === -1 ? raw : raw.slice(0, q)).split("/");
-  const at = segments.indexOf(marker, 2);
-  if (at === -1 || at + 1 >= segments.length || segments[at + 1] === "") {
-    throw new HubError(400, `the URL names no revision after /${marker}/: add one, e.g. /${marker}/main`);
+  if (segments.length <= revisionSegment || segments[revisionSegment] === "") {
+    throw new HubError(400, `the URL names no revision after /${segments[revisionSegment - 1] ?? ""}/: add one, e.g. main`);
   }
   return {
-    revision: decodeSegment(segments[at + 1]),
+    revision: decodeSegment(segments[revisionSegment]),
     path: segments
-      .slice(at + 2)
+      .slice(revisionSegment + 1)
       .map(decodeSegment)
       .join("/")
       .replace(/\/+$/, ""),

@@ -15,7 +15,7 @@ import type { CommitOperation } from "../../hub/history.js";
 import { sha256Hex } from "../../hub/history.js";
 import type { HubRepositories, PreuploadFile } from "../../hub/repositories.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
-import { addressOf, revisionAndPath, urlPrefixOf } from "./address.js";
+import { addressOf, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
 import { readLines } from "./ndjson.js";
 import { treeEntryJson } from "./render.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
@@ -68,7 +68,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
       const caller = await callerOfRequest(deps, request);
       const { namespace, name, types } = request.params;
       const repo = await deps.repos.readable(caller, addressOf(types, namespace, name));
-      const { revision, path } = revisionAndPath(request, "tree");
+      const { revision, path } = revisionAndPath(request, API_REVISION_SEGMENT);
       const { commit } = await deps.repos.resolve(repo, revision);
       const recursive = truthy(request.query.recursive);
       const offset = request.query.cursor === undefined ? 0 : Number.parseInt(Buffer.from(request.query.cursor, "base64url").toString(), 10);
@@ -90,7 +90,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
     const caller = await callerOfRequest(deps, request);
     const { namespace, name, types } = request.params;
     const repo = await deps.repos.readable(caller, addressOf(types, namespace, name));
-    const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, "paths-info").revision);
+    const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, API_REVISION_SEGMENT).revision);
     const body = request.body;
     const paths =
       body instanceof URLSearchParams ? body.getAll("paths") : Array.isArray((body as { paths?: unknown })?.paths) ? (body as { paths: unknown[] }).paths : null;
@@ -107,7 +107,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
       const caller = await callerOfRequest(deps, request);
       const { namespace, name, types } = request.params;
       const repo = await deps.repos.writable(caller, addressOf(types, namespace, name));
-      const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, "preupload").revision);
+      const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, API_REVISION_SEGMENT).revision);
       const files = preuploadFiles(request.body);
       const answers = await deps.repos.preupload(repo, commit, files);
       return { files: answers.map((answer) => ({ ...answer, shouldIgnore: false })), commitOid: commit.oid };
@@ -121,7 +121,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
     const address = addressOf(types, namespace, name);
     // Checked before the body is read, so a refused token costs no upload.
     await deps.repos.writable(caller, address);
-    const { revision } = revisionAndPath(request, "commit");
+    const { revision } = revisionAndPath(request, API_REVISION_SEGMENT);
     if (!isStream(request.body)) throw new HubError(415, "send the commit as Content-Type: application/x-ndjson");
     const { header, operations } = await readCommitPayload(request.body, deps);
     const commit = await deps.repos.commit(caller, address, revision, header, operations);

@@ -12,7 +12,7 @@ import type { Caller } from "../../hub/access.js";
 import type { Repo } from "../../metadata/store.js";
 import { bearerToken } from "../cas-auth.js";
 import { HttpError } from "../errors.js";
-import { addressOf, repoTypeOfPlural, revisionAndPath, urlPrefixOf } from "./address.js";
+import { addressOf, repoTypeOfPlural, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
 import { commitJson, repoSummaryJson, siblingJson } from "./render.js";
 
 export interface HubRouteDeps {
@@ -143,7 +143,7 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
   };
   app.get<{ Params: RepoParams; Querystring: { blobs?: string } }>("/api/:types/:namespace/:name", (request) => info(request, "main"));
   app.get<{ Params: RepoParams; Querystring: { blobs?: string } }>("/api/:types/:namespace/:name/revision/*", (request) =>
-    info(request, revisionAndPath(request, "revision").revision),
+    info(request, revisionAndPath(request, API_REVISION_SEGMENT).revision),
   );
 
   app.put<{ Params: RepoParams }>("/api/:types/:namespace/:name/settings", async (request) => {
@@ -162,25 +162,25 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
   app.post<{ Params: RepoParams }>("/api/:types/:namespace/:name/branch/*", async (request) => {
     const caller = await callerOfRequest(deps, request);
     const body = jsonBody(request);
-    const branch = revisionAndPath(request, "branch").revision;
+    const branch = revisionAndPath(request, API_REVISION_SEGMENT).revision;
     await deps.repos.createRevision(caller, address(request), branch, "branch", stringField(body, "startingPoint", false));
     return {};
   });
   app.delete<{ Params: RepoParams }>("/api/:types/:namespace/:name/branch/*", async (request) => {
     const caller = await callerOfRequest(deps, request);
-    await deps.repos.deleteRevision(caller, address(request), revisionAndPath(request, "branch").revision, "branch");
+    await deps.repos.deleteRevision(caller, address(request), revisionAndPath(request, API_REVISION_SEGMENT).revision, "branch");
     return {};
   });
   // The Hub's tag route names the revision to tag in the path and the tag in the body.
   app.post<{ Params: RepoParams }>("/api/:types/:namespace/:name/tag/*", async (request) => {
     const caller = await callerOfRequest(deps, request);
     const tag = stringField(jsonBody(request), "tag", true)!;
-    await deps.repos.createRevision(caller, address(request), tag, "tag", revisionAndPath(request, "tag").revision);
+    await deps.repos.createRevision(caller, address(request), tag, "tag", revisionAndPath(request, API_REVISION_SEGMENT).revision);
     return {};
   });
   app.delete<{ Params: RepoParams }>("/api/:types/:namespace/:name/tag/*", async (request) => {
     const caller = await callerOfRequest(deps, request);
-    await deps.repos.deleteRevision(caller, address(request), revisionAndPath(request, "tag").revision, "tag");
+    await deps.repos.deleteRevision(caller, address(request), revisionAndPath(request, API_REVISION_SEGMENT).revision, "tag");
     return {};
   });
 
@@ -198,7 +198,7 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
   app.get<{ Params: RepoParams; Querystring: { p?: string } }>("/api/:types/:namespace/:name/commits/*", async (request, reply) => {
     const caller = await callerOfRequest(deps, request);
     const repo = await deps.repos.readable(caller, address(request));
-    const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, "commits").revision);
+    const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, API_REVISION_SEGMENT).revision);
     const page = Math.max(0, Number.parseInt(request.query.p ?? "0", 10) || 0);
     const { commits, more } = await deps.repos.commitsFrom(repo, commit, page * COMMITS_PAGE, COMMITS_PAGE);
     if (more) {

@@ -44,9 +44,11 @@ interface Resolved {
 
 export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteDeps): Promise<void> {
   const find = async (request: FastifyRequest<{ Params: ResolveParams }>, plural: string, reply: FastifyReply): Promise<Resolved> => {
+    // `/{ns}/{name}/resolve/{rev}` for models, one segment more for `/datasets/…` and `/spaces/…`.
+    const revisionSegment = plural === "models" ? 4 : 5;
     const caller = await callerOfRequest(deps, request);
     const repo = await deps.repos.readable(caller, addressOf(plural, request.params.namespace, request.params.name));
-    const { revision, path } = revisionAndPath(request, "resolve");
+    const { revision, path } = revisionAndPath(request, revisionSegment);
     const { commit } = await deps.repos.resolve(repo, revision);
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
     const file = await deps.repos.fileAt(repo, commit, path);
