@@ -1,31 +1,48 @@
-/** `castor download`: a thin shell over `CastorClient.download` (src/client). */
-import { DEFAULT_ENDPOINT, ProgressRenderer, formatBytes, type ByteRangeRequest, type DownloadResult } from "../client/index.js";
-import { EXIT_OK, UsageError, expectPositionals, parseCommandLine, runCommand } from "./args.js";
-import { asUsageError, createClient, parsePositiveInt } from "./upload.js";
+/** `castor download`: a thin shell over `CastorClient.downloadFile` and `CastorClient.download` (src/client). */
+import { basename } from "node:path";
+import { DEFAULT_ENDPOINT, ProgressRenderer, formatBytes, type ByteRangeRequest, type FileDownloadResult } from "../client/index.js";
+import { EXIT_OK, UsageError, parseCommandLine, runCommand } from "./args.js";
+import { asUsageError, createClient, parsePositiveInt } from "./client.js";
 
-const USAGE = `Usage: castor download --repo TYPE:NS/NAME [--revision R] HASH -o OUT [--range A-B]
+const USAGE = `Usage: castor download --repo TYPE:NS/NAME [--revision R] PATH [-o OUT] [--range A-B]
+       castor download --repo TYPE:NS/NAME [--revision R] --hash HASH -o OUT [--range A-B]
 
-Downloads the file with hash HASH (as 'castor upload' printed it) into OUT. The content is
-checked against the hash before OUT appears; a failed download leaves no OUT behind.
+Downloads the file at PATH in the repository (as 'castor repo files' lists it) into OUT, by
+default PATH's base name in the current folder. A file stored through Xet is reconstructed
+from its chunks and checked against its file hash; an inline file is fetched whole and
+checked against its git blob id (the ETag). OUT appears only once the content checked out: a
+failed download leaves no OUT behind. Prints
+  <path>  <OUT>  (<size>, xet|inline, <what was verified>, commit <id>)
 
-  --repo TYPE:NS/NAME   the repository the file was uploaded to, e.g. model:alice/bert
+With --hash, downloads the file with that file hash (as 'castor upload' printed it) instead,
+committed or not. A PATH of exactly 64 hexadecimal characters is taken as a file hash too, as
+castor always did; write ./PATH for a file whose path looks like a hash.
+
+  --repo TYPE:NS/NAME   the repository, e.g. model:alice/bert
   --revision R          branch, tag or commit (default: main)
-  -o, --output OUT      the file to write, or - for stdout
+  --hash HASH           download by file hash instead of by path
+  -o, --output OUT      the file to write, or - for stdout (required with a hash)
   --range A-B           only bytes A to B, counted from 0, B included ("A-" runs to the
-                        end); a part of a file cannot be checked against the file hash, but
-                        every chunk is decoded and checked for its length
-  --endpoint URL        the castor server (default: $CASTOR_ENDPOINT, else ${DEFAULT_ENDPOINT})
+                        end); a part of a Xet-stored file cannot be checked against the file
+                        hash, but every chunk is decoded and checked for its length (an inline
+                        file is still read whole and checked)
+  --endpoint URL        the castor server, its public URL (default: $CASTOR_ENDPOINT, else
+                        ${DEFAULT_ENDPOINT})
   --hub-token TOKEN     a hub token with read access (default: $CASTOR_HUB_TOKEN)
   --concurrency N       xorb ranges fetched at once (default: 4)
 
+A missing repository, revision or file is reported with the server's message.
 Progress goes to stderr. Exit codes: 0 success, 1 failure, 2 bad command line.
 `;
+
+const HASH = /^[0-9a-f]{64}$/;
 
 export function run(argv: string[]): Promise<number> {
   return runCommand("download", async () => {
     const args = parseCommandLine(argv, {
       repo: { type: "string" },
       revision: { type: "string" },
+      hash: { type: "string" },
       output: { type: "string", short: "o" },
       range: { type: "string" },
       endpoint: { type: "string" },
@@ -36,35 +53,57 @@ export function run(argv: string[]): Promise<number> {
       process.stdout.write(USAGE);
       return EXIT_OK;
     }
-    const { values } = args;
-    const [hash] = expectPositionals(args.positionals, ["HASH"]);
-    if (values.output === undefined || values.output === "") throw new UsageError("-o OUT is required (- writes to stdout)");
+    const { values, positionals } = args;
+    if (positionals.length > 1) throw new UsageError(`unexpected argument ${JSON.stringify(positionals[1])}: give one PATH (or --hash HASH)`);
+    if (values.hash !== undefined && positionals.length > 0) throw new UsageError("give either PATH or --hash HASH, not both");
+    const [target] = positionals;
+    if (values.hash === undefined && target === undefined) throw new UsageError("missing PATH (or --hash HASH)");
+    const hash = values.hash ?? (HASH.test(target) ? target : undefined);
+    if (values.output === "") throw new UsageError("-o OUT is empty (- writes to stdout)");
+    if (hash !== undefined && values.output === undefined) throw new UsageError("-o OUT is required (- writes to stdout)");
     const range = values.range === undefined ? undefined : parseRange(values.range);
     const concurrency = values.concurrency === undefined ? undefined : parsePositiveInt("--concurrency", values.concurrency);
     const client = createClient(values);
-    const toStdout = values.output === "-";
+
+    const path = hash === undefined ? target.replace(/^(\.\/)+/, "") : undefined;
+    const outputName = values.output ?? basename(path!);
+    if (outputName === "" || outputName === "." || outputName === "..") throw new UsageError(`cannot name the output after ${JSON.stringify(target)}: give -o OUT`);
+    const toStdout = outputName === "-";
+    const output = toStdout ? process.stdout : outputName;
+    const shown = toStdout ? "(stdout)" : outputName;
 
     const progress = new ProgressRenderer(process.stderr);
-    let result: DownloadResult;
+    let line: string;
     try {
-      result = await client.download({
-        fileHash: hash,
-        output: toStdout ? process.stdout : values.output,
-        endOutput: !toStdout,
-        range,
-        concurrency,
-        onProgress: progress.update,
-      });
+      if (hash !== undefined) {
+        const result = await client.download({ fileHash: hash, output, endOutput: !toStdout, range, concurrency, onProgress: progress.update });
+        const checked = result.verified === "file-hash" ? "file hash verified" : "chunks verified";
+        line = `${result.fileHash}  ${shown}  (${formatBytes(result.bytesWritten)}, ${checked})\n`;
+      } else {
+        const result = await client.downloadFile({ path: path!, output, endOutput: !toStdout, range, concurrency, onProgress: progress.update });
+        line = `${result.path}  ${shown}  (${formatBytes(result.bytesWritten)}, ${result.storage}, ${describeCheck(result)}, commit ${result.commit})\n`;
+      }
       progress.finish();
     } catch (error) {
       progress.clear();
       throw asUsageError(error);
     }
-    const checked = result.verified === "file-hash" ? "file hash verified" : "chunks verified";
-    const line = `${result.fileHash}  ${toStdout ? "(stdout)" : values.output}  (${formatBytes(result.bytesWritten)}, ${checked})\n`;
     (toStdout ? process.stderr : process.stdout).write(line);
     return EXIT_OK;
   });
+}
+
+function describeCheck(result: FileDownloadResult): string {
+  switch (result.verified) {
+    case "file-hash":
+      return "file hash verified";
+    case "git-blob-id":
+      return "git blob id verified";
+    case "chunks":
+      return "chunks verified";
+    case "size":
+      return "size checked";
+  }
 }
 
 /** `A-B` (inclusive) or `A-` (to the end of the file). */

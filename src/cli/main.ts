@@ -13,27 +13,37 @@ const USAGE = `castor ${VERSION} — self-hosted Xet-compatible content-addressa
 Usage: castor <command> [options]
 
 Commands:
-  serve                          start the CAS server and hub token operation
+  serve                          start the server: the hub (Hugging Face routes, token
+                                 operation) and the CAS
+Administration (on the data dir or database, like the server):
   repo create TYPE NS/NAME       create a repository (TYPE: model, dataset, space)
-  repo list                      list repositories
+  repo list                      list repositories (alias: repo ls)
   revision create TYPE:NS/NAME NAME [--tag]
                                  create a branch (or tag) in a repository
-  token create (--repo TYPE:NS/NAME[,...] | --all-repos) --access read|write [--expires D]
+  token create [--user NAME] (--repo TYPE:NS/NAME[,...] | --namespace NS[,...] | --all-repos)
+               --access read|write [--expires D]
                                  create a hub token; prints it once
   token list                     list hub tokens (never their secrets)
   token revoke ID                revoke a hub token
-  upload --repo TYPE:NS/NAME [--revision R] FILE...
-                                 upload files, print their hashes
-  download --repo TYPE:NS/NAME HASH -o OUT [--range A-B]
-                                 download a file (or an inclusive byte range) by hash
   migrate --from DATA_DIR        copy an embedded data dir into the configured
                                  PostgreSQL + S3 stores (safe to run again)
+Client (through the server, with --endpoint and a hub token, or CASTOR_ENDPOINT and
+CASTOR_HUB_TOKEN):
+  upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE...
+                                 upload files through Xet and commit them to a branch
+  download --repo TYPE:NS/NAME PATH [-o OUT] [--revision R] [--range A-B]
+                                 download a file by its path in the repository
+  download --repo TYPE:NS/NAME --hash HASH -o OUT [--range A-B]
+                                 download a file by its file hash
+  repo files TYPE:NS/NAME [--revision R]
+                                 list a revision's files: path, size, xet or inline
 
 Options:
   -h, --help                     show this help
   -v, --version                  print the version
 
 Configuration comes from CASTOR_* environment variables (see README.md, "Configuration").
+Run 'castor COMMAND --help' for a command's options.
 `;
 
 type CommandModule = { run(argv: string[]): Promise<number> };

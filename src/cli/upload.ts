@@ -1,22 +1,49 @@
-/** `castor upload`: a thin shell over `CastorClient.upload` (src/client). */
-import { CastorClient, CastorClientError, DEFAULT_ENDPOINT, ProgressRenderer, formatBytes, type UploadResult } from "../client/index.js";
+/** `castor upload`: a thin shell over `CastorClient.upload` and `CastorClient.commit` (src/client). */
+import {
+  DEFAULT_ENDPOINT,
+  ProgressRenderer,
+  commitMessageOf,
+  commitOperationsFor,
+  formatBytes,
+  formatRepoRef,
+  repoPathsFor,
+  type CommitResult,
+  type UploadResult,
+} from "../client/index.js";
 import { EXIT_OK, UsageError, parseCommandLine, runCommand } from "./args.js";
+import { asUsageError, createClient, parsePositiveInt } from "./client.js";
 
-const USAGE = `Usage: castor upload --repo TYPE:NS/NAME [--revision R] FILE…
+const USAGE = `Usage: castor upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE…
 
-Uploads files, storing only chunks the server does not have yet, and registers them in the
-repository. Prints one line per file on stdout (and nothing else there, so it pipes),
-  <file hash>  <path>  (<size>, <new> new / <deduplicated> deduplicated)
-then a summary on stderr. The file hash is what 'castor download' takes.
+Uploads files through Xet, storing only chunks the server does not have yet, then commits them
+to a branch of the repository in one commit. Prints one line per file on stdout (and nothing
+else there, so it pipes),
+  <file hash>  <path in the repository>  (<size>, <new> new / <deduplicated> deduplicated)
+then the commit,
+  commit <commit id>  <commit URL>
+and a summary on stderr. 'castor download --repo … PATH' takes the path ('--hash' the file
+hash); 'castor repo files' lists the branch. Non-empty files are stored through Xet (listed as
+"xet"); an empty file travels inside the commit ("inline").
 
   --repo TYPE:NS/NAME   the repository, e.g. model:alice/bert
-  --revision R          branch, tag or commit (default: main)
-  --endpoint URL        the castor server (default: $CASTOR_ENDPOINT, else ${DEFAULT_ENDPOINT})
+  --path IN_REPO        where the files go in the repository: for one FILE its path (a folder
+                        when it ends with '/'), for several FILEs a folder; default: each
+                        file's base name, at the root
+  --revision BRANCH     the branch to commit to (default: main)
+  -m, --message TEXT    the commit message; its first line is the title (default: "Upload N
+                        files with castor")
+  --no-commit           only upload the content and print the file hashes, as castor did
+                        before repositories had histories (then --revision may be any
+                        revision, and the lines name the local files)
+  --endpoint URL        the castor server, its public URL (default: $CASTOR_ENDPOINT, else
+                        ${DEFAULT_ENDPOINT})
   --hub-token TOKEN     a hub token with write access (default: $CASTOR_HUB_TOKEN; the
                         variable is safer: other users can see command lines)
   --concurrency N       xorbs (up to 64 MiB each) uploaded at once (default: 4)
 
-Progress goes to stderr: a bar on a terminal, a line every few seconds otherwise.
+If the commit fails after the upload, the content stays stored (the file hashes are printed)
+but the branch is unchanged. Progress goes to stderr: a bar on a terminal, a line every few
+seconds otherwise.
 Exit codes: 0 success, 1 failure (server, network, files), 2 bad command line.
 `;
 
@@ -25,6 +52,9 @@ export function run(argv: string[]): Promise<number> {
     const args = parseCommandLine(argv, {
       repo: { type: "string" },
       revision: { type: "string" },
+      path: { type: "string" },
+      message: { type: "string", short: "m" },
+      "no-commit": { type: "boolean" },
       endpoint: { type: "string" },
       "hub-token": { type: "string" },
       concurrency: { type: "string" },
@@ -35,8 +65,21 @@ export function run(argv: string[]): Promise<number> {
     }
     const { values, positionals } = args;
     if (positionals.length === 0) throw new UsageError("give at least one FILE to upload");
+    const commit = values["no-commit"] !== true;
+    if (!commit && (values.path !== undefined || values.message !== undefined)) {
+      throw new UsageError("--path and --message describe the commit: drop them with --no-commit");
+    }
     const concurrency = values.concurrency === undefined ? undefined : parsePositiveInt("--concurrency", values.concurrency);
     const client = createClient(values);
+    // Checked before anything is read: a bad --path should not wait for 10 GB of chunking.
+    let paths: string[];
+    let message: { summary: string; description: string };
+    try {
+      paths = commit ? repoPathsFor(positionals, values.path) : positionals;
+      message = commitMessageOf(values.message, positionals.length);
+    } catch (error) {
+      throw asUsageError(error);
+    }
 
     const progress = new ProgressRenderer(process.stderr);
     let result: UploadResult;
@@ -47,10 +90,25 @@ export function run(argv: string[]): Promise<number> {
       progress.clear();
       throw asUsageError(error);
     }
-    for (const file of result.files) {
-      process.stdout.write(`${file.fileHash}  ${file.path}  (${formatBytes(file.size)}, ${formatBytes(file.newBytes)} new / ${formatBytes(file.dedupedBytes)} deduplicated)\n`);
-    }
+    result.files.forEach((file, i) => {
+      process.stdout.write(`${file.fileHash}  ${paths[i]}  (${formatBytes(file.size)}, ${formatBytes(file.newBytes)} new / ${formatBytes(file.dedupedBytes)} deduplicated)\n`);
+    });
     process.stderr.write(`${summarize(result)}\n`);
+    if (!commit) return EXIT_OK;
+
+    let committed: CommitResult;
+    try {
+      committed = await client.commit({
+        ...message,
+        operations: commitOperationsFor(result.files.map((file, i) => ({ ...file, pathInRepo: paths[i] }))),
+      });
+    } catch (error) {
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new Error(`${reason} — the content is stored (file hashes above) but not committed to ${client.revision}`);
+    }
+    process.stdout.write(`commit ${committed.commitOid}${committed.commitUrl === "" ? "" : `  ${committed.commitUrl}`}\n`);
+    const count = result.files.length === 1 ? "1 file" : `${result.files.length} files`;
+    process.stderr.write(`Committed ${count} to branch ${client.revision} of ${formatRepoRef(client.repo)}.\n`);
     return EXIT_OK;
   });
 }
@@ -64,35 +122,4 @@ function summarize(result: UploadResult): string {
     `${formatBytes(result.dedupedBytes)} deduplicated (${saved.toFixed(1)}% saved); ` +
     `${xorbs} xorb${xorbs === 1 ? "" : "s"} (${formatBytes(result.xorbs.bytesSent)}) sent, ${result.shards.sent} shard${result.shards.sent === 1 ? "" : "s"} registered.`
   );
-}
-
-/** The client from the shared flags, with the environment as fallback. Exported for `download`. */
-export function createClient(values: { repo?: string; revision?: string; endpoint?: string; "hub-token"?: string }): CastorClient {
-  if (values.repo === undefined) throw new UsageError("--repo TYPE:NS/NAME is required, e.g. --repo model:alice/bert");
-  const hubToken = values["hub-token"] ?? nonEmpty(process.env.CASTOR_HUB_TOKEN);
-  if (hubToken === undefined) {
-    throw new UsageError("a hub token is required: set CASTOR_HUB_TOKEN (or pass --hub-token); 'castor token create' makes one");
-  }
-  const endpoint = values.endpoint ?? nonEmpty(process.env.CASTOR_ENDPOINT) ?? DEFAULT_ENDPOINT;
-  try {
-    return new CastorClient({ endpoint, hubToken, repo: values.repo, revision: values.revision });
-  } catch (error) {
-    throw asUsageError(error);
-  }
-}
-
-/** A client error caused by the command line becomes a UsageError (exit code 2). */
-export function asUsageError(error: unknown): unknown {
-  return error instanceof CastorClientError && error.kind === "usage" ? new UsageError(error.message) : error;
-}
-
-export function parsePositiveInt(flag: string, text: string): number {
-  if (!/^\d+$/.test(text) || Number(text) < 1 || !Number.isSafeInteger(Number(text))) {
-    throw new UsageError(`${flag} must be a whole number ≥ 1, got ${JSON.stringify(text)}`);
-  }
-  return Number(text);
-}
-
-function nonEmpty(value: string | undefined): string | undefined {
-  return value === undefined || value.trim() === "" ? undefined : value;
 }

@@ -27,7 +27,7 @@ export class CastorClientError extends Error {
 
 /** A non-retryable HTTP status (or a retryable one that outlasted every retry). */
 export class HttpStatusError extends CastorClientError {
-  override readonly name = "HttpStatusError";
+  override readonly name: string = "HttpStatusError";
   constructor(
     readonly status: number,
     /** The server's `error` field, or the start of a non-JSON body; null for an empty body. */

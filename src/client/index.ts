@@ -1,24 +1,53 @@
 /**
  * castor's own client, exported as `castor/client`:
  *
- *     import { upload, download } from "castor/client";
- *     const { files } = await upload({ endpoint, hubToken, repo: "model:alice/bert", files: ["a.bin"] });
- *     await download({ endpoint, hubToken, repo: "model:alice/bert", fileHash: files[0].fileHash, output: "copy.bin" });
+ *     import { uploadToRepo, downloadFile, listFiles } from "castor/client";
+ *     const options = { endpoint, hubToken, repo: "model:alice/bert" };
+ *     const { commit } = await uploadToRepo({ ...options, files: ["a.bin", "notes.txt"], pathInRepo: "weights" });
+ *     for (const file of await listFiles(options)) console.log(file.path, file.size, file.storage);
+ *     await downloadFile({ ...options, path: "weights/a.bin", output: "copy.bin" });
  *
- * `CastorClient` does the same with tokens kept between calls. It speaks only the protocol
- * (the hub's token operation and the CAS API), so it works against any Xet-compatible server,
- * and imports nothing of castor but the pure format layer.
+ * Files travel through Xet: `upload` chunks them, stores the chunks the server does not have
+ * yet and registers the files (by file hash) in the repository; `download` fetches a file by
+ * its file hash. On top of that, repositories are git-style histories on the hub:
+ * `uploadToRepo` uploads and then commits the files to a branch in one commit; `commit`
+ * makes any commit (`lfsFile` operations name Xet-uploaded content by SHA-256);
+ * `listFiles` lists a revision; `downloadFile` downloads a file by its path — through Xet when
+ * the hub stores it there (`X-Xet-Hash`), by a plain GET checked against its git blob id
+ * when it is stored inline.
+ *
+ * `CastorClient` does the same with tokens kept between calls; `client.hub` is the lower-level
+ * `HubClient` (revision lookup, tree pages, HEAD of a file). It speaks only the protocol (the
+ * hub's Hugging-Face-compatible routes, its token operation and the CAS API), so it works
+ * against any Xet-compatible hub, and imports nothing of castor but the pure format layer.
  */
+import type { Writable } from "node:stream";
 import { CasClient } from "./cas.js";
-import { DownloadRun, type DownloadResult, type DownloadRunOptions } from "./download.js";
+import { DownloadRun, type ByteRangeRequest, type DownloadResult, type DownloadRunOptions } from "./download.js";
 import { CastorClientError } from "./errors.js";
 import { HttpClient, type FetchFunction, type RetryPolicy } from "./http.js";
+import { HubClient, type CommitRequest, type CommitResult, type FileStorage, type RepoFileEntry, type RepoFileInfo } from "./hub.js";
+import type { ProgressListener } from "./progress.js";
+import { commitMessageOf, commitOperationsFor, downloadInlineFile, repoPathsFor } from "./repo-files.js";
 import { TokenProvider, parseRepoRef, type RepoRef, type TokenAccess } from "./token.js";
-import { UploadRun, type UploadResult, type UploadRunOptions } from "./upload.js";
+import { UploadRun, type UploadedFile, type UploadResult, type UploadRunOptions } from "./upload.js";
 
 export { CastorClientError, HttpStatusError, isClientError, type ClientErrorKind } from "./errors.js";
 export { formatBytes, ProgressRenderer, type ProgressEvent, type ProgressListener, type ProgressOutput } from "./progress.js";
 export { parseRepoRef, formatRepoRef, type RepoRef } from "./token.js";
+export {
+  HubClient,
+  HubStatusError,
+  type CommitOperation,
+  type CommitRequest,
+  type CommitResult,
+  type FileStorage,
+  type RepoFileEntry,
+  type RepoFileInfo,
+  type RepoFolderEntry,
+  type RepoTreeEntry,
+} from "./hub.js";
+export { commitMessageOf, commitOperationsFor, repoPathsFor, repoPathProblem } from "./repo-files.js";
 export type { RepoType } from "../format/repo.js";
 export type { UploadResult, UploadedFile, UploadRunOptions } from "./upload.js";
 export type { ByteRangeRequest, DownloadResult, DownloadRunOptions } from "./download.js";
@@ -49,6 +78,7 @@ export class CastorClient {
   readonly revision: string;
   private readonly http: HttpClient;
   private readonly cas = new Map<TokenAccess, CasClient>();
+  private hubClient: HubClient | null = null;
 
   constructor(private readonly options: ClientOptions) {
     this.repo = parseRepoRef(options.repo);
@@ -69,6 +99,61 @@ export class CastorClient {
   /** Downloads a file (or a byte range of it) by hash; see download.ts. */
   download(options: DownloadRunOptions): Promise<DownloadResult> {
     return new DownloadRun(this.casFor("read"), options).run();
+  }
+
+  /** The hub's repository routes for this client's repository (commits, listings, file lookups). */
+  get hub(): HubClient {
+    this.hubClient ??= new HubClient({ endpoint: this.options.endpoint, hubToken: this.options.hubToken, repo: this.repo, http: this.http });
+    return this.hubClient;
+  }
+
+  /** Applies one commit to the client's revision, which must be a branch; see hub.ts. */
+  commit(request: CommitRequest): Promise<CommitResult> {
+    return this.hub.commit(this.revision, request);
+  }
+
+  /**
+   * Uploads `files` through Xet, then commits them to the client's branch in one commit, at
+   * the paths `repoPathsFor(files, options.pathInRepo)` gives: base names at the root by
+   * default; one file: `pathInRepo` is its path (or its folder, ending with '/'); several: a
+   * folder. Paths are checked before anything is read. Nothing is committed if the upload fails.
+   */
+  async uploadToRepo(files: readonly string[], options: RepoUploadRunOptions = {}): Promise<RepoUploadResult> {
+    if (files.length === 0) throw new CastorClientError("usage", "no files to upload");
+    const paths = repoPathsFor(files, options.pathInRepo);
+    const uploaded = await this.upload(files, options);
+    const placed = uploaded.files.map((file, i) => ({ ...file, pathInRepo: paths[i] }));
+    const { summary, description } = commitMessageOf(options.message, files.length);
+    const commit = await this.commit({ summary, description, parentCommit: options.parentCommit, operations: commitOperationsFor(placed) });
+    return { ...uploaded, files: placed, commit };
+  }
+
+  /** The files of the client's revision (recursively, below `path` if given), following every page. */
+  listFiles(options: { path?: string } = {}): Promise<RepoFileEntry[]> {
+    return this.hub.listFiles(this.revision, options);
+  }
+
+  /** What the hub says about the file at `path` in the client's revision (HEAD). */
+  fileInfo(path: string): Promise<RepoFileInfo> {
+    return this.hub.fileInfo(this.revision, path);
+  }
+
+  /**
+   * Downloads the file at `path` in the client's revision: a Xet-stored file through the CAS
+   * (verified against its file hash), an inline one by a plain GET (verified against its git
+   * blob id). Nothing is written when the file does not exist (HubStatusError 404 EntryNotFound).
+   */
+  async downloadFile(options: FileDownloadRunOptions): Promise<FileDownloadResult> {
+    const path = options.path.replace(/^(\.\/)+/, "").replace(/^\/+/, "");
+    const info = await this.hub.fileInfo(this.revision, path);
+    const base = { path, commit: info.commit, size: info.size, storage: info.storage, etag: info.etag };
+    if (info.xetHash !== null) {
+      const { path: _path, ...rest } = options;
+      const result = await this.download({ ...rest, fileHash: info.xetHash });
+      return { ...base, fileHash: info.xetHash, bytesWritten: result.bytesWritten, verified: result.verified };
+    }
+    const result = await downloadInlineFile(this.hub, info, options);
+    return { ...base, fileHash: null, ...result };
   }
 
   /** How many CAS tokens were requested from the hub so far, by access. */
@@ -122,4 +207,84 @@ export interface DownloadOptions extends ClientOptions, DownloadRunOptions {}
 /** Downloads the file `fileHash` (or `range` of it) from `repo` into `output`. */
 export function download(options: DownloadOptions): Promise<DownloadResult> {
   return new CastorClient(options).download(options);
+}
+
+export interface RepoUploadRunOptions extends UploadRunOptions {
+  /** Where the files go in the repository; see `CastorClient.uploadToRepo`. */
+  pathInRepo?: string;
+  /** The commit message (first line: title); default "Upload N files with castor". */
+  message?: string;
+  /** Refuse the commit (412) if the branch is no longer at this commit. */
+  parentCommit?: string;
+}
+
+export interface RepoUploadedFile extends UploadedFile {
+  /** Where the file is in the repository. */
+  pathInRepo: string;
+}
+
+export interface RepoUploadResult extends UploadResult {
+  files: RepoUploadedFile[];
+  commit: CommitResult;
+}
+
+export interface FileDownloadRunOptions {
+  /** The file's path in the repository. */
+  path: string;
+  /** A path (written through a temporary file) or a stream. */
+  output: string | Writable;
+  range?: ByteRangeRequest;
+  onProgress?: ProgressListener;
+  /** End a stream output when done (default true; false for stdout). */
+  endOutput?: boolean;
+  /** Xet-stored files: see `DownloadRunOptions`. */
+  windowBytes?: number;
+  concurrency?: number;
+  bufferBytes?: number;
+}
+
+export interface FileDownloadResult {
+  path: string;
+  /** The commit the revision resolved to. */
+  commit: string;
+  /** The file's size (the output may be a range of it). */
+  size: number;
+  storage: FileStorage;
+  /** The ETag: SHA-256 of a Xet-stored file, git blob id of an inline one. */
+  etag: string;
+  /** Xet-stored files: the file hash. */
+  fileHash: string | null;
+  bytesWritten: number;
+  /**
+   * `file-hash` (Xet, whole file) or `git-blob-id` (inline): the content checked out;
+   * `chunks`: a range of a Xet-stored file, every chunk decoded to its declared size;
+   * `size`: an inline file whose ETag is no git blob id, only its length was checked.
+   */
+  verified: "file-hash" | "git-blob-id" | "chunks" | "size";
+}
+
+export interface RepoUploadOptions extends ClientOptions, RepoUploadRunOptions {
+  files: string[];
+}
+
+/** Uploads `files` to `repo` and commits them to `revision` (a branch, default main). */
+export function uploadToRepo(options: RepoUploadOptions): Promise<RepoUploadResult> {
+  return new CastorClient(options).uploadToRepo(options.files, options);
+}
+
+export interface FileDownloadOptions extends ClientOptions, FileDownloadRunOptions {}
+
+/** Downloads the file at `path` of `repo` at `revision` (default main) into `output`. */
+export function downloadFile(options: FileDownloadOptions): Promise<FileDownloadResult> {
+  return new CastorClient(options).downloadFile(options);
+}
+
+export interface ListFilesOptions extends ClientOptions {
+  /** Only the files below this folder. */
+  path?: string;
+}
+
+/** The files of `repo` at `revision` (default main): path, size, storage (xet / inline), hashes. */
+export function listFiles(options: ListFilesOptions): Promise<RepoFileEntry[]> {
+  return new CastorClient(options).listFiles(options);
 }

@@ -194,7 +194,7 @@ describe("castor repo / revision / token (child processes)", () => {
 
   it("exits 2 on usage errors with a message and no stack trace", async () => {
     const cases: [string[], RegExp][] = [
-      [["repo"], /castor repo: a subcommand is required \(one of create, list\)/],
+      [["repo"], /castor repo: a subcommand is required \(one of create, list, ls, files\)/],
       [["repo", "create", "model"], /missing NAMESPACE\/NAME/],
       [["repo", "create", "models", "a/b"], /type must be one of model, dataset, space; got "models"/],
       [["repo", "list", "--verbose"], /Unknown option '--verbose'/],

@@ -282,14 +282,16 @@ describe("castor upload / castor download commands", () => {
     const up = await runClientCli("upload", ["--repo", REPO, a, b], env());
     assert.equal(up.code, 0, up.stderr);
     const lines = up.stdout.trimEnd().split("\n");
-    assert.equal(lines.length, 2, up.stdout);
+    assert.equal(lines.length, 3, up.stdout);
     const line = /^([0-9a-f]{64}) {2}(.+) {2}\((\S+ \S+), (\S+ \S+) new \/ (\S+ \S+) deduplicated\)$/;
     const [, hashA, pathA, sizeA, newA] = line.exec(lines[0]) ?? [];
-    assert.equal(pathA, a, lines[0]);
+    // Committed at the root under their base names, which the lines show.
+    assert.equal(pathA, "cli-a", lines[0]);
     assert.equal(sizeA, "146.5 KiB");
     assert.equal(newA, "146.5 KiB");
     const [, hashB, pathB, sizeB, , dedupB] = line.exec(lines[1]) ?? [];
-    assert.equal(pathB, b, lines[1]);
+    assert.equal(pathB, "cli-b", lines[1]);
+    assert.match(lines[2], new RegExp(`^commit [0-9a-f]{40}  ${server.publicUrl}/alice/bert/commit/[0-9a-f]{40}$`));
     assert.equal(sizeB, "293.0 KiB");
     assert.notEqual(dedupB, "0 B", "the second file repeats the first");
     assert.match(up.stderr, /^Uploaded 2 files, 439\.5 KiB: .* new, .* deduplicated \(\d+\.\d% saved\); 1 xorb \(.*\) sent, 1 shard registered\.$/m);
@@ -336,7 +338,7 @@ describe("castor upload / castor download commands", () => {
       ["upload", [files.get("one")!.path], /--repo TYPE:NS\/NAME is required/],
       ["upload", ["--repo", "alice/bert", files.get("one")!.path], /repository must be TYPE:NAMESPACE\/NAME/],
       ["upload", ["--repo", REPO], /give at least one FILE/],
-      ["download", ["--repo", REPO, "not-a-hash", "-o", join(work, "x")], /a file hash is 64 lowercase hexadecimal characters/],
+      ["download", ["--repo", REPO, "--hash", "not-a-hash", "-o", join(work, "x")], /a file hash is 64 lowercase hexadecimal characters/],
       ["download", ["--repo", REPO, hashOf("one"), "-o", join(work, "x"), "--range", "9-3"], /--range must be A-B/],
       ["download", ["--repo", REPO, hashOf("one")], /-o OUT is required/],
     ];
