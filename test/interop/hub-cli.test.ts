@@ -306,7 +306,6 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
         const contents = repoContents(type);
         const base = `${hub.endpoint}/${urlPrefix(type)}${repoId(type)}/resolve`;
         const headers = { authorization: `Bearer ${hub.token}` };
-        await readResolve(`${base}/main/big.bin`, headers, contents.get("big.bin")!, `${type} big.bin`);
         const small = contents.get("small.txt")!;
         const whole = await fetchExpecting(`${base}/${heads.get(type)}/small.txt`, { headers }, 200);
         assertSameBytes(new Uint8Array(await whole.arrayBuffer()), small, `${type} small.txt at the commit id`);
@@ -319,6 +318,10 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
         assert.ok(anonymous.status === 401 || anonymous.status === 404, `an anonymous read of a private repository is refused (got ${anonymous.status})`);
         assert.equal(anonymous.headers.get("x-error-code"), "RepoNotFound");
       }
+      for (const type of REPO_TYPES) {
+        const base = `${hub.endpoint}/${urlPrefix(type)}${repoId(type)}/resolve`;
+        await readResolve(`${base}/main/big.bin`, { authorization: `Bearer ${hub.token}` }, repoContents(type).get("big.bin")!, `${type} big.bin`);
+      }
     });
 
     it("without any token from a public repository", async () => {
@@ -327,7 +330,6 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
       const env = machine();
       await runOk(hub, "hf repos create --public", hf, ["repos", "create", publicId, "--public", "--format", "json"], { env });
       await runOk(hub, "hf upload big.bin (public)", hf, ["upload", publicId, join(workDir, "data", "model", "big.bin"), "weights/big.bin", "--format", "json"], { env });
-      await readResolve(`${hub.endpoint}/${publicId}/resolve/main/weights/big.bin`, {}, bytes, "public big.bin");
       const head = await fetchExpecting(`${hub.endpoint}/${publicId}/resolve/main/weights/big.bin`, { method: "HEAD" }, 200);
       assert.equal(head.headers.get("x-xet-hash"), expectedFileHash(bytes), "the HEAD names the Xet hash");
       const missing = await fetch(`${hub.endpoint}/${publicId}/resolve/main/weights/nothing.bin`, { method: "HEAD" });
@@ -335,6 +337,7 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
       assert.equal(missing.headers.get("x-error-code"), "EntryNotFound");
       const listing = await fetchExpecting(`${hub.endpoint}/api/models/${publicId}/tree/main/weights`, {}, 200);
       assert.deepEqual(((await listing.json()) as TreeEntry[]).map((entry) => entry.path), ["weights/big.bin"], "an anonymous tree listing of a public repository");
+      await readResolve(`${hub.endpoint}/${publicId}/resolve/main/weights/big.bin`, {}, bytes, "public big.bin");
     });
   });
 
