@@ -273,30 +273,26 @@ class FileByteStream extends Readable {
 
   private pump(): void {
     try {
-      for (;;) {
-        // Pushing either spends the current span (which clears it) or fills the consumer's buffer.
-        if (this.current !== null && !this.pushChunks(this.current)) return;
-        this.topUpReadAhead();
-        const next = this.loads.shift()!;
-        this.waiting = true;
-        next.then(
-          (loaded) => {
-            this.waiting = false;
-            if (this.destroyed) return;
-            if (loaded === null) {
-              this.push(null);
-              return;
-            }
-            this.current = loaded;
-            this.pump();
-          },
-          (error: unknown) => {
-            this.waiting = false;
-            this.destroy(error as Error);
-          },
-        );
-        return;
-      }
+      // Pushing either spends the current span (which clears it) or fills the consumer's buffer.
+      if (this.current !== null && !this.pushChunks(this.current)) return;
+      this.topUpReadAhead();
+      this.waiting = true;
+      this.loads.shift()!.then(
+        (loaded) => {
+          this.waiting = false;
+          if (this.destroyed) return;
+          if (loaded === null) {
+            this.push(null);
+            return;
+          }
+          this.current = loaded;
+          this.pump();
+        },
+        (error: unknown) => {
+          this.waiting = false;
+          this.destroy(error as Error);
+        },
+      );
     } catch (error) {
       this.destroy(error as Error);
     }
