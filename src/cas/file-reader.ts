@@ -60,7 +60,11 @@ export interface FileReaderOptions {
    * 256 KiB + its header) is still one span.
    */
   maxSpanBytes?: number;
-  /** Decoded bytes a stream buffers for a slow consumer before it stops decoding (default 1 MiB). */
+  /**
+   * Decoded bytes a stream buffers for a slow consumer before it stops decoding (default
+   * 64 KiB, about one chunk). Piped into a response, the bytes mostly go out as they are pushed;
+   * a consumer calling `read()` gets the buffered pieces concatenated, a copy that grows with it.
+   */
   highWaterMark?: number;
 }
 
@@ -74,16 +78,19 @@ export interface FileReaderDeps extends FileReaderOptions {
 /** The part of a `BlobStore` the reader uses. */
 export type SpanSource = Pick<BlobStore, "read" | "openSpan">;
 
-/** Measured with `npm run bench -- file-read`: more read-ahead or larger spans gained nothing. */
+/**
+ * Tried with `npm run bench -- file-read` on the shared 2-core machine: 1 or 4 spans of read-ahead,
+ * 1 or 8 MiB spans and a 256 KiB or 1 MiB high-water mark did no better, within its noise.
+ */
 export const DEFAULT_READ_AHEAD_SPANS = 2;
 export const DEFAULT_MAX_SPAN_BYTES = 4 * 1024 * 1024;
-export const DEFAULT_HIGH_WATER_MARK = 1024 * 1024;
+export const DEFAULT_HIGH_WATER_MARK = 64 * 1024;
 
 /**
- * Idle span buffers a reader keeps: enough for a few concurrent downloads' read-ahead
- * (32 MiB with the defaults); more are allocated when needed and left to the GC.
+ * Bytes of idle span buffers a reader keeps (at least one buffer): the read-ahead of a few
+ * concurrent downloads with the defaults. More are allocated when needed and left to the GC.
  */
-const IDLE_SPAN_BUFFERS = 8;
+const IDLE_SPAN_BUFFER_BYTES = 32 * 1024 * 1024;
 
 /** Terms looked ahead when a chunk table is missing: their missing xorbs come in the same query. */
 const TABLE_LOOKAHEAD_TERMS = 8;
@@ -266,30 +273,26 @@ class FileByteStream extends Readable {
 
   private pump(): void {
     try {
-      for (;;) {
-        // Pushing either spends the current span (which clears it) or fills the consumer's buffer.
-        if (this.current !== null && !this.pushChunks(this.current)) return;
-        this.topUpReadAhead();
-        const next = this.loads.shift()!;
-        this.waiting = true;
-        next.then(
-          (loaded) => {
-            this.waiting = false;
-            if (this.destroyed) return;
-            if (loaded === null) {
-              this.push(null);
-              return;
-            }
-            this.current = loaded;
-            this.pump();
-          },
-          (error: unknown) => {
-            this.waiting = false;
-            this.destroy(error as Error);
-          },
-        );
-        return;
-      }
+      // Pushing either spends the current span (which clears it) or fills the consumer's buffer.
+      if (this.current !== null && !this.pushChunks(this.current)) return;
+      this.topUpReadAhead();
+      this.waiting = true;
+      this.loads.shift()!.then(
+        (loaded) => {
+          this.waiting = false;
+          if (this.destroyed) return;
+          if (loaded === null) {
+            this.push(null);
+            return;
+          }
+          this.current = loaded;
+          this.pump();
+        },
+        (error: unknown) => {
+          this.waiting = false;
+          this.destroy(error as Error);
+        },
+      );
     } catch (error) {
       this.destroy(error as Error);
     }
@@ -543,8 +546,11 @@ class XorbTables {
  */
 class SpanBuffers {
   private readonly idle: Buffer[] = [];
+  private readonly maxIdle: number;
 
-  constructor(private readonly bufferBytes: number) {}
+  constructor(private readonly bufferBytes: number) {
+    this.maxIdle = Math.max(1, Math.floor(IDLE_SPAN_BUFFER_BYTES / bufferBytes));
+  }
 
   /** Uninitialised: the caller fills it before reading it. */
   take(length: number): Uint8Array {
@@ -554,7 +560,7 @@ class SpanBuffers {
   }
 
   give(bytes: Uint8Array): void {
-    if (bytes.buffer.byteLength !== this.bufferBytes || this.idle.length >= IDLE_SPAN_BUFFERS) return;
+    if (bytes.buffer.byteLength !== this.bufferBytes || this.idle.length >= this.maxIdle) return;
     this.idle.push(Buffer.from(bytes.buffer, 0, this.bufferBytes));
   }
 }

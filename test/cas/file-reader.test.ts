@@ -128,6 +128,8 @@ interface SpanLog {
   readonly requested: { hex: string; offset: number; length: number }[];
   /** Handles and streams opened and not yet released. */
   open: number;
+  /** Reads waiting to be let through by `release()`. */
+  held: number;
   /** Holds reads (before they open anything) until `release()`. */
   hold(): void;
   release(): void;
@@ -139,12 +141,18 @@ function instrumented(inner: FsBlobStore, positional: boolean): { source: SpanSo
   const log: SpanLog = {
     requested: [],
     open: 0,
+    held: 0,
     hold() {
       gate = new Promise((resolve) => (openGate = resolve));
     },
     release() {
       openGate();
     },
+  };
+  const passGate = async () => {
+    log.held++;
+    await gate;
+    log.held--;
   };
   const record = (key: BlobKey, span?: ByteSpan) => {
     assert.ok(span, "the reader always reads spans, never whole blobs");
@@ -153,7 +161,7 @@ function instrumented(inner: FsBlobStore, positional: boolean): { source: SpanSo
   const source: SpanSource = {
     async read(key, span) {
       record(key, span);
-      await gate;
+      await passGate();
       const stream = await inner.read(key, span);
       log.open++;
       stream.once("close", () => log.open--);
@@ -162,7 +170,7 @@ function instrumented(inner: FsBlobStore, positional: boolean): { source: SpanSo
     openSpan: positional
       ? async (key, span) => {
           record(key, span);
-          await gate;
+          await passGate();
           const reader = await inner.openSpan(key, span);
           log.open++;
           return {
@@ -486,11 +494,12 @@ describe("FileReader: bounded reading", () => {
       // Taking the first chunk let the stream decode one more: 2 spans consumed, 3 ahead.
       const requestedBefore = log.requested.length;
       assert.equal(requestedBefore, 5);
-      assert.ok(log.open < requestedBefore, "some reads are held, not open");
+      assert.equal(log.held, 1, "the newest read is held before it opens anything");
       const closed = once(stream, "close");
       stream.destroy();
       log.release();
       await closed;
+      assert.equal(log.held, 0, "the held read went on, saw the abort and let go before 'close'");
       assert.equal(log.open, 0, "every handle and stream released by 'close'");
       await sleep(50);
       assert.equal(log.requested.length, requestedBefore, "nothing requested after destroy");
