@@ -8,8 +8,8 @@
  * The interface spells the operation `cas-…`; real clients (xet-core, huggingface_hub,
  * huggingface.js) build `xet-…`, so both are served. The revision is the rest of the path:
  * clients URL-encode a `/` in it (`feature%2Fx`) but a raw `feature/x` is accepted too, since
- * nothing else can follow the revision. `?create_pr=1` (a pull request upload) answers 501:
- * castor has no pull requests.
+ * nothing else can follow the revision. Query parameters (`?create_pr=1`) are ignored: pull
+ * requests are refused where they would be made, by preupload and commit.
  *
  * The answer carries the token in the JSON body, which current clients read, and in
  * `X-Xet-*` headers, which older huggingface_hub versions read.
@@ -90,10 +90,6 @@ async function issueToken(
   const repoType = Object.hasOwn(REPO_TYPE_BY_PATH_SEGMENT, repoTypes) ? REPO_TYPE_BY_PATH_SEGMENT[repoTypes] : undefined;
   if (repoType === undefined) {
     throw new HttpError(400, `Unknown repository type segment ${JSON.stringify(repoTypes)} in the token path: use models, datasets or spaces`);
-  }
-  const createPr = (request.query as { create_pr?: string } | undefined)?.create_pr;
-  if (createPr === "1" || createPr === "true" || createPr === "True") {
-    throw new HttpError(501, "pull requests are not supported by castor: upload to a branch instead");
   }
   if (revision === "") {
     throw new HttpError(400, `The token path names no revision: append one, e.g. /api/${repoTypes}/${namespace}/${name}/cas-${access}-token/main`);

@@ -210,20 +210,25 @@ export class HubService {
       repoNameProblem(req.repoName) ??
       revisionNameProblem(req.revision) ??
       (req.access === "read" || req.access === "write" ? null : `token type must be read or write; got ${quote(String(req.access))}`);
-    if (problem !== null) return deny(400, problem);
+    if (problem !== null) {
+      // No public repository has an invalid name: without a token, the missing token is the answer (the interface's 401 before 400).
+      return caller.token === null ? deny(401, "a hub token is required: send Authorization: Bearer hf_… with a token from `castor token create`") : deny(400, problem);
+    }
 
     const type = req.repoType as RepoType;
     const wanted = { type, name: req.repoName };
-    const repo = await this.store.getRepo(type, req.repoName);
     try {
+      // The interface's order: a repository or revision the caller cannot see (404) before access (403).
+      const repo = requireReadable(caller, await this.store.getRepo(type, req.repoName), wanted);
+      if (!(await this.findRevisionOrCommit(repo, req.revision))) {
+        return deny(404, `revision ${quote(req.revision)} not found in ${formatRepoRef(wanted)}`);
+      }
       if (req.access === "write") requireWritable(caller, repo, wanted);
-      else requireReadable(caller, repo, wanted);
+      return { ok: true, repo, revision: req.revision, hubTokenId: caller.token?.id ?? "anonymous" };
     } catch (err) {
       if (err instanceof HubError) return deny(err.status as TokenDenial["status"], err.message);
       throw err;
     }
-    if (repo === null || !(await this.findRevisionOrCommit(repo, req.revision))) return deny(404, `revision ${quote(req.revision)} not found in ${formatRepoRef(wanted)}`);
-    return { ok: true, repo, revision: req.revision, hubTokenId: caller.token?.id ?? "anonymous" };
   }
 
   /** Whether `name` is a revision of the repository or one of its commit ids. */
