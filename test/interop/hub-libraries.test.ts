@@ -128,6 +128,8 @@ describe("transformers and datasets (huggingface_hub 1.33.0) against castor's hu
       const files = (await tree("datasets", repoId)).filter((entry) => entry.type === "file");
       const parquet = files.filter((entry) => entry.path.endsWith(".parquet"));
       assert.equal(parquet.length, 1, `push_to_hub wrote one parquet file: ${files.map((entry) => entry.path).join(", ")}`);
+      // Binary, so stored through Xet: streaming it below needs castor to rebuild byte ranges.
+      assert.match(parquet[0].xetHash ?? "", /^[0-9a-f]{64}$/, "the parquet file is stored through Xet");
       assert.ok(files.some((entry) => entry.path === "README.md"), "push_to_hub wrote the dataset card");
 
       const loaded = await driver<Rows>("load-dataset", [repoId]);
