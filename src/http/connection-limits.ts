@@ -173,11 +173,15 @@ function watchRequestBody(request: IncomingMessage, response: ServerResponse, li
       windowStartBytes = bytes;
     }
   }, tickMs).unref();
+  // Stopped as soon as the exchange ends: a keep-alive socket carries many requests, and a
+  // listener left on it until the next tick would pile up (MaxListenersExceededWarning).
   const stop = () => {
     clearInterval(timer);
     socket.off("close", stop);
+    response.off("close", stop);
   };
   socket.once("close", stop);
+  response.once("close", stop);
 
   function cutBody(why: string): void {
     stop();
