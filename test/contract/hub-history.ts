@@ -169,7 +169,8 @@ export function runHubHistoryContract(withStore: WithStore): void {
       assert.equal(stored?.createdAt.getTime(), 1_767_225_700_000, "dates to the second");
     }));
 
-    it("loads a 10,000-entry tree in a few milliseconds", withStore(async (store, _reopen, t) => {
+    // How fast it loads is measured by `npm run bench -- hub` (tree listings of a 10,000-file repository), not here.
+    it("round-trips a 10,000-entry tree exactly", withStore(async (store) => {
       const init = initOf(false);
       const repo = await store.createRepo("model", "alice/large", init);
       const entries: TreeEntry[] = Array.from({ length: 10_000 }, (_, i) =>
@@ -178,18 +179,7 @@ export function runHubHistoryContract(withStore: WithStore): void {
       const tree = treeOf(entries);
       const commit = commitOf("Add 10,000 files", tree, [init.commit.oid]);
       assert.equal(await store.advanceBranch({ repoId: repo.id, branch: "main", expectedHead: init.commit.oid, commit, trees: [tree] }), "advanced");
-      let best = Infinity;
-      for (let round = 0; round < 5; round++) {
-        const started = performance.now();
-        const loaded = await store.getTree(repo.id, tree.oid);
-        best = Math.min(best, performance.now() - started);
-        assert.equal(loaded?.entries.length, 10_000);
-        if (round === 0) assert.deepEqual(loaded, tree);
-      }
-      t.diagnostic(`a 10,000-entry tree loads in ${best.toFixed(1)} ms (best of 5)`);
-      // A few ms on an idle machine (SQLite ~3, PostgreSQL ~10); the bound only catches a design
-      // that reads entries one by one, with room for a machine busy with other test files.
-      assert.ok(best < 500, `a 10,000-entry tree took ${best.toFixed(1)} ms to load`);
+      assert.deepEqual(await store.getTree(repo.id, tree.oid), tree);
     }));
   });
 
