@@ -59,7 +59,7 @@ async function authorize(token: string, repoName: string, access: "read" | "writ
 describe("castor repo / revision / token (child processes)", () => {
   it("creates a repository in one process that the next process lists", async () => {
     const created = assertOk(await castor("repo", "create", "model", "alice/bert"));
-    assert.equal(created.stdout, "Created repository model:alice/bert with branch main.\n");
+    assert.equal(created.stdout, "Created private repository model:alice/bert with branch main.\n");
     assert.ok(existsSync(join(dataDir, "metadata.sqlite")));
     assertOk(await castor("repo", "create", "dataset", "alice/bert"));
 
@@ -67,9 +67,10 @@ describe("castor repo / revision / token (child processes)", () => {
     const lines = listed.stdout.trimEnd().split("\n");
     const rows = lines.map((line) => line.split(/\s{2,}/));
     assert.deepEqual(rows.map((row) => row.slice(0, 2)), [["TYPE", "NAME"], ["model", "alice/bert"], ["dataset", "alice/bert"]]);
-    assert.equal(rows[0][2], "CREATED");
-    assert.match(rows[1][2], /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
-    assert.equal(new Set(lines.map((line, i) => line.indexOf(rows[i][2]))).size, 1, "columns are aligned");
+    assert.deepEqual(rows[0].slice(2), ["VISIBILITY", "CREATED"]);
+    assert.equal(rows[1][2], "private");
+    assert.match(rows[1][3], /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+    assert.equal(new Set(lines.map((line, i) => line.indexOf(rows[i][3]))).size, 1, "columns are aligned");
 
     assertFails(await castor("repo", "create", "model", "alice/bert"), 1, /repository model:alice\/bert already exists/);
   });
@@ -108,14 +109,14 @@ describe("castor repo / revision / token (child processes)", () => {
     const listed = assertOk(await castor("token", "list"));
     assert.ok(!listed.stdout.includes(token.slice(3, 20)), "no secret in the list");
     const [header, row] = listed.stdout.trimEnd().split("\n").map((line) => line.split(/\s{2,}/));
-    assert.deepEqual(header, ["ID", "ACCESS", "REPOS", "STATUS", "EXPIRES", "CREATED"]);
-    assert.deepEqual(row.slice(0, 5), [id, "read", "space:alice/demo", "active", "2099-01-01T00:00:00Z"]);
+    assert.deepEqual(header, ["ID", "USER", "ACCESS", "REPOS", "STATUS", "EXPIRES", "CREATED"]);
+    assert.deepEqual(row.slice(0, 6), [id, "-", "read", "space:alice/demo", "active", "2099-01-01T00:00:00Z"]);
 
     const [revoked, unknown] = await Promise.all([castor("token", "revoke", id), castor("token", "revoke", "tok_000000000000")]);
     assert.equal(assertOk(revoked).stdout, `Revoked token ${id}.\n`);
     assertFails(unknown, 1, /no hub token has the id "tok_000000000000"/);
     assert.equal(await authorize(token, "alice/demo", "read", "space").then((r) => r.ok || r.status), 401);
-    assert.match(assertOk(await castor("token", "list")).stdout, new RegExp(`${id}\\s+read\\s+space:alice/demo\\s+revoked`));
+    assert.match(assertOk(await castor("token", "list")).stdout, new RegExp(`${id}\\s+-\\s+read\\s+space:alice/demo\\s+revoked`));
   });
 
   it("creates branches and tags", async () => {
@@ -181,7 +182,7 @@ describe("castor repo / revision / token (child processes)", () => {
     const cases: [string[], RegExp][] = [
       [["repo", "create", "--help"], /^Usage: castor repo create TYPE NAMESPACE\/NAME/],
       [["revision", "create", "--help"], /^Usage: castor revision create TYPE:NAMESPACE\/NAME NAME \[--tag\]/],
-      [["token", "create", "--help"], /^Usage: castor token create \(--repo TYPE:NS\/NAME\[,…\] \| --all-repos\) --access read\|write \[--expires D\]/],
+      [["token", "create", "--help"], /^Usage: castor token create \[--user NAME\] \(--repo TYPE:NS\/NAME\[,…\] \| --namespace NS\[,…\] \| --all-repos\)\n +--access read\|write \[--expires D\]/],
       [["token", "-h"], /^Usage: castor token <create\|list\|revoke>/],
     ];
     const results = await Promise.all(cases.map(([args]) => castor(...args)));
@@ -198,7 +199,7 @@ describe("castor repo / revision / token (child processes)", () => {
       [["repo", "create", "model"], /missing NAMESPACE\/NAME/],
       [["repo", "create", "models", "a/b"], /type must be one of model, dataset, space; got "models"/],
       [["repo", "list", "--verbose"], /Unknown option '--verbose'/],
-      [["token", "create", "--access", "read"], /either --repo TYPE:NS\/NAME\[,…\] or --all-repos/],
+      [["token", "create", "--access", "read"], /give --repo TYPE:NS\/NAME\[,…\] and\/or --namespace NS\[,…\], or --all-repos/],
       [["token", "create", "--all-repos", "--access", "admin"], /--access must be read or write, got "admin"/],
       [["token", "create", "--all-repos", "--access", "read", "--expires", "soon"], /expiry must be a duration/],
       [["token", "list", "--token-ttl", "zero"], /CASTOR_TOKEN_TTL must be a whole number/],
