@@ -47,7 +47,8 @@ export {
   type RepoFolderEntry,
   type RepoTreeEntry,
 } from "./hub.js";
-export { commitMessageOf, commitOperationsFor, repoPathsFor, repoPathProblem } from "./repo-files.js";
+export { commitMessageOf, commitOperationsFor, repoPathsFor } from "./repo-files.js";
+export { repoPathProblem } from "../format/repo.js";
 export type { RepoType } from "../format/repo.js";
 export type { UploadResult, UploadedFile, UploadRunOptions } from "./upload.js";
 export type { ByteRangeRequest, DownloadResult, DownloadRunOptions } from "./download.js";

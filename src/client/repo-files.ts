@@ -15,29 +15,12 @@ import { open, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import { basename } from "node:path";
 import type { Writable } from "node:stream";
 import { finished } from "node:stream/promises";
+import { repoPathProblem } from "../format/repo.js";
 import { CastorClientError } from "./errors.js";
 import type { CommitOperation, HubClient, RepoFileInfo } from "./hub.js";
 import type { ProgressListener } from "./progress.js";
 
-/** Longest path in a repository (bytes), as castor's hub accepts. */
-const MAX_PATH_BYTES = 4096;
-const MAX_SEGMENT_BYTES = 255;
 const GIT_BLOB_ID = /^[0-9a-f]{40}$/;
-
-/** Why `path` cannot name a file in a repository, or null when it can. */
-export function repoPathProblem(path: string): string | null {
-  if (path === "") return "the path is empty";
-  if (Buffer.byteLength(path) > MAX_PATH_BYTES) return `the path is longer than ${MAX_PATH_BYTES} bytes`;
-  if (path.startsWith("/") || path.endsWith("/")) return "the path starts or ends with '/'";
-  for (const segment of path.split("/")) {
-    if (segment === "") return "the path contains '//'";
-    if (segment === "." || segment === "..") return "the path contains a '.' or '..' segment";
-    if (segment === ".git") return "the path contains a '.git' segment";
-    if (segment.includes("\0")) return "the path contains a NUL character";
-    if (Buffer.byteLength(segment) > MAX_SEGMENT_BYTES) return `a path segment is longer than ${MAX_SEGMENT_BYTES} bytes`;
-  }
-  return null;
-}
 
 function requireRepoPath(path: string): string {
   const problem = repoPathProblem(path);

@@ -1,34 +1,12 @@
-/**
- * Paths of files inside a repository, and finding what a commit holds at a path.
- *
- * A path is `/`-separated segments, each non-empty, not `.` or `..` and without NUL; `.git`
- * is refused as a segment (git itself would not check such a tree out). Paths are bounded so a
- * request cannot make the server walk or store unbounded names.
- */
+/** Paths of files inside a repository (rules in format/repo.ts), and what a commit holds at a path. */
 import type { MetadataStore, TreeEntry, TreeFileEntry, TreeRecord } from "../metadata/store.js";
+import { repoPathProblem } from "../format/repo.js";
 import { HubError } from "./errors.js";
 import { quote } from "./names.js";
 
-export const MAX_PATH_BYTES = 4096;
-export const MAX_SEGMENT_BYTES = 255;
-
-export function pathProblem(path: string): string | null {
-  if (path === "") return "the path is empty";
-  if (Buffer.byteLength(path) > MAX_PATH_BYTES) return `the path is longer than ${MAX_PATH_BYTES} bytes`;
-  if (path.startsWith("/") || path.endsWith("/")) return "the path starts or ends with '/'";
-  for (const segment of path.split("/")) {
-    if (segment === "") return "the path contains '//'";
-    if (segment === "." || segment === "..") return "the path contains a '.' or '..' segment";
-    if (segment === ".git") return "the path contains a '.git' segment";
-    if (segment.includes("\0")) return "the path contains a NUL character";
-    if (Buffer.byteLength(segment) > MAX_SEGMENT_BYTES) return `a path segment is longer than ${MAX_SEGMENT_BYTES} bytes`;
-  }
-  return null;
-}
-
 /** The path's segments; HubError 400 for an invalid path. */
 export function requirePath(path: string): string[] {
-  const problem = pathProblem(path);
+  const problem = repoPathProblem(path);
   if (problem !== null) throw new HubError(400, `invalid path ${quote(path)}: ${problem}`);
   return path.split("/");
 }
