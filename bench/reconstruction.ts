@@ -32,6 +32,7 @@ import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { CasTokenIssuer, CasTokenVerifier } from "../src/auth/cas-token.js";
 import { HmacTransferUrls } from "../src/auth/transfer-url.js";
+import { ReconstructionService } from "../src/cas/reconstruction-service.js";
 import { hashToHex } from "../src/format/hash.js";
 import { createHttpApp } from "../src/http/app.js";
 import { registerCasAuth } from "../src/http/cas-auth.js";
@@ -264,10 +265,12 @@ async function startServer(data: WorkerData): Promise<void> {
   registerCasAuth(app, new CasTokenVerifier(createPublicKey(data.publicKeyPem)));
   registerHealthRoutes(app, { store, dataDir: data.dir, minFreeBytes: 0, storageFull: new StorageFullWatch() });
   await registerReconstructionRoutes(app, {
-    store,
-    signer: new HmacTransferUrls({ key: randomBytes(32), publicUrl: () => baseUrl, ttlSeconds: 3600 }),
+    reconstructions: new ReconstructionService({
+      store,
+      signer: new HmacTransferUrls({ key: randomBytes(32), publicUrl: () => baseUrl, ttlSeconds: 3600 }),
+      transferUrlTtlSeconds: 3600,
+    }),
     v2Reconstruction: "on",
-    transferUrlTtlSeconds: 3600,
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
   baseUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;

@@ -2,6 +2,7 @@
  * The read path's in-memory caches. `RecordCache`: immutable metadata — prepared xorbs (chunk
  * prefix arrays) and prepared files (term arrays pointing at their xorbs) — in one LRU bounded
  * by bytes. `ReusingUrlSigner`: signed transfer URLs, reused for a twentieth of their lifetime.
+ * `AnswerCache`: encoded reconstruction answers, reused for as long.
  *
  * Xorb and file records are content-addressed, so a cached entry can never be stale; only the
  * *access* question (is this file in the token's repository?) can change, and it is not cached
@@ -269,4 +270,55 @@ function rangeListKey(ranges: readonly ByteRange[]): string {
   let key = "";
   for (const range of ranges) key += `${range.start}-${range.end},`;
   return key;
+}
+
+/** ~450 answers for a 10 GiB file (73 KiB each). */
+export const DEFAULT_ANSWER_CACHE_BYTES = 32 * 1024 * 1024;
+
+/** An encoded reconstruction answer: JSON, pure ASCII, and its gzipped form once made. */
+export interface ReconstructionAnswer {
+  readonly key: string;
+  readonly body: Buffer;
+  gzipped: Buffer | undefined;
+  readonly createdAt: number;
+}
+
+/**
+ * Encoded answers, served again for the URL reuse window. An answer is a function of the file,
+ * the range and the signed URLs, and the URLs are themselves reused for that window, so a hit
+ * is byte-identical to what rendering would produce — without planning, rendering, encoding
+ * or compressing again. Popular files are asked for again and again with the same ranges
+ * (xet-core downloads in fixed blocks). Looked up only after the repository check.
+ */
+export class AnswerCache {
+  private readonly lru: ByteBoundedLru<string, ReconstructionAnswer>;
+
+  constructor(
+    maxBytes: number,
+    private readonly reuseMs: number,
+    private readonly now: () => number,
+  ) {
+    this.lru = new ByteBoundedLru(maxBytes);
+  }
+
+  get(key: string): ReconstructionAnswer | undefined {
+    const answer = this.lru.get(key);
+    return answer !== undefined && this.now() - answer.createdAt < this.reuseMs ? answer : undefined;
+  }
+
+  put(key: string, body: Buffer): ReconstructionAnswer {
+    const answer: ReconstructionAnswer = { key, body, gzipped: undefined, createdAt: this.now() };
+    if (this.reuseMs > 0) this.lru.set(key, answer, this.cost(answer));
+    return answer;
+  }
+
+  addGzipped(answer: ReconstructionAnswer, gzipped: Buffer): Buffer {
+    answer.gzipped = gzipped;
+    if (this.lru.has(answer.key)) this.lru.set(answer.key, answer, this.cost(answer));
+    return gzipped;
+  }
+
+  private cost(answer: ReconstructionAnswer): number {
+    return answer.body.length + (answer.gzipped?.length ?? 0) + answer.key.length * 2 + 200;
+  }
 }

@@ -10,6 +10,7 @@ import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
 import type { RangeUrlSigner } from "../cas/reconstruction.js";
+import { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
@@ -139,10 +140,12 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   });
   await registerDedupRoutes(app, { dedup: deps.dedup });
   await registerReconstructionRoutes(app, {
-    store: deps.store,
-    signer: deps.presignedUrls ?? deps.transferUrls,
-    singleRangeEntries: deps.presignedUrls !== undefined,
-    transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
+    reconstructions: new ReconstructionService({
+      store: deps.store,
+      signer: deps.presignedUrls ?? deps.transferUrls,
+      singleRangeEntries: deps.presignedUrls !== undefined,
+      transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
+    }),
     v2Reconstruction: deps.v2Reconstruction,
   });
   await registerTransferRoutes(app, { blobs: deps.blobs, transferUrls: deps.transferUrls });

@@ -8,6 +8,7 @@ import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier, type CasTokenRequest } from "../../src/auth/cas-token.js";
 import type { RangeUrlSigner } from "../../src/cas/reconstruction.js";
+import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
 import type { ByteRange } from "../../src/format/ranges.js";
 import { hashFromHex, hashToHex, ZERO_HASH, type Hash } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
@@ -58,7 +59,7 @@ async function register(repoId: number, files: FileRecord[]): Promise<void> {
 async function buildApp(v2Reconstruction: "on" | "501"): Promise<FastifyInstance> {
   const instance = createHttpApp({ logger: createLogger("silent") });
   registerCasAuth(instance, new CasTokenVerifier(publicKey));
-  await registerReconstructionRoutes(instance, { store: metadata, signer, v2Reconstruction, transferUrlTtlSeconds: 600 });
+  await registerReconstructionRoutes(instance, { reconstructions: new ReconstructionService({ store: metadata, signer, transferUrlTtlSeconds: 600 }), v2Reconstruction });
   await instance.ready();
   return instance;
 }
@@ -263,7 +264,10 @@ describe("reuse of signed URLs and answers", () => {
     const instance = createHttpApp({ logger: createLogger("silent") });
     registerCasAuth(instance, new CasTokenVerifier(publicKey));
     // A 60 s URL lifetime: reuse for 3 s.
-    await registerReconstructionRoutes(instance, { store: metadata, signer: counting, v2Reconstruction: "on", transferUrlTtlSeconds: 60, now: () => now });
+    await registerReconstructionRoutes(instance, {
+      reconstructions: new ReconstructionService({ store: metadata, signer: counting, transferUrlTtlSeconds: 60, now: () => now }),
+      v2Reconstruction: "on",
+    });
     try {
       const ask = (token: string, range?: string) => get(`/v2/reconstructions/${bigFileHex}`, { on: instance, token, range });
       const first = await ask(bertRead);
