@@ -19,9 +19,9 @@
  * route, when the client accepts it — other responses (transfers, dedup shards, NDJSON) must
  * never be compressed, so there is no global plugin.
  *
- * Register with `await registerReconstructionRoutes(app, deps)` after `registerCasAuth`.
+ * Register with `await cas.register(reconstructionRoutes, deps)` inside the CAS scope (cas-scope.ts).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { ReconstructionError, parseRangeHeader } from "../cas/reconstruction.js";
 import type { ReconstructionService } from "../cas/reconstruction-service.js";
 import { hashFromHex, isHashHex } from "../format/hash.js";
@@ -48,7 +48,7 @@ interface FileParams {
 
 type Version = 1 | 2;
 
-export async function registerReconstructionRoutes(app: FastifyInstance, deps: ReconstructionRouteDeps): Promise<void> {
+export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> = async (app, deps) => {
   const { reconstructions } = deps;
   const options = { config: { casScope: "read" as const } };
 
@@ -79,7 +79,7 @@ export async function registerReconstructionRoutes(app: FastifyInstance, deps: R
     return v2(request, reply);
   });
   for (const path of V1_PATHS) app.get<{ Params: FileParams }>(path, options, handler(1));
-}
+};
 
 /** Runs the reconstruction, turning its ReconstructionError into the HTTP answer it stands for. */
 async function withHttpStatus<T>(step: () => Promise<T>): Promise<T> {

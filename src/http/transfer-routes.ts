@@ -25,7 +25,7 @@
  * Logs: the request line carries the path without the query (logging.ts); nothing here logs
  * the URL, the signature or the Range header.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import type { ServerResponse } from "node:http";
 import { selectRequestedRanges, TransferUrlError, type TransferUrlVerifier } from "../auth/transfer-url.js";
 import type { ByteRange } from "../format/ranges.js";
@@ -50,7 +50,7 @@ interface TransferPlan {
   size: number;
 }
 
-export async function registerTransferRoutes(app: FastifyInstance, deps: TransferRouteDeps): Promise<void> {
+export const transferRoutes: FastifyPluginAsync<TransferRouteDeps> = async (app, deps) => {
   const { blobs, transferUrls } = deps;
 
   /** Everything short of reading bytes: the URL, the Range header, the stored size. */
@@ -131,7 +131,7 @@ export async function registerTransferRoutes(app: FastifyInstance, deps: Transfe
     multipartBody?.destroy();
     return reply.send();
   });
-}
+};
 
 /**
  * Read buffers shared by all single-range responses. A response holds at most two at a time
