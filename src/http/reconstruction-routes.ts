@@ -13,6 +13,7 @@
  *
  * The file ↔ repository check, the caches and the rendering are the ReconstructionService's
  * (src/cas/reconstruction-service.ts); this module parses the request and sends the answer.
+ * Its ReconstructionErrors get their statuses from errors.ts.
  *
  * Bodies are built with exactly the interface's fields (no response schema: hand-built JSON is
  * several times faster for the hundreds of entries of a large file) and gzipped here, per
@@ -22,7 +23,7 @@
  * Register with `await cas.register(reconstructionRoutes, deps)` inside the CAS scope (cas-scope.ts).
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
-import { ReconstructionError, parseRangeHeader } from "../cas/reconstruction.js";
+import { parseRangeHeader } from "../cas/reconstruction.js";
 import type { ReconstructionService } from "../cas/reconstruction-service.js";
 import { hashFromHex, isHashHex } from "../format/hash.js";
 import { casAccessOf } from "./cas-auth.js";
@@ -58,10 +59,8 @@ export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> =
     if (!isHashHex(hex)) {
       throw new HttpError(400, `Malformed file id ${JSON.stringify(hex.slice(0, 80))}: it must be exactly 64 lowercase hexadecimal characters (the file hash)`);
     }
-    const answer = await withHttpStatus(async () => {
-      const range = parseRangeHeader(request.headers.range);
-      return reconstructions.reconstruct({ repo: casAccessOf(request).repo, fileHash: hashFromHex(hex), fileHex: hex, range, version });
-    });
+    const range = parseRangeHeader(request.headers.range);
+    const answer = await reconstructions.reconstruct({ repo: casAccessOf(request).repo, fileHash: hashFromHex(hex), fileHex: hex, range, version });
     if (answer.body.length >= GZIP_MIN_BODY_BYTES && acceptsGzip(request.headers["accept-encoding"])) {
       return reply.header("content-encoding", "gzip").send(await reconstructions.gzipped(answer));
     }
@@ -80,26 +79,6 @@ export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> =
   });
   for (const path of V1_PATHS) app.get<{ Params: FileParams }>(path, options, handler(1));
 };
-
-/** Runs the reconstruction, turning its ReconstructionError into the HTTP answer it stands for. */
-async function withHttpStatus<T>(step: () => Promise<T>): Promise<T> {
-  try {
-    return await step();
-  } catch (error) {
-    if (!(error instanceof ReconstructionError)) throw error;
-    switch (error.code) {
-      case "malformed_range":
-        throw new HttpError(400, error.message);
-      case "unsatisfiable_range":
-        // RFC 9110 §15.5.17: a 416 names the current length, so the client can correct its range.
-        throw new HttpError(416, error.message, error.fileSize === undefined ? {} : { "content-range": `bytes */${error.fileSize}` });
-      case "file_not_found":
-        throw new HttpError(404, error.message);
-      case "inconsistent_records":
-        throw error;
-    }
-  }
-}
 
 /**
  * Whether an Accept-Encoding value (RFC 9110 §12.5.3) accepts gzip: listed as `gzip` or

@@ -28,7 +28,7 @@ import { ShardRejectedError, type ShardProgress, type ShardRegistrationService }
 import { hashToHex } from "../format/hash.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { casAccessOf } from "./cas-auth.js";
-import { ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
+import { domainErrorAnswer, ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
 import { DEFAULT_SPOOL_MEMORY_BYTES, receiveSpooled, type SpoolOptions } from "./body-spool.js";
 import { bodyPieces, settleUnreadBody } from "./raw-body.js";
 
@@ -77,10 +77,10 @@ export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps)
       } catch (error) {
         if (error instanceof ShardRejectedError) {
           logRejection(request, error);
-          throw new HttpError(error.status, `Shard rejected: ${error.message}`);
+        } else if (aborted.signal.aborted) {
+          // Nobody will read the answer; a 4xx keeps it out of the internal-error log.
+          throw new HttpError(400, "The client closed the connection before the shard was registered: nothing was registered");
         }
-        // Nobody will read the answer; a 4xx keeps it out of the internal-error log.
-        if (aborted.signal.aborted) throw new HttpError(400, "The client closed the connection before the shard was registered: nothing was registered");
         throw error;
       }
     });
@@ -109,7 +109,8 @@ export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps)
             frames.close();
           } else if (error instanceof ShardRejectedError) {
             logRejection(request, error);
-            frames.finish({ type: "error", message: `Shard rejected: ${error.message}`, retryable: false });
+            // The sentence /v1/shards answers with the rejection's status.
+            frames.finish({ type: "error", message: domainErrorAnswer(error)!.message, retryable: false });
           } else {
             const storageFull = storageFullAnswer(request.log, error);
             if (storageFull !== null) {

@@ -13,7 +13,6 @@
  */
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
-import { isFormatError } from "../format/errors.js";
 import { hashFromHex, isHashHex, type Hash } from "../format/hash.js";
 import { ERROR_BODY_SCHEMA, HttpError, pathOf } from "./errors.js";
 import { bodyPieces, discardBody, settleUnreadBody } from "./raw-body.js";
@@ -58,7 +57,7 @@ export const xorbRoutes: FastifyPluginAsync<XorbRouteDeps> = async (app, { xorbs
           request.log.debug({ xorb: request.params.hash, outcome, wasInserted }, "xorb upload");
           return { was_inserted: wasInserted };
         } catch (error) {
-          throw settleUnreadBody(request, isFormatError(error) ? new HttpError(400, `Xorb rejected: ${error.message}`) : error);
+          throw settleUnreadBody(request, error);
         }
       },
     );
