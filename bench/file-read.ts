@@ -44,7 +44,7 @@ import { serializeXorb } from "../src/format/xorb.js";
 import { createHttpApp } from "../src/http/app.js";
 import { HttpError } from "../src/http/errors.js";
 import { createLogger } from "../src/http/logging.js";
-import { registerTransferRoutes } from "../src/http/transfer-routes.js";
+import { transferRoutes } from "../src/http/transfer-routes.js";
 import type { FileTerm } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
 import { blobKey } from "../src/storage/blob-store.js";
@@ -268,7 +268,7 @@ async function startServer(dir: string): Promise<void> {
   const urlKey = randomBytes(32);
   let url = "";
   const app = createHttpApp({ logger: createLogger("silent") });
-  await app.register(registerTransferRoutes, {
+  await app.register(transferRoutes, {
     blobs,
     transferUrls: new HmacTransferUrls({ key: urlKey, publicUrl: () => url, ttlSeconds: 3600 }),
   });

@@ -32,12 +32,13 @@ import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { CasTokenIssuer, CasTokenVerifier } from "../src/auth/cas-token.js";
 import { HmacTransferUrls } from "../src/auth/transfer-url.js";
+import { ReconstructionService } from "../src/cas/reconstruction-service.js";
 import { hashToHex } from "../src/format/hash.js";
 import { createHttpApp } from "../src/http/app.js";
-import { registerCasAuth } from "../src/http/cas-auth.js";
-import { registerHealthRoutes } from "../src/http/health.js";
+import { casScope } from "../src/http/cas-scope.js";
+import { healthRoutes } from "../src/http/health.js";
 import { createLogger } from "../src/http/logging.js";
-import { registerReconstructionRoutes } from "../src/http/reconstruction-routes.js";
+import { reconstructionRoutes } from "../src/http/reconstruction-routes.js";
 import type { FileRecord, XorbRecord } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
 import { StorageFullWatch } from "../src/storage/full.js";
@@ -261,13 +262,15 @@ async function startServer(data: WorkerData): Promise<void> {
   const store = await SqliteMetadataStore.open(data.dir);
   let baseUrl = "";
   const app = createHttpApp({ logger: createLogger("silent") });
-  registerCasAuth(app, new CasTokenVerifier(createPublicKey(data.publicKeyPem)));
-  registerHealthRoutes(app, { store, dataDir: data.dir, minFreeBytes: 0, storageFull: new StorageFullWatch() });
-  await registerReconstructionRoutes(app, {
+  await app.register(healthRoutes, { store, dataDir: data.dir, minFreeBytes: 0, storageFull: new StorageFullWatch() });
+  const reconstructions = new ReconstructionService({
     store,
     signer: new HmacTransferUrls({ key: randomBytes(32), publicUrl: () => baseUrl, ttlSeconds: 3600 }),
-    v2Reconstruction: "on",
     transferUrlTtlSeconds: 3600,
+  });
+  await app.register(casScope, {
+    verifier: new CasTokenVerifier(createPublicKey(data.publicKeyPem)),
+    routes: (cas) => cas.register(reconstructionRoutes, { reconstructions, v2Reconstruction: "on" }),
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
   baseUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;

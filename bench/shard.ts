@@ -19,9 +19,9 @@ import { fileHash, verificationHash, xorbHash, type Hash } from "../src/format/h
 import { type ShardFile, type ShardXorb } from "../src/format/shard.js";
 import { serializeUploadShard } from "../src/format/shard-writer.js";
 import { createHttpApp } from "../src/http/app.js";
-import { registerCasAuth } from "../src/http/cas-auth.js";
+import { casScope } from "../src/http/cas-scope.js";
 import { createLogger } from "../src/http/logging.js";
-import { registerShardRoutes } from "../src/http/shard-routes.js";
+import { shardRoutes } from "../src/http/shard-routes.js";
 import type { ShardRegistration, XorbRecord } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
 import { FsBlobStore } from "../src/storage/fs.js";
@@ -112,10 +112,13 @@ async function benchHttp(fixture: Fixture, root: string) {
   return timeFreshRuns(async () => {
     const { metadata, blobs } = await freshStores(fixture, root, `http-${run++}`);
     const app = createHttpApp({ logger: createLogger("silent") });
-    registerCasAuth(app, new CasTokenVerifier(publicKey));
-    await registerShardRoutes(app, {
-      shards: new ShardRegistrationService({ metadata, blobs, maxShardBytes: 64 * 1024 * 1024 }),
-      repos: metadata,
+    await app.register(casScope, {
+      verifier: new CasTokenVerifier(publicKey),
+      routes: (cas) =>
+        cas.register(shardRoutes, {
+          shards: new ShardRegistrationService({ metadata, blobs, maxShardBytes: 64 * 1024 * 1024 }),
+          repos: metadata,
+        }),
     });
     await app.listen({ host: "127.0.0.1", port: 0 });
     const { port } = app.server.address() as { port: number };

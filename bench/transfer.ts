@@ -26,7 +26,7 @@ import { byteRange, type ByteRange } from "../src/format/ranges.js";
 import { hashFromHex } from "../src/format/hash.js";
 import { createHttpApp } from "../src/http/app.js";
 import { createLogger } from "../src/http/logging.js";
-import { registerTransferRoutes } from "../src/http/transfer-routes.js";
+import { transferRoutes } from "../src/http/transfer-routes.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
 import { benchRow, deterministicRandomBytes, megabytesPerSecond, timeRepeated, type BenchRow } from "./lib.js";
@@ -206,7 +206,7 @@ async function startServers(dir: string): Promise<void> {
 
   let castorUrl = "";
   const app = createHttpApp({ logger: createLogger("silent") });
-  await app.register(registerTransferRoutes, {
+  await app.register(transferRoutes, {
     blobs,
     transferUrls: new HmacTransferUrls({ key, publicUrl: () => castorUrl, ttlSeconds: 3600 }),
   });

@@ -53,6 +53,11 @@ export type ReconstructionErrorCode =
   | "malformed_range"
   /** The range is valid but selects nothing of the file (HTTP 416). */
   | "unsatisfiable_range"
+  /**
+   * The file is not registered in the token's repository, or not at all: one answer for both,
+   * so a token learns nothing about other repositories (HTTP 404).
+   */
+  | "file_not_found"
   /** Stored records contradict each other (a bug or a damaged database; HTTP 500). */
   | "inconsistent_records";
 
@@ -61,6 +66,8 @@ export class ReconstructionError extends Error {
   constructor(
     readonly code: ReconstructionErrorCode,
     message: string,
+    /** For `unsatisfiable_range` once the file is known: its size, which a 416 names. */
+    readonly fileSize?: number,
   ) {
     super(message);
   }
@@ -146,6 +153,7 @@ export function resolveFileRange(spec: RangeSpec, size: number): HalfOpenByteRan
     throw new ReconstructionError(
       "unsatisfiable_range",
       `The Range starts at byte ${start}, at or past the end of the file (${size} bytes): request a range that starts before byte ${size}`,
+      size,
     );
   }
   return halfOpenByteRange(Number(start), Number(end < fileSize ? end : fileSize));

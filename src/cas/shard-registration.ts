@@ -66,13 +66,12 @@ export type ShardRejectionCode =
   /** A xorb block's chunk hashes or lengths differ from the stored xorb. */
   | "xorb_block_mismatch";
 
-/** A shard castor refuses; `status` is the HTTP answer (400, or 413 for an oversized body). */
+/** A shard castor refuses; the HTTP layer answers it by its `code` (src/http/errors.ts). */
 export class ShardRejectedError extends Error {
   override readonly name = "ShardRejectedError";
   constructor(
     readonly code: ShardRejectionCode,
     message: string,
-    readonly status: 400 | 413 = 400,
     options?: ErrorOptions,
   ) {
     super(message, options);
@@ -192,7 +191,6 @@ export class ShardRegistrationService {
       throw new ShardRejectedError(
         "shard_too_large",
         `the shard has ${body.length} bytes, more than this server's limit of ${this.maxShardBytes}: split the upload into smaller shards`,
-        413,
       );
     }
     const shard = await parseInSlices(body, options.signal);
@@ -231,7 +229,7 @@ async function parseInSlices(body: Uint8Array, signal: AbortSignal | undefined):
     try {
       next = steps.next();
     } catch (error) {
-      if (error instanceof FormatError) throw new ShardRejectedError("invalid_shard", `invalid shard: ${error.message}`, 400, { cause: error });
+      if (error instanceof FormatError) throw new ShardRejectedError("invalid_shard", `invalid shard: ${error.message}`, { cause: error });
       throw error;
     }
     if (next.done) return next.value;
@@ -298,7 +296,6 @@ function checkChunkReferences(files: readonly ParsedShardFile[], maxChunkReferen
       throw new ShardRejectedError(
         "too_many_chunk_references",
         `the shard's files reference more than ${maxChunkReferences} chunks in all (this server's CASTOR_MAX_SHARD_CHUNK_REFS), reached at file block ${index}: upload the files in several smaller shards`,
-        413,
       );
     }
   }

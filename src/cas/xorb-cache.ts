@@ -2,6 +2,7 @@
  * The read path's in-memory caches. `RecordCache`: immutable metadata — prepared xorbs (chunk
  * prefix arrays) and prepared files (term arrays pointing at their xorbs) — in one LRU bounded
  * by bytes. `ReusingUrlSigner`: signed transfer URLs, reused for a twentieth of their lifetime.
+ * `AnswerCache`: encoded reconstruction answers, reused for as long.
  *
  * Xorb and file records are content-addressed, so a cached entry can never be stale; only the
  * *access* question (is this file in the token's repository?) can change, and it is not cached
@@ -12,6 +13,7 @@
  * number of terms; its byte cost counts those xorbs too (an overcount when files share xorbs,
  * which keeps the bound a true upper bound).
  */
+import { LRUCache } from "lru-cache";
 import { hashEquals, hashToHex, type Hash } from "../format/hash.js";
 import type { CasMetadataStore } from "../metadata/cas.js";
 import type { ByteRange } from "../format/ranges.js";
@@ -28,65 +30,35 @@ export const DEFAULT_RECORD_CACHE_BYTES = 128 * 1024 * 1024;
 const XORBS_PER_LOAD = 64;
 
 /**
- * A least-recently-used map whose entries each declare a byte cost; inserting past
- * `maxBytes` evicts the oldest entries. An entry costlier than the whole budget is not kept.
- * (A Map's insertion order is the recency order: a hit re-inserts its key.)
+ * A least-recently-used map bounded by bytes (lru-cache's `maxSize`): `sizeOf` gives an
+ * entry's cost (a positive integer); inserting past `maxBytes` evicts the least recently used
+ * entries, and an entry costlier than the whole budget is not kept (it replaces, i.e. removes,
+ * an entry of its key). Null for a budget of 0, which keeps nothing. With `reuse`, an entry
+ * also expires once `reuse.ms` old (`reuseWindow`).
  */
-export class ByteBoundedLru<K, V> {
-  private readonly entries = new Map<K, { value: V; bytes: number }>();
-  private totalBytes = 0;
-
-  constructor(readonly maxBytes: number) {
-    if (!(Number.isSafeInteger(maxBytes) && maxBytes >= 0)) throw new RangeError(`the cache budget must be a whole number of bytes ≥ 0, got ${maxBytes}`);
-  }
-
-  get bytes(): number {
-    return this.totalBytes;
-  }
-
-  get size(): number {
-    return this.entries.size;
-  }
-
-  get(key: K): V | undefined {
-    const entry = this.entries.get(key);
-    if (entry === undefined) return undefined;
-    this.entries.delete(key);
-    this.entries.set(key, entry);
-    return entry.value;
-  }
-
-  /** Whether `key` is cached, without refreshing it. */
-  has(key: K): boolean {
-    return this.entries.has(key);
-  }
-
-  set(key: K, value: V, bytes: number): void {
-    if (!(bytes >= 0)) throw new RangeError(`an entry's byte cost must be ≥ 0, got ${bytes}`);
-    this.delete(key);
-    if (bytes > this.maxBytes) return;
-    this.entries.set(key, { value, bytes });
-    this.totalBytes += bytes;
-    for (const [oldestKey, oldest] of this.entries) {
-      if (this.totalBytes <= this.maxBytes) break;
-      this.entries.delete(oldestKey);
-      this.totalBytes -= oldest.bytes;
-    }
-  }
-
-  delete(key: K): boolean {
-    const entry = this.entries.get(key);
-    if (entry === undefined) return false;
-    this.entries.delete(key);
-    this.totalBytes -= entry.bytes;
-    return true;
-  }
-
-  clear(): void {
-    this.entries.clear();
-    this.totalBytes = 0;
-  }
+export function byteBoundedLru<K extends {}, V extends {}>(
+  maxBytes: number,
+  sizeOf: (value: V) => number,
+  reuse?: { ms: number; now: () => number },
+): LRUCache<K, V> | null {
+  if (!(Number.isSafeInteger(maxBytes) && maxBytes >= 0)) throw new RangeError(`the cache budget must be a whole number of bytes ≥ 0, got ${maxBytes}`);
+  if (maxBytes === 0) return null;
+  return new LRUCache<K, V>({ maxSize: maxBytes, sizeCalculation: sizeOf, ...(reuse && reuseWindow(reuse.ms, reuse.now)) });
 }
+
+/**
+ * lru-cache options under which an entry is served while younger than `reuseMs` by the clock
+ * `now` (whole milliseconds, as `Date.now`). lru-cache counts an entry stale once its age
+ * *exceeds* `ttl`, hence one millisecond less; it reads the clock on every check
+ * (`ttlResolution: 0`), so a pinned test clock is honoured. Needs `reuseMs` ≥ 2 (`ttl` 0 would
+ * mean "never stale"): callers reuse nothing under a shorter window.
+ */
+function reuseWindow(reuseMs: number, now: () => number) {
+  return { ttl: reuseMs - 1, ttlResolution: 0, perf: { now } };
+}
+
+/** The shortest window in which `reuseWindow` can reuse anything. */
+const MIN_REUSE_MS = 2;
 
 export interface RecordCacheOptions {
   /** Byte budget of all cached records (default DEFAULT_RECORD_CACHE_BYTES). */
@@ -95,9 +67,18 @@ export interface RecordCacheOptions {
 
 type CachedRecord = { kind: "file"; file: PreparedFile } | { kind: "xorb"; xorb: PreparedXorb };
 
+/** A cached file also accounts for its xorbs, which it keeps alive. */
+function recordBytes(record: CachedRecord): number {
+  if (record.kind === "xorb") return record.xorb.footprintBytes;
+  let bytes = record.file.footprintBytes;
+  for (const xorb of record.file.xorbs) bytes += xorb.footprintBytes;
+  return bytes;
+}
+
 /** Prepared files and xorbs, loaded from the metadata store on a miss. */
 export class RecordCache {
-  private readonly lru: ByteBoundedLru<string, CachedRecord>;
+  /** Null for a budget of 0. */
+  private readonly lru: LRUCache<string, CachedRecord> | null;
   /** Loads in progress, so concurrent misses of one file query the store once. */
   private readonly loadingFiles = new Map<string, Promise<PreparedFile | null>>();
 
@@ -105,12 +86,12 @@ export class RecordCache {
     private readonly store: Pick<CasMetadataStore, "getFile" | "getXorbs">,
     options: RecordCacheOptions = {},
   ) {
-    this.lru = new ByteBoundedLru(options.maxBytes ?? DEFAULT_RECORD_CACHE_BYTES);
+    this.lru = byteBoundedLru(options.maxBytes ?? DEFAULT_RECORD_CACHE_BYTES, recordBytes);
   }
 
   /** Bytes currently accounted (for tests and metrics). */
   get bytes(): number {
-    return this.lru.bytes;
+    return this.lru?.calculatedSize ?? 0;
   }
 
   /**
@@ -119,7 +100,7 @@ export class RecordCache {
    * records contradict each other.
    */
   async file(hash: Hash, hex: string = hashToHex(hash)): Promise<PreparedFile | null> {
-    const cached = this.lru.get(fileKey(hex));
+    const cached = this.lru?.get(fileKey(hex));
     if (cached !== undefined && cached.kind === "file") return cached.file;
     let loading = this.loadingFiles.get(hex);
     if (loading === undefined) {
@@ -143,7 +124,7 @@ export class RecordCache {
     for (const hash of hashes) {
       const hex = hashToHex(hash);
       if (found.has(hex) || missing.has(hex)) continue;
-      const cached = this.lru.get(xorbKey(hex));
+      const cached = this.lru?.get(xorbKey(hex));
       if (cached !== undefined && cached.kind === "xorb") found.set(hex, cached.xorb);
       else missing.set(hex, hash);
     }
@@ -152,7 +133,7 @@ export class RecordCache {
       const records = await this.store.getXorbs(toLoad.slice(at, at + XORBS_PER_LOAD));
       for (const [hex, record] of records) {
         const xorb = prepareXorb(record);
-        this.lru.set(xorbKey(hex), { kind: "xorb", xorb }, xorb.footprintBytes);
+        this.lru?.set(xorbKey(hex), { kind: "xorb", xorb });
         found.set(hex, xorb);
       }
     }
@@ -172,9 +153,7 @@ export class RecordCache {
     }
     const xorbs = await this.xorbs(xorbHashes);
     const file = prepareFile(record, xorbs);
-    let bytes = file.footprintBytes;
-    for (const xorb of file.xorbs) bytes += xorb.footprintBytes;
-    this.lru.set(fileKey(hex), { kind: "file", file }, bytes);
+    this.lru?.set(fileKey(hex), { kind: "file", file });
     return file;
   }
 }
@@ -200,15 +179,14 @@ export const MAX_URL_REUSE_MS = 30_000;
 
 /**
  * Signed URLs remembered per xorb. A file's terms use few range sets per xorb; a xorb shared by
- * many files may see more, and then the oldest are dropped. Bounds the memory per prepared xorb
- * alive to ~7 KiB for single-range URLs, 16 × 16 KiB (URL and its JSON form) for the rare
- * multi-range URLs near 8 KiB.
+ * many files may see more, and then the least recently used are dropped. Bounds the memory per
+ * prepared xorb alive to ~7 KiB for single-range URLs, 16 × 16 KiB (URL and its JSON form) for
+ * the rare multi-range URLs near 8 KiB, plus ~3 KiB for the cache itself.
  */
 export const SIGNED_URLS_PER_XORB = 16;
 
 interface SignedUrl {
   readonly url: string;
-  readonly signedAt: number;
   /** `jsonUrlLiteral(url)`, made on first use. */
   json: string | undefined;
 }
@@ -227,7 +205,7 @@ interface SignedUrl {
  * objects simply gets fresh signatures.
  */
 export class ReusingUrlSigner implements RangeUrlSigner {
-  private readonly byXorb = new WeakMap<Hash, Map<string, SignedUrl>>();
+  private readonly byXorb = new WeakMap<Hash, LRUCache<string, SignedUrl>>();
 
   constructor(
     private readonly inner: RangeUrlSigner,
@@ -247,19 +225,17 @@ export class ReusingUrlSigner implements RangeUrlSigner {
   }
 
   private remembered(xorbHash: Hash, ranges: readonly ByteRange[]): SignedUrl {
-    const now = this.now();
-    if (this.reuseMs === 0) return { url: this.inner.sign(xorbHash, ranges), signedAt: now, json: undefined };
+    if (this.reuseMs < MIN_REUSE_MS) return { url: this.inner.sign(xorbHash, ranges), json: undefined };
     const key = ranges.length === 1 ? `${ranges[0].start}-${ranges[0].end}` : rangeListKey(ranges);
     let urls = this.byXorb.get(xorbHash);
     if (urls === undefined) {
-      urls = new Map();
+      urls = new LRUCache({ max: SIGNED_URLS_PER_XORB, ...reuseWindow(this.reuseMs, this.now) });
       this.byXorb.set(xorbHash, urls);
     } else {
       const remembered = urls.get(key);
-      if (remembered !== undefined && now - remembered.signedAt < this.reuseMs) return remembered;
-      if (remembered === undefined && urls.size >= SIGNED_URLS_PER_XORB) urls.delete(urls.keys().next().value!);
+      if (remembered !== undefined) return remembered;
     }
-    const signed: SignedUrl = { url: this.inner.sign(xorbHash, ranges), signedAt: now, json: undefined };
+    const signed: SignedUrl = { url: this.inner.sign(xorbHash, ranges), json: undefined };
     urls.set(key, signed);
     return signed;
   }
@@ -269,4 +245,51 @@ function rangeListKey(ranges: readonly ByteRange[]): string {
   let key = "";
   for (const range of ranges) key += `${range.start}-${range.end},`;
   return key;
+}
+
+/** ~450 answers for a 10 GiB file (73 KiB each). */
+export const DEFAULT_ANSWER_CACHE_BYTES = 32 * 1024 * 1024;
+
+/** An encoded reconstruction answer: JSON, pure ASCII, and its gzipped form once made. */
+export interface ReconstructionAnswer {
+  readonly key: string;
+  readonly body: Buffer;
+  gzipped: Buffer | undefined;
+}
+
+/**
+ * Encoded answers, served again for the URL reuse window. An answer is a function of the file,
+ * the range and the signed URLs, and the URLs are themselves reused for that window, so a hit
+ * is byte-identical to what rendering would produce — without planning, rendering, encoding
+ * or compressing again. Popular files are asked for again and again with the same ranges
+ * (xet-core downloads in fixed blocks). Looked up only after the repository check.
+ */
+export class AnswerCache {
+  /** Null when nothing is kept (no budget, or no reuse window). */
+  private readonly lru: LRUCache<string, ReconstructionAnswer> | null;
+
+  constructor(maxBytes: number, reuseMs: number, now: () => number) {
+    this.lru = reuseMs >= MIN_REUSE_MS ? byteBoundedLru(maxBytes, answerBytes, { ms: reuseMs, now }) : null;
+  }
+
+  get(key: string): ReconstructionAnswer | undefined {
+    return this.lru?.get(key);
+  }
+
+  put(key: string, body: Buffer): ReconstructionAnswer {
+    const answer: ReconstructionAnswer = { key, body, gzipped: undefined };
+    this.lru?.set(key, answer);
+    return answer;
+  }
+
+  /** Keeps the gzipped form with the answer; a cached answer's cost grows, its age does not change. */
+  addGzipped(answer: ReconstructionAnswer, gzipped: Buffer): Buffer {
+    answer.gzipped = gzipped;
+    if (this.lru?.has(answer.key)) this.lru.set(answer.key, answer, { noUpdateTTL: true });
+    return gzipped;
+  }
+}
+
+function answerBytes(answer: ReconstructionAnswer): number {
+  return answer.body.length + (answer.gzipped?.length ?? 0) + answer.key.length * 2 + 200;
 }

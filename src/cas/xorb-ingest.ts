@@ -23,7 +23,7 @@
  * so an upload that lost the race to publish records the stored blob's own layout, read back.
  */
 import type { Writable } from "node:stream";
-import { FormatError } from "../format/errors.js";
+import { FormatError, type FormatErrorCode } from "../format/errors.js";
 import { hashToHex, type Hash } from "../format/hash.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES, XORB_CHUNK_HEADER_BYTES, XorbValidator, type XorbInfo } from "../format/xorb.js";
 import type { CasMetadataStore, XorbRecord } from "../metadata/cas.js";
@@ -47,6 +47,25 @@ export interface XorbIngestResult {
   outcome: "stored" | "already_stored" | "already_recorded";
   /** The metadata of the stored xorb; null for `already_recorded`. */
   record: XorbRecord | null;
+}
+
+/**
+ * The body is not a valid xorb, or not the xorb named, or too large (`code` and message are the
+ * format layer's, which say why). Nothing was stored; the client's doing.
+ */
+export class XorbRejectedError extends Error {
+  override readonly name = "XorbRejectedError";
+  constructor(
+    readonly code: FormatErrorCode,
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+
+  static of(error: FormatError): XorbRejectedError {
+    return new XorbRejectedError(error.code, error.message, { cause: error });
+  }
 }
 
 /**
@@ -81,7 +100,7 @@ export class XorbIngestService {
    * Ingests one upload of the xorb `hash`. `body` yields the body as it arrives; its errors
    * (a size cap, a broken connection) propagate unchanged after the staged blob is discarded.
    * A malformed body, a body over `maxBodyBytes` or one whose hash is not `hash` rejects with
-   * the validator's `FormatError`, and nothing is stored.
+   * an `XorbRejectedError` carrying the validator's code and message, and nothing is stored.
    */
   async ingest(hash: Hash, body: AsyncIterable<Uint8Array>): Promise<XorbIngestResult> {
     if ((await this.metadata.getXorbSize(hash)) !== null) {
@@ -114,13 +133,13 @@ export class XorbIngestService {
   ): Promise<XorbInfo> {
     const { writable } = staged;
     for await (const piece of body) {
-      validator.push(piece);
+      rejectingInvalid(() => validator.push(piece));
       const chunkBytes = chunkStream.take(piece);
       if (chunkBytes.length === 0) continue;
       writable.write(chunkBytes);
       if (writable.writableLength >= STAGING_WINDOW_BYTES) await drained(writable);
     }
-    const info = validator.finish();
+    const info = rejectingInvalid(() => validator.finish());
     if (chunkStream.length !== info.serializedLength) {
       // Both walk the same headers; a disagreement is a bug here, and storing would be wrong.
       throw new Error(
@@ -137,7 +156,7 @@ export class XorbIngestService {
     for await (const piece of body) {
       received += piece.length;
       if (received > this.maxBodyBytes) {
-        throw new FormatError(
+        throw new XorbRejectedError(
           "xorb_too_large",
           `xorb body exceeds the limit of ${this.maxBodyBytes} bytes (${received} bytes received so far)`,
         );
@@ -164,6 +183,15 @@ export class XorbIngestService {
       throw new StoredXorbCorruptError(`the stored blob of xorb ${hashToHex(hash)} carries a footer, which castor never stores; it must be inspected by an operator`);
     }
     return recordOf(info);
+  }
+}
+
+/** Runs a step of the upload's validation: the validator's FormatError is the upload's rejection. */
+function rejectingInvalid<T>(step: () => T): T {
+  try {
+    return step();
+  } catch (error) {
+    throw error instanceof FormatError ? XorbRejectedError.of(error) : error;
   }
 }
 

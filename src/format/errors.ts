@@ -1,7 +1,8 @@
 /**
  * The one error type the format layer throws for bad input. Every decoder in `src/format`
  * turns malformed, truncated or oversized bytes into a `FormatError` with a stable `code`
- * (for tests and metrics) and a message a client can act on; the HTTP layer maps it to 400.
+ * (for tests and metrics) and a message a client can act on; the services turn it into their
+ * rejection of an upload (XorbRejectedError, ShardRejectedError), which the HTTP layer answers.
  */
 export type FormatErrorCode =
   | "bad_hash"

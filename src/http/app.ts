@@ -10,24 +10,25 @@ import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
 import type { RangeUrlSigner } from "../cas/reconstruction.js";
+import { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
-import { registerCasAuth } from "./cas-auth.js";
+import { casScope } from "./cas-scope.js";
 import { DEFAULT_CONNECTION_LIMITS, httpServerOptions, installConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
-import { registerDedupRoutes } from "./dedup-routes.js";
+import { dedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
-import { registerHealthRoutes } from "./health.js";
+import { healthRoutes } from "./health.js";
 import type { HubRepositories } from "../hub/repositories.js";
 import { hubRoutes, type XetFileSource } from "./hub/index.js";
 import { registerHubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
-import { registerReconstructionRoutes } from "./reconstruction-routes.js";
-import { registerShardRoutes } from "./shard-routes.js";
-import { registerTransferRoutes } from "./transfer-routes.js";
-import { registerXorbRoutes } from "./xorb-routes.js";
+import { reconstructionRoutes } from "./reconstruction-routes.js";
+import { shardRoutes } from "./shard-routes.js";
+import { transferRoutes } from "./transfer-routes.js";
+import { xorbRoutes } from "./xorb-routes.js";
 
 /** Folder of the data dir where large shard bodies wait on disk while they arrive (body-spool.ts). */
 export const SPOOL_DIR_NAME = "spool";
@@ -129,8 +130,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   // the successes that end them) whichever route or frame answered the client.
   const storageFull = new StorageFullWatch();
   const { xorbs, shards } = deps;
-  registerCasAuth(app, deps.verifier);
-  registerHealthRoutes(app, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
+  await app.register(healthRoutes, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
   registerHubTokenRoutes(app, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
   await app.register(hubRoutes, {
     repos: deps.hubRepos,
@@ -139,27 +139,34 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     publicUrl: deps.publicUrl,
     inlineMaxBytes: deps.hubInlineMaxBytes,
   });
-  await registerXorbRoutes(app, {
-    xorbs: {
-      maxBodyBytes: xorbs.maxBodyBytes,
-      storedSize: (hash) => xorbs.storedSize(hash),
-      // An upload of a xorb recorded before stores nothing, so it says nothing about free space.
-      ingest: (hash, body) => storageFull.track(xorbs.ingest(hash, body), (result) => result.outcome !== "already_recorded"),
+  await app.register(casScope, {
+    verifier: deps.verifier,
+    routes: async (cas) => {
+      await cas.register(xorbRoutes, {
+        xorbs: {
+          maxBodyBytes: xorbs.maxBodyBytes,
+          storedSize: (hash) => xorbs.storedSize(hash),
+          // An upload of a xorb recorded before stores nothing, so it says nothing about free space.
+          ingest: (hash, body) => storageFull.track(xorbs.ingest(hash, body), (result) => result.outcome !== "already_recorded"),
+        },
+      });
+      await cas.register(shardRoutes, {
+        shards: { maxShardBytes: shards.maxShardBytes, register: (body, options) => storageFull.track(shards.register(body, options)) },
+        repos: deps.store,
+        spool: { dir: join(deps.dataDir, SPOOL_DIR_NAME) },
+      });
+      await cas.register(dedupRoutes, { dedup: deps.dedup });
+      await cas.register(reconstructionRoutes, {
+        reconstructions: new ReconstructionService({
+          store: deps.store,
+          signer: deps.presignedUrls ?? deps.transferUrls,
+          singleRangeEntries: deps.presignedUrls !== undefined,
+          transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
+        }),
+        v2Reconstruction: deps.v2Reconstruction,
+      });
     },
   });
-  await registerShardRoutes(app, {
-    shards: { maxShardBytes: shards.maxShardBytes, register: (body, options) => storageFull.track(shards.register(body, options)) },
-    repos: deps.store,
-    spool: { dir: join(deps.dataDir, SPOOL_DIR_NAME) },
-  });
-  await registerDedupRoutes(app, { dedup: deps.dedup });
-  await registerReconstructionRoutes(app, {
-    store: deps.store,
-    signer: deps.presignedUrls ?? deps.transferUrls,
-    singleRangeEntries: deps.presignedUrls !== undefined,
-    transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
-    v2Reconstruction: deps.v2Reconstruction,
-  });
-  await registerTransferRoutes(app, { blobs: deps.blobs, transferUrls: deps.transferUrls });
+  await app.register(transferRoutes, { blobs: deps.blobs, transferUrls: deps.transferUrls });
   return app;
 }

@@ -31,7 +31,10 @@ declare module "fastify" {
 
 const AUTHENTICATE_HEADER = "www-authenticate";
 
-/** Registers the hook on `app` (call it on the root instance so every CAS route gets it). */
+/**
+ * Registers the hook on `app`: every route of `app` and of its child plugins gets it. castor's
+ * CAS routes get it from their scope (cas-scope.ts).
+ */
 export function registerCasAuth(app: FastifyInstance, verifier: CasTokenVerifier): void {
   app.decorateRequest("casAccess", null);
   app.addHook("onRequest", async (request) => {
@@ -74,7 +77,8 @@ export function registerCasAuth(app: FastifyInstance, verifier: CasTokenVerifier
  * declare `casScope`, since serving it unauthenticated would be worse.
  */
 export function casAccessOf(request: FastifyRequest): CasTokenClaims {
-  if (request.casAccess === null) {
+  // Undefined outside the scope that registered the hook.
+  if (request.casAccess == null) {
     throw new Error(`route ${request.routeOptions.url ?? "?"} reads CAS claims but declares no casScope in its config`);
   }
   return request.casAccess;

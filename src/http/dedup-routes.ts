@@ -9,9 +9,9 @@
  * The answer is built by `DedupService` and sent as is: `application/octet-stream`, never
  * compressed (clients write it to their cache and read its footer from the last 200 bytes).
  *
- * Register with `await registerDedupRoutes(app, deps)` after `registerCasAuth`.
+ * Register with `await cas.register(dedupRoutes, deps)` inside the CAS scope (cas-scope.ts).
  */
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { DedupService } from "../cas/dedup.js";
 import { hashFromHex, isHashHex, type Hash } from "../format/hash.js";
 import { HttpError } from "./errors.js";
@@ -29,7 +29,7 @@ interface ChunkParams {
   hash: string;
 }
 
-export async function registerDedupRoutes(app: FastifyInstance, deps: DedupRouteDeps): Promise<void> {
+export const dedupRoutes: FastifyPluginAsync<DedupRouteDeps> = async (app, deps) => {
   for (const path of DEDUP_PATHS) {
     app.get<{ Params: ChunkParams }>(path, { config: { casScope: "read" } }, async (request, reply) => {
       const chunk = parseChunkAddress(request);
@@ -43,7 +43,7 @@ export async function registerDedupRoutes(app: FastifyInstance, deps: DedupRoute
         .send(Buffer.from(answer.buffer, answer.byteOffset, answer.byteLength));
     });
   }
-}
+};
 
 function parseChunkAddress(request: FastifyRequest<{ Params: ChunkParams }>): Hash {
   const { prefix, hash } = request.params;

@@ -3,9 +3,19 @@
  * a route threw it or fastify itself refused the request (unknown route, bad JSON, body too
  * large, unsupported content type, malformed URL). A 5xx never carries a stack or an internal
  * message: the log has those, under the request id the response also carries.
+ *
+ * The status of every error is decided here, in one place: an `HttpError` carries the one its
+ * route chose (a malformed path, a missing object); the errors of the services, stores and
+ * transfer URLs are mapped by their codes (`domainErrorAnswer`), so routes just throw or
+ * forward them; fastify's own errors and a full storage (507) are recognised in `describeError`.
  */
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { TransferUrlError } from "../auth/transfer-url.js";
+import { ReconstructionError, type ReconstructionErrorCode } from "../cas/reconstruction.js";
+import { ShardRejectedError, type ShardRejectionCode } from "../cas/shard-registration.js";
+import { XorbRejectedError } from "../cas/xorb-ingest.js";
 import { HubError } from "../hub/errors.js";
+import { BlobStoreError, type BlobStoreErrorCode } from "../storage/blob-store.js";
 import { storageFullMessage, storageFullOf, type StorageFull } from "../storage/full.js";
 
 /** An error a route means to send as is: status, message and optional extra headers. */
@@ -108,24 +118,90 @@ function logStorageFull(log: FastifyBaseLogger, error: unknown, full: StorageFul
   log.error({ err: error, storage: full.storage, code: full.code }, `storage full (${full.storage}, ${full.code}): request refused with ${INSUFFICIENT_STORAGE}`);
 }
 
+/** How an error is answered. */
+export interface ErrorAnswer {
+  statusCode: number;
+  message: string;
+  headers?: Readonly<Record<string, string>>;
+}
+
+/** Not the client's doing (a bug, damaged records): the generic 500 sentence, and a log line. */
+const INTERNAL = 500;
+
+/** HTTP 416 (RFC 9110 §15.5.17): the answer names the current length, so the client can correct its range. */
+const RANGE_NOT_SATISFIABLE = 416;
+
+const RECONSTRUCTION_STATUS: Readonly<Record<ReconstructionErrorCode, number>> = {
+  malformed_range: 400,
+  unsatisfiable_range: RANGE_NOT_SATISFIABLE,
+  file_not_found: 404,
+  inconsistent_records: INTERNAL,
+};
+
+const SHARD_REJECTION_STATUS: Readonly<Record<ShardRejectionCode, number>> = {
+  shard_too_large: 413,
+  too_many_chunk_references: 413,
+  chunk_references_exceed_file_size: 400,
+  invalid_shard: 400,
+  missing_verification: 400,
+  missing_xorb: 400,
+  term_out_of_range: 400,
+  term_length_mismatch: 400,
+  verification_mismatch: 400,
+  file_hash_mismatch: 400,
+  xorb_block_mismatch: 400,
+};
+
+const BLOB_STORE_STATUS: Readonly<Record<BlobStoreErrorCode, number>> = {
+  not_found: 404,
+  range_not_satisfiable: RANGE_NOT_SATISFIABLE,
+  // Keys and ranges are built by castor itself, and staged puts used in order: bugs.
+  invalid_key: INTERNAL,
+  bad_range: INTERNAL,
+  invalid_state: INTERNAL,
+};
+
+/**
+ * The one map from domain errors to HTTP answers: an uploaded xorb or shard refused (400, or
+ * 413 for a shard too large), a reconstruction's range or file (400, 404, 416), a stored object
+ * missing or shorter than a range (404, 416), a transfer URL refused (403: clients fetch fresh
+ * URLs), a hub refusal (its own status, with the Hub's `X-Error-Code`). Null when `error` is none of these, or stands for a server-side failure (→ 500).
+ */
+export function domainErrorAnswer(error: unknown): ErrorAnswer | null {
+  if (error instanceof XorbRejectedError) return { statusCode: 400, message: `Xorb rejected: ${error.message}` };
+  if (error instanceof ShardRejectedError) return { statusCode: SHARD_REJECTION_STATUS[error.code], message: `Shard rejected: ${error.message}` };
+  if (error instanceof ReconstructionError) return answerOf(RECONSTRUCTION_STATUS[error.code], error.message, error.fileSize);
+  if (error instanceof BlobStoreError) return answerOf(BLOB_STORE_STATUS[error.code], error.message, error.objectSize);
+  if (error instanceof TransferUrlError) return { statusCode: 403, message: error.message };
+  if (error instanceof HubError) return { statusCode: error.status, message: error.message, headers: hubErrorHeaders(error) };
+  return null;
+}
+
+/** What Hugging Face clients read besides the status: which thing is missing, and at which commit. */
+function hubErrorHeaders(error: HubError): Record<string, string> {
+  const headers: Record<string, string> = {};
+  if (error.code !== undefined) headers["x-error-code"] = error.code;
+  if (error.commitOid !== undefined) headers["x-repo-commit"] = error.commitOid;
+  if (error.status === 401) headers["www-authenticate"] = 'Bearer realm="castor"';
+  return headers;
+}
+
 /** Printable ASCII only, at most 500 characters: what every client accepts in a header value. */
 export function asciiHeaderText(text: string): string {
   const ascii = text.replace(/…/g, "...").replace(/[–—]/g, "-").replace(/[^\x20-\x7e]/g, "?");
   return ascii.length > 500 ? `${ascii.slice(0, 497)}...` : ascii;
 }
 
-function describeError(
-  error: FastifyError | HttpError | Error,
-  request: FastifyRequest,
-): { statusCode: number; message: string; headers?: Readonly<Record<string, string>> } {
+function answerOf(statusCode: number, message: string, size: number | undefined): ErrorAnswer | null {
+  if (statusCode === INTERNAL) return null;
+  if (statusCode === RANGE_NOT_SATISFIABLE && size !== undefined) return { statusCode, message, headers: { "content-range": `bytes */${size}` } };
+  return { statusCode, message };
+}
+
+function describeError(error: FastifyError | HttpError | Error, request: FastifyRequest): ErrorAnswer {
   if (error instanceof HttpError) return { statusCode: error.statusCode, message: error.message, headers: error.headers };
-  if (error instanceof HubError) {
-    const headers: Record<string, string> = {};
-    if (error.code !== undefined) headers["x-error-code"] = error.code;
-    if (error.commitOid !== undefined) headers["x-repo-commit"] = error.commitOid;
-    if (error.status === 401) headers["www-authenticate"] = 'Bearer realm="castor"';
-    return { statusCode: error.status, message: error.message, headers };
-  }
+  const domain = domainErrorAnswer(error);
+  if (domain !== null) return domain;
 
   const fastifyError = error as FastifyError;
   const path = clip(pathOf(request.url));

@@ -12,7 +12,7 @@
  *   numbers cannot show: a PostgreSQL server's disk, a bucket's quota, a user quota (EDQUOT),
  *   or free space too small for the uploads that arrive.
  */
-import type { FastifyInstance } from "fastify";
+import type { FastifyPluginAsync } from "fastify";
 import type { MetadataStore } from "../metadata/store.js";
 import { freeSpaceOf, isDiskFull, storageFullReason, type StorageFullWatch } from "../storage/full.js";
 import { ERROR_BODY_SCHEMA, HttpError } from "./errors.js";
@@ -36,7 +36,7 @@ export interface ReadinessDeps {
   storageFull: Pick<StorageFullWatch, "current">;
 }
 
-export function registerHealthRoutes(app: FastifyInstance, deps: ReadinessDeps): void {
+export const healthRoutes: FastifyPluginAsync<ReadinessDeps> = async (app, deps) => {
   app.get("/healthz", { schema: { response: { 200: STATUS_OK_SCHEMA } } }, async (_request, reply) => {
     reply.header("cache-control", "no-store");
     return { status: "ok" };
@@ -70,7 +70,7 @@ export function registerHealthRoutes(app: FastifyInstance, deps: ReadinessDeps):
     }
     return { status: "ok" };
   });
-}
+};
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;

@@ -3,22 +3,20 @@
  *
  * Real clients send xorbs and shards with no Content-Type at all (hf_xet) or with
  * `application/octet-stream` (huggingface.js), and a body may be 64 MiB: it must never be
- * parsed, buffered whole, or refused for its media type. Use it like this:
+ * parsed, buffered whole, or refused for its media type. The CAS scope (cas-scope.ts) calls
+ * `acceptRawBodies` for all CAS routes; a route inside it reads its body like this:
  *
  * ```ts
- * export async function registerShardRoutes(app: FastifyInstance, deps: Deps) {
- *   await app.register(async (scope) => {
- *     acceptRawBodies(scope);                   // this encapsulated scope only
- *     scope.post("/v1/shards", { bodyLimit: deps.maxShardBytes, config: { casScope: "write" } }, async (request) => {
- *       try {
- *         for await (const piece of bodyPieces(request)) parser.push(piece);   // 413 past bodyLimit
- *         …
- *       } catch (error) {
- *         throw settleUnreadBody(request, error);   // answer now, without a reset for the client
- *       }
- *     });
+ * export const shardRoutes: FastifyPluginAsync<Deps> = async (app, deps) => {
+ *   app.post("/v1/shards", { bodyLimit: deps.maxShardBytes, config: { casScope: "write" } }, async (request) => {
+ *     try {
+ *       for await (const piece of bodyPieces(request)) parser.push(piece);   // 413 past bodyLimit
+ *       …
+ *     } catch (error) {
+ *       throw settleUnreadBody(request, error);   // answer now, without a reset for the client
+ *     }
  *   });
- * }
+ * };
  * ```
  *
  * The cap is the route's own fastify `bodyLimit`, so one option sets it for both checks: a

@@ -18,19 +18,19 @@
  * A stream that ends without a terminal frame is an error for the client (xet-core), which is
  * what a crash looks like.
  *
- * Register with `await registerShardRoutes(app, deps)` after `registerCasAuth`.
+ * Register with `await cas.register(shardRoutes, deps)` inside the CAS scope (cas-scope.ts).
  */
 import type { ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { PassThrough } from "node:stream";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { ShardRejectedError, type ShardProgress, type ShardRegistrationService } from "../cas/shard-registration.js";
 import { hashToHex } from "../format/hash.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { casAccessOf } from "./cas-auth.js";
-import { ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
+import { domainErrorAnswer, ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
 import { DEFAULT_SPOOL_MEMORY_BYTES, receiveSpooled, type SpoolOptions } from "./body-spool.js";
-import { acceptRawBodies, bodyPieces, settleUnreadBody } from "./raw-body.js";
+import { bodyPieces, settleUnreadBody } from "./raw-body.js";
 
 export interface ShardRouteDeps {
   shards: Pick<ShardRegistrationService, "register" | "maxShardBytes">;
@@ -61,84 +61,81 @@ const RESULT_RESPONSE_SCHEMA = {
   "4xx": ERROR_BODY_SCHEMA,
 } as const;
 
-export async function registerShardRoutes(app: FastifyInstance, deps: ShardRouteDeps): Promise<void> {
+export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps) => {
   const heartbeatIntervalMs = deps.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
   if (!(heartbeatIntervalMs > 0)) throw new RangeError(`heartbeatIntervalMs must be positive, got ${heartbeatIntervalMs}`);
   const routeOptions = { config: { casScope: "write" as const }, bodyLimit: deps.shards.maxShardBytes };
 
-  await app.register(async (scope) => {
-    acceptRawBodies(scope);
-
-    for (const path of V1_PATHS) {
-      scope.post(path, { ...routeOptions, schema: { response: RESULT_RESPONSE_SCHEMA } }, async (request, reply) => {
-        const { repoId, body } = await receiveUpload(request, deps);
-        const aborted = abortOnClientGone(reply);
-        try {
-          const outcome = await deps.shards.register(body, { repoId, signal: aborted.signal });
-          logRegistration(request, outcome);
-          return { result: outcome.inserted ? 1 : 0 };
-        } catch (error) {
-          if (error instanceof ShardRejectedError) {
-            logRejection(request, error);
-            throw new HttpError(error.status, `Shard rejected: ${error.message}`);
-          }
-          // Nobody will read the answer; a 4xx keeps it out of the internal-error log.
-          if (aborted.signal.aborted) throw new HttpError(400, "The client closed the connection before the shard was registered: nothing was registered");
-          throw error;
-        }
-      });
-    }
-
-    scope.post("/v2/shards", routeOptions, async (request, reply) => {
+  for (const path of V1_PATHS) {
+    app.post(path, { ...routeOptions, schema: { response: RESULT_RESPONSE_SCHEMA } }, async (request, reply) => {
       const { repoId, body } = await receiveUpload(request, deps);
-      const frames = new NdjsonFrames(heartbeatIntervalMs, reply.raw);
       const aborted = abortOnClientGone(reply);
-      reply.raw.once("close", () => frames.close());
-      void deps.shards
-        .register(body, {
-          repoId,
-          signal: aborted.signal,
-          onProgress: (progress) => frames.progress(progress),
-          onCommitting: (stage) => frames.send({ type: "committing", stage }),
-        })
-        .then(
-          (outcome) => {
-            logRegistration(request, outcome);
-            frames.finish({ type: "result", result: outcome.inserted ? 1 : 0 });
-          },
-          (error: unknown) => {
-            if (aborted.signal.aborted) {
-              request.log.info("shard upload abandoned by the client during validation; nothing registered");
-              frames.close();
-            } else if (error instanceof ShardRejectedError) {
-              logRejection(request, error);
-              frames.finish({ type: "error", message: `Shard rejected: ${error.message}`, retryable: false });
-            } else {
-              const storageFull = storageFullAnswer(request.log, error);
-              if (storageFull !== null) {
-                // Not retryable: sending the shard again at once only sends it into the same full storage.
-                frames.finish({ type: "error", message: storageFull, retryable: false });
-                return;
-              }
-              request.log.error({ err: error }, "shard registration failed with an internal error");
-              frames.finish({
-                type: "error",
-                message: `castor could not register the shard because of a server-side failure (request id ${request.id}): upload it again`,
-                retryable: true,
-              });
-            }
-          },
-        );
-      // Streamed as written, never compressed: clients read frame by frame.
-      return reply
-        .code(200)
-        .type(NDJSON_CONTENT_TYPE)
-        .header("cache-control", "no-cache")
-        .header("x-accel-buffering", "no")
-        .send(frames.stream);
+      try {
+        const outcome = await deps.shards.register(body, { repoId, signal: aborted.signal });
+        logRegistration(request, outcome);
+        return { result: outcome.inserted ? 1 : 0 };
+      } catch (error) {
+        if (error instanceof ShardRejectedError) {
+          logRejection(request, error);
+        } else if (aborted.signal.aborted) {
+          // Nobody will read the answer; a 4xx keeps it out of the internal-error log.
+          throw new HttpError(400, "The client closed the connection before the shard was registered: nothing was registered");
+        }
+        throw error;
+      }
     });
+  }
+
+  app.post("/v2/shards", routeOptions, async (request, reply) => {
+    const { repoId, body } = await receiveUpload(request, deps);
+    const frames = new NdjsonFrames(heartbeatIntervalMs, reply.raw);
+    const aborted = abortOnClientGone(reply);
+    reply.raw.once("close", () => frames.close());
+    void deps.shards
+      .register(body, {
+        repoId,
+        signal: aborted.signal,
+        onProgress: (progress) => frames.progress(progress),
+        onCommitting: (stage) => frames.send({ type: "committing", stage }),
+      })
+      .then(
+        (outcome) => {
+          logRegistration(request, outcome);
+          frames.finish({ type: "result", result: outcome.inserted ? 1 : 0 });
+        },
+        (error: unknown) => {
+          if (aborted.signal.aborted) {
+            request.log.info("shard upload abandoned by the client during validation; nothing registered");
+            frames.close();
+          } else if (error instanceof ShardRejectedError) {
+            logRejection(request, error);
+            // The sentence /v1/shards answers with the rejection's status.
+            frames.finish({ type: "error", message: domainErrorAnswer(error)!.message, retryable: false });
+          } else {
+            const storageFull = storageFullAnswer(request.log, error);
+            if (storageFull !== null) {
+              // Not retryable: sending the shard again at once only sends it into the same full storage.
+              frames.finish({ type: "error", message: storageFull, retryable: false });
+              return;
+            }
+            request.log.error({ err: error }, "shard registration failed with an internal error");
+            frames.finish({
+              type: "error",
+              message: `castor could not register the shard because of a server-side failure (request id ${request.id}): upload it again`,
+              retryable: true,
+            });
+          }
+        },
+      );
+    // Streamed as written, never compressed: clients read frame by frame.
+    return reply
+      .code(200)
+      .type(NDJSON_CONTENT_TYPE)
+      .header("cache-control", "no-cache")
+      .header("x-accel-buffering", "no")
+      .send(frames.stream);
   });
-}
+};
 
 /**
  * Everything an upload needs before validation: the repository its files go to (checked

@@ -25,13 +25,12 @@
  * Logs: the request line carries the path without the query (logging.ts); nothing here logs
  * the URL, the signature or the Range header.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import type { ServerResponse } from "node:http";
-import { selectRequestedRanges, TransferUrlError, type TransferUrlVerifier } from "../auth/transfer-url.js";
+import { selectRequestedRanges, type TransferUrlVerifier } from "../auth/transfer-url.js";
 import type { ByteRange } from "../format/ranges.js";
-import { blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type ByteSpan, type SpanReader } from "../storage/blob-store.js";
+import { BlobStoreError, blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type ByteSpan, type SpanReader } from "../storage/blob-store.js";
 import { BufferPool } from "./buffer-pool.js";
-import { HttpError } from "./errors.js";
 import { multipartByteRanges } from "./multipart.js";
 
 export interface TransferRouteDeps {
@@ -50,21 +49,14 @@ interface TransferPlan {
   size: number;
 }
 
-export async function registerTransferRoutes(app: FastifyInstance, deps: TransferRouteDeps): Promise<void> {
+export const transferRoutes: FastifyPluginAsync<TransferRouteDeps> = async (app, deps) => {
   const { blobs, transferUrls } = deps;
 
   /** Everything short of reading bytes: the URL, the Range header, the stored size. */
   async function plan(request: FastifyRequest): Promise<TransferPlan> {
-    let xorbHex: string;
-    let ranges: readonly ByteRange[];
-    try {
-      const verified = transferUrls.verify(request.url);
-      xorbHex = verified.xorbHex;
-      ranges = selectRequestedRanges(verified.ranges, request.headers.range);
-    } catch (error) {
-      if (error instanceof TransferUrlError) throw new HttpError(403, error.message);
-      throw error;
-    }
+    // A refused URL or Range is a TransferUrlError (403, errors.ts).
+    const { xorbHex, ranges: signed } = transferUrls.verify(request.url);
+    const ranges = selectRequestedRanges(signed, request.headers.range);
     const key = blobKeyFromHex("xorbs", xorbHex);
     const size = await blobs.size(key);
     if (size === null) throw notStored(xorbHex);
@@ -79,8 +71,8 @@ export async function registerTransferRoutes(app: FastifyInstance, deps: Transfe
       return await how(transfer.key, { offset: range.start, length: range.end - range.start + 1 });
     } catch (error) {
       // The object vanished or shrank between size() and the open: answer as if seen in plan().
-      if (isBlobStoreError(error, "not_found")) throw notStored(transfer.xorbHex);
-      if (isBlobStoreError(error, "range_not_satisfiable")) throw unsatisfiable(transfer.xorbHex, range, transfer.size);
+      if (isBlobStoreError(error, "not_found")) throw notStored(transfer.xorbHex, error);
+      if (isBlobStoreError(error, "range_not_satisfiable")) throw unsatisfiable(transfer.xorbHex, range, transfer.size, error);
       throw error;
     }
   }
@@ -131,7 +123,7 @@ export async function registerTransferRoutes(app: FastifyInstance, deps: Transfe
     multipartBody?.destroy();
     return reply.send();
   });
-}
+};
 
 /**
  * Read buffers shared by all single-range responses. A response holds at most two at a time
@@ -198,14 +190,18 @@ function drainedOrClosed(out: ServerResponse): Promise<void> {
   });
 }
 
-function notStored(xorbHex: string): HttpError {
-  return new HttpError(404, `Xorb ${xorbHex} is not stored on this server: its file may have been removed; request fresh URLs from the reconstruction API`);
+/** The store's `not_found` in words for the client (404, errors.ts). */
+function notStored(xorbHex: string, cause?: unknown): BlobStoreError {
+  return new BlobStoreError("not_found", `Xorb ${xorbHex} is not stored on this server: its file may have been removed; request fresh URLs from the reconstruction API`, {
+    cause,
+  });
 }
 
-function unsatisfiable(xorbHex: string, range: ByteRange, size: number): HttpError {
-  return new HttpError(
-    416,
+/** The store's `range_not_satisfiable` in words for the client (416 naming the stored size, errors.ts). */
+function unsatisfiable(xorbHex: string, range: ByteRange, size: number, cause?: unknown): BlobStoreError {
+  return new BlobStoreError(
+    "range_not_satisfiable",
     `The signed range ${range.start}-${range.end} lies beyond the end of xorb ${xorbHex} (${size} bytes): the server's records disagree with the stored object; report this to the server operator`,
-    { "content-range": `bytes */${size}` },
+    { objectSize: size, cause },
   );
 }

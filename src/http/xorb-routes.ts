@@ -9,14 +9,13 @@
  * Bodies arrive raw (no Content-Type needed, see raw-body.ts) and stream into the ingest
  * service; the cap is `XorbIngestService.maxBodyBytes` (CASTOR_MAX_XORB_BYTES).
  *
- * Register with `await app.register(registerXorbRoutes, { xorbs })` after `registerCasAuth`.
+ * Register with `await cas.register(xorbRoutes, { xorbs })` inside the CAS scope (cas-scope.ts).
  */
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
-import { isFormatError } from "../format/errors.js";
 import { hashFromHex, isHashHex, type Hash } from "../format/hash.js";
 import { ERROR_BODY_SCHEMA, HttpError, pathOf } from "./errors.js";
-import { acceptRawBodies, bodyPieces, discardBody, settleUnreadBody } from "./raw-body.js";
+import { bodyPieces, discardBody, settleUnreadBody } from "./raw-body.js";
 
 export interface XorbRouteDeps {
   xorbs: Pick<XorbIngestService, "ingest" | "storedSize" | "maxBodyBytes">;
@@ -45,44 +44,37 @@ const UPLOAD_RESPONSE_SCHEMA = {
   "4xx": ERROR_BODY_SCHEMA,
 } as const;
 
-export async function registerXorbRoutes(app: FastifyInstance, deps: XorbRouteDeps): Promise<void> {
-  const { xorbs } = deps;
-  // Own encapsulated scope, so raw bodies apply to these routes whether or not the caller
-  // used app.register.
-  await app.register(async (scope) => {
-    acceptRawBodies(scope);
+export const xorbRoutes: FastifyPluginAsync<XorbRouteDeps> = async (app, { xorbs }) => {
+  for (const path of XORB_PATHS) {
+    app.post<{ Params: XorbParams }>(
+      path,
+      { config: { casScope: "write" }, bodyLimit: xorbs.maxBodyBytes, schema: { response: UPLOAD_RESPONSE_SCHEMA } },
+      async (request) => {
+        const hash = parseXorbAddress(request);
+        try {
+          const { wasInserted, outcome } = await xorbs.ingest(hash, bodyPieces(request));
+          // Debug only: at info level each request logs exactly one line (logging.ts).
+          request.log.debug({ xorb: request.params.hash, outcome, wasInserted }, "xorb upload");
+          return { was_inserted: wasInserted };
+        } catch (error) {
+          throw settleUnreadBody(request, error);
+        }
+      },
+    );
 
-    for (const path of XORB_PATHS) {
-      scope.post<{ Params: XorbParams }>(
-        path,
-        { config: { casScope: "write" }, bodyLimit: xorbs.maxBodyBytes, schema: { response: UPLOAD_RESPONSE_SCHEMA } },
-        async (request) => {
-          const hash = parseXorbAddress(request);
-          try {
-            const { wasInserted, outcome } = await xorbs.ingest(hash, bodyPieces(request));
-            // Debug only: at info level each request logs exactly one line (logging.ts).
-            request.log.debug({ xorb: request.params.hash, outcome, wasInserted }, "xorb upload");
-            return { was_inserted: wasInserted };
-          } catch (error) {
-            throw settleUnreadBody(request, isFormatError(error) ? new HttpError(400, `Xorb rejected: ${error.message}`) : error);
-          }
-        },
-      );
-
-      scope.head<{ Params: XorbParams }>(path, { config: { casScope: "read" } }, async (request, reply) => {
-        const size = await xorbs.storedSize(parseXorbAddress(request));
-        if (size === null) throw new HttpError(404, `Xorb ${request.params.hash} is not stored: upload it with POST ${pathOf(request.url)}`);
-        // No body: fastify keeps a Content-Length set on a HEAD answer.
-        return reply.header("content-length", String(size)).type("application/octet-stream").send();
-      });
-    }
-
-    scope.post("/v1/telemetry", { config: { casScope: "read" }, bodyLimit: MAX_TELEMETRY_BODY_BYTES }, async (request, reply) => {
-      await discardBody(request);
-      return reply.code(200).send();
+    app.head<{ Params: XorbParams }>(path, { config: { casScope: "read" } }, async (request, reply) => {
+      const size = await xorbs.storedSize(parseXorbAddress(request));
+      if (size === null) throw new HttpError(404, `Xorb ${request.params.hash} is not stored: upload it with POST ${pathOf(request.url)}`);
+      // No body: fastify keeps a Content-Length set on a HEAD answer.
+      return reply.header("content-length", String(size)).type("application/octet-stream").send();
     });
+  }
+
+  app.post("/v1/telemetry", { config: { casScope: "read" }, bodyLimit: MAX_TELEMETRY_BODY_BYTES }, async (request, reply) => {
+    await discardBody(request);
+    return reply.code(200).send();
   });
-}
+};
 
 /** The xorb hash of the path; 400 for another prefix or a malformed hash, before any body byte is read. */
 function parseXorbAddress(request: FastifyRequest<{ Params: XorbParams }>): Hash {

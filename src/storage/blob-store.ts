@@ -45,11 +45,15 @@ export type BlobStoreErrorCode =
 
 export class BlobStoreError extends Error {
   override readonly name = "BlobStoreError";
+  /** For `range_not_satisfiable`, when known: the object's size (a 416 names it). */
+  readonly objectSize: number | undefined;
   constructor(
     readonly code: BlobStoreErrorCode,
     message: string,
+    options: ErrorOptions & { objectSize?: number } = {},
   ) {
-    super(message);
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.objectSize = options.objectSize;
   }
 }
 

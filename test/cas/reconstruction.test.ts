@@ -17,7 +17,7 @@ import {
   type RangeUrlSigner,
 } from "../../src/cas/reconstruction.js";
 import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
-import { ByteBoundedLru, MAX_URL_REUSE_MS, RecordCache, ReusingUrlSigner, SIGNED_URLS_PER_XORB, urlReuseMsFor } from "../../src/cas/xorb-cache.js";
+import { byteBoundedLru, MAX_URL_REUSE_MS, RecordCache, ReusingUrlSigner, SIGNED_URLS_PER_XORB, urlReuseMsFor } from "../../src/cas/xorb-cache.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
@@ -599,22 +599,39 @@ describe("prepared records", () => {
   });
 });
 
-describe("ByteBoundedLru", () => {
+describe("byteBoundedLru", () => {
+  type Entry = { n: number; bytes: number };
+  const bytesOf = (entry: Entry) => entry.bytes;
+
   it("evicts least recently used entries past its byte budget", () => {
-    const lru = new ByteBoundedLru<string, number>(100);
-    lru.set("a", 1, 40);
-    lru.set("b", 2, 40);
-    assert.equal(lru.get("a"), 1); // a is now the most recent
-    lru.set("c", 3, 40);
+    const lru = byteBoundedLru<string, Entry>(100, bytesOf)!;
+    lru.set("a", { n: 1, bytes: 40 });
+    lru.set("b", { n: 2, bytes: 40 });
+    assert.equal(lru.get("a")?.n, 1); // a is now the most recent
+    lru.set("c", { n: 3, bytes: 40 });
     assert.equal(lru.has("b"), false);
-    assert.equal(lru.get("a"), 1);
-    assert.equal(lru.get("c"), 3);
-    assert.equal(lru.bytes, 80);
-    lru.set("big", 4, 101);
+    assert.equal(lru.get("a")?.n, 1);
+    assert.equal(lru.get("c")?.n, 3);
+    assert.equal(lru.calculatedSize, 80);
+    lru.set("big", { n: 4, bytes: 101 });
     assert.equal(lru.has("big"), false, "an entry above the budget is not kept");
-    assert.equal(lru.bytes, 80);
-    lru.set("a", 5, 10);
-    assert.equal(lru.bytes, 50, "replacing an entry replaces its cost");
+    assert.equal(lru.calculatedSize, 80);
+    lru.set("a", { n: 5, bytes: 10 });
+    assert.equal(lru.calculatedSize, 50, "replacing an entry replaces its cost");
+    lru.set("a", { n: 6, bytes: 101 });
+    assert.equal(lru.has("a"), false, "an entry replaced by one above the budget is gone");
+    assert.equal(lru.calculatedSize, 40);
+    assert.equal(byteBoundedLru<string, Entry>(0, bytesOf), null, "a budget of 0 keeps nothing");
+  });
+
+  it("serves an entry while it is younger than the reuse window", () => {
+    let now = 1_000;
+    const lru = byteBoundedLru<string, Entry>(100, bytesOf, { ms: 100, now: () => now })!;
+    lru.set("a", { n: 1, bytes: 10 });
+    now += 99;
+    assert.equal(lru.get("a")?.n, 1);
+    now += 1;
+    assert.equal(lru.get("a"), undefined);
   });
 });
 

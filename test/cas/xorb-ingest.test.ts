@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { beforeEach, describe, it } from "node:test";
-import { ChunkStreamEnd, XorbIngestService } from "../../src/cas/xorb-ingest.js";
+import { ChunkStreamEnd, XorbIngestService, XorbRejectedError } from "../../src/cas/xorb-ingest.js";
 import { CompressionScheme, compressChunk } from "../../src/format/compression.js";
-import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
+import type { FormatErrorCode } from "../../src/format/errors.js";
 import { hashFromHex, hashToHex, type Hash } from "../../src/format/hash.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
@@ -71,7 +71,7 @@ async function assertNoTrace(hash: Hash): Promise<void> {
 
 async function assertRejected(hash: Hash, body: Uint8Array, code: FormatErrorCode, message: RegExp, sizes?: number[]): Promise<void> {
   await assert.rejects(service.ingest(hash, piecesOf(body, sizes)), (error: unknown) => {
-    assert.ok(error instanceof FormatError, `a FormatError, got ${String(error)}`);
+    assert.ok(error instanceof XorbRejectedError, `an XorbRejectedError, got ${String(error)}`);
     assert.equal(error.code, code);
     assert.match(error.message, message);
     return true;
@@ -256,7 +256,7 @@ describe("XorbIngestService: rejected uploads leave no trace", () => {
     const header = Uint8Array.of(0, payload.length & 0xff, (payload.length >> 8) & 0xff, payload.length >> 16, 1, 100, 0, 0);
     const body = new Uint8Array([...header, ...payload]);
     await assert.rejects(service.ingest(VECTOR_HASH, piecesOf(body)), (error: unknown) => {
-      assert.ok(error instanceof FormatError);
+      assert.ok(error instanceof XorbRejectedError);
       assert.ok(["bad_compression", "decompressed_size_mismatch"].includes(error.code), error.code);
       return true;
     });

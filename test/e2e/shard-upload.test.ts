@@ -17,9 +17,9 @@ import { parseFullShard, type ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { createHttpApp } from "../../src/http/app.js";
-import { registerCasAuth } from "../../src/http/cas-auth.js";
+import { casScope } from "../../src/http/cas-scope.js";
 import { createLogger } from "../../src/http/logging.js";
-import { registerShardRoutes } from "../../src/http/shard-routes.js";
+import { shardRoutes } from "../../src/http/shard-routes.js";
 import type { MetadataStore, Repo } from "../../src/metadata/store.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
@@ -282,11 +282,14 @@ describe("/v2/shards heartbeat (in-process, short interval)", () => {
       },
     };
     const app = createHttpApp({ logger: createLogger("silent") });
-    registerCasAuth(app, new CasTokenVerifier(publicKey));
-    await registerShardRoutes(app, {
-      shards: new ShardRegistrationService({ metadata: slowStore, blobs: { putIfAbsent: async () => ({ inserted: true }) }, maxShardBytes: 1 << 20 }),
-      repos: { getRepo: async (type, name) => (type === repo.type && name === repo.name ? repo : null) } satisfies Pick<MetadataStore, "getRepo">,
-      heartbeatIntervalMs: 50,
+    await app.register(casScope, {
+      verifier: new CasTokenVerifier(publicKey),
+      routes: (cas) =>
+        cas.register(shardRoutes, {
+          shards: new ShardRegistrationService({ metadata: slowStore, blobs: { putIfAbsent: async () => ({ inserted: true }) }, maxShardBytes: 1 << 20 }),
+          repos: { getRepo: async (type, name) => (type === repo.type && name === repo.name ? repo : null) } satisfies Pick<MetadataStore, "getRepo">,
+          heartbeatIntervalMs: 50,
+        }),
     });
     await app.listen({ host: "127.0.0.1", port: 0 });
     try {

@@ -2,8 +2,13 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import { createHttpApp } from "../../src/http/app.js";
-import { HttpError } from "../../src/http/errors.js";
+import { TransferUrlError } from "../../src/auth/transfer-url.js";
+import { ReconstructionError } from "../../src/cas/reconstruction.js";
+import { ShardRejectedError } from "../../src/cas/shard-registration.js";
+import { XorbRejectedError } from "../../src/cas/xorb-ingest.js";
+import { domainErrorAnswer, HttpError } from "../../src/http/errors.js";
 import { createLogger } from "../../src/http/logging.js";
+import { BlobStoreError } from "../../src/storage/blob-store.js";
 
 const logLines: Record<string, unknown>[] = [];
 let app: FastifyInstance;
@@ -27,6 +32,9 @@ before(async () => {
   );
   app.get("/teapot", async () => {
     throw new HttpError(418, "This endpoint brews tea only: ask for tea", { "x-extra": "1" });
+  });
+  app.get("/inconsistent", async () => {
+    throw new ReconstructionError("inconsistent_records", "term 3 of file … references xorb …, which has no stored record");
   });
   app.get("/boom", async () => {
     throw new Error("database password is hunter2");
@@ -132,10 +140,48 @@ describe("error answers", () => {
     assert.doesNotMatch(String(logged[0].msg), /internal error|bug/);
   });
 
+  it("answers a domain error by its code, and a domain error that means damaged records as an internal 500", async () => {
+    const response = await app.inject({ method: "GET", url: "/inconsistent" });
+    assertJsonError(response, 500, /^Internal server error \(request id [^)]+\): this is a bug in castor/);
+    assert.doesNotMatch(response.body, /term 3/);
+  });
+
   it("reuses a plain incoming request id and replaces an odd one", async () => {
     const reused = await app.inject({ method: "GET", url: "/nothing", headers: { "x-request-id": "lb-1234.abc" } });
     assert.equal(reused.headers["x-request-id"], "lb-1234.abc");
     const replaced = await app.inject({ method: "GET", url: "/nothing", headers: { "x-request-id": "two words\u0001" } });
     assert.match(replaced.headers["x-request-id"] as string, /^[0-9a-f-]{36}$/);
+  });
+});
+
+describe("domain errors → HTTP answers (the one map)", () => {
+  const statusOf = (error: unknown) => domainErrorAnswer(error)?.statusCode ?? null;
+
+  it("refused uploads: every xorb rejection 400, a shard rejection 400 or 413 for its size", () => {
+    assert.deepEqual(domainErrorAnswer(new XorbRejectedError("hash_mismatch", "the body hashes to …")), { statusCode: 400, message: "Xorb rejected: the body hashes to …" });
+    assert.deepEqual(domainErrorAnswer(new ShardRejectedError("missing_xorb", "term 0 …")), { statusCode: 400, message: "Shard rejected: term 0 …" });
+    assert.equal(statusOf(new ShardRejectedError("shard_too_large", "…")), 413);
+    assert.equal(statusOf(new ShardRejectedError("too_many_chunk_references", "…")), 413);
+    assert.equal(statusOf(new ShardRejectedError("chunk_references_exceed_file_size", "…")), 400);
+  });
+
+  it("reconstructions: 400 malformed range, 404 no such file, 416 naming the size when known, internal for damaged records", () => {
+    assert.equal(statusOf(new ReconstructionError("malformed_range", "…")), 400);
+    assert.equal(statusOf(new ReconstructionError("file_not_found", "…")), 404);
+    assert.deepEqual(domainErrorAnswer(new ReconstructionError("unsatisfiable_range", "past the end", 3565)), {
+      statusCode: 416,
+      message: "past the end",
+      headers: { "content-range": "bytes */3565" },
+    });
+    assert.deepEqual(domainErrorAnswer(new ReconstructionError("unsatisfiable_range", "start after end")), { statusCode: 416, message: "start after end" });
+    assert.equal(domainErrorAnswer(new ReconstructionError("inconsistent_records", "…")), null);
+  });
+
+  it("stored objects and transfer URLs: 404, 416 with the object's size, 403; store misuse is internal", () => {
+    assert.equal(statusOf(new BlobStoreError("not_found", "…")), 404);
+    assert.deepEqual(domainErrorAnswer(new BlobStoreError("range_not_satisfiable", "…", { objectSize: 10 }))?.headers, { "content-range": "bytes */10" });
+    for (const code of ["invalid_key", "bad_range", "invalid_state"] as const) assert.equal(domainErrorAnswer(new BlobStoreError(code, "…")), null);
+    assert.equal(statusOf(new TransferUrlError("expired", "…")), 403);
+    assert.equal(domainErrorAnswer(new Error("…")), null);
   });
 });

@@ -8,13 +8,14 @@ import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier, type CasTokenRequest } from "../../src/auth/cas-token.js";
 import type { RangeUrlSigner } from "../../src/cas/reconstruction.js";
+import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
 import type { ByteRange } from "../../src/format/ranges.js";
 import { hashFromHex, hashToHex, ZERO_HASH, type Hash } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
 import { createHttpApp } from "../../src/http/app.js";
-import { registerCasAuth } from "../../src/http/cas-auth.js";
+import { casScope } from "../../src/http/cas-scope.js";
 import { createLogger } from "../../src/http/logging.js";
-import { acceptsGzip, GZIP_MIN_BODY_BYTES, registerReconstructionRoutes } from "../../src/http/reconstruction-routes.js";
+import { acceptsGzip, GZIP_MIN_BODY_BYTES, reconstructionRoutes, type ReconstructionRouteDeps } from "../../src/http/reconstruction-routes.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { xorbRecordOf } from "../helpers/reconstruction-answer.js";
@@ -55,12 +56,15 @@ async function register(repoId: number, files: FileRecord[]): Promise<void> {
   await metadata.registerShard({ shardHash: splitmix64Bytes(shardSeed++, 32), repoId, files, dedupEntries: [] });
 }
 
-async function buildApp(v2Reconstruction: "on" | "501"): Promise<FastifyInstance> {
+async function appWith(deps: ReconstructionRouteDeps): Promise<FastifyInstance> {
   const instance = createHttpApp({ logger: createLogger("silent") });
-  registerCasAuth(instance, new CasTokenVerifier(publicKey));
-  await registerReconstructionRoutes(instance, { store: metadata, signer, v2Reconstruction, transferUrlTtlSeconds: 600 });
+  await instance.register(casScope, { verifier: new CasTokenVerifier(publicKey), routes: (cas) => cas.register(reconstructionRoutes, deps) });
   await instance.ready();
   return instance;
+}
+
+function buildApp(v2Reconstruction: "on" | "501"): Promise<FastifyInstance> {
+  return appWith({ reconstructions: new ReconstructionService({ store: metadata, signer, transferUrlTtlSeconds: 600 }), v2Reconstruction });
 }
 
 before(async () => {
@@ -260,10 +264,11 @@ describe("reuse of signed URLs and answers", () => {
         return `${signer.sign(xorbHash, ranges)}&n=${signatures}`;
       },
     };
-    const instance = createHttpApp({ logger: createLogger("silent") });
-    registerCasAuth(instance, new CasTokenVerifier(publicKey));
     // A 60 s URL lifetime: reuse for 3 s.
-    await registerReconstructionRoutes(instance, { store: metadata, signer: counting, v2Reconstruction: "on", transferUrlTtlSeconds: 60, now: () => now });
+    const instance = await appWith({
+      reconstructions: new ReconstructionService({ store: metadata, signer: counting, transferUrlTtlSeconds: 60, now: () => now }),
+      v2Reconstruction: "on",
+    });
     try {
       const ask = (token: string, range?: string) => get(`/v2/reconstructions/${bigFileHex}`, { on: instance, token, range });
       const first = await ask(bertRead);

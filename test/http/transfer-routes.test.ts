@@ -16,7 +16,7 @@ import { createHttpApp } from "../../src/http/app.js";
 import { registerCasAuth } from "../../src/http/cas-auth.js";
 import { createLogger } from "../../src/http/logging.js";
 import { multipartByteRanges } from "../../src/http/multipart.js";
-import { registerTransferRoutes } from "../../src/http/transfer-routes.js";
+import { transferRoutes } from "../../src/http/transfer-routes.js";
 import { blobKey, type BlobKey, type BlobStore, type ByteSpan } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 import { loadVector } from "../helpers/vectors.js";
@@ -132,7 +132,7 @@ before(async () => {
   const logDestination = { write: (line: string) => void logLines.push(line) };
   app = createHttpApp({ logger: createLogger("info", logDestination) });
   registerCasAuth(app, new CasTokenVerifier(generateKeyPairSync("ed25519").publicKey));
-  await app.register(registerTransferRoutes, { blobs, transferUrls: urls });
+  await app.register(transferRoutes, { blobs, transferUrls: urls });
   await app.ready();
 });
 

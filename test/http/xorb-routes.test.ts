@@ -12,9 +12,9 @@ import { CompressionScheme } from "../../src/format/compression.js";
 import { hashFromHex, hashToHex } from "../../src/format/hash.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { createHttpApp } from "../../src/http/app.js";
-import { registerCasAuth } from "../../src/http/cas-auth.js";
+import { casScope } from "../../src/http/cas-scope.js";
 import { createLogger } from "../../src/http/logging.js";
-import { registerXorbRoutes } from "../../src/http/xorb-routes.js";
+import { xorbRoutes } from "../../src/http/xorb-routes.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
@@ -44,8 +44,10 @@ before(async () => {
   blobs = await FsBlobStore.open(join(dir, "blobs"));
   metadata = await SqliteMetadataStore.open(dir);
   app = createHttpApp({ logger: createLogger("silent") });
-  registerCasAuth(app, new CasTokenVerifier(publicKey));
-  await app.register(registerXorbRoutes, { xorbs: new XorbIngestService({ blobs, metadata, maxBodyBytes: MAX_XORB_BYTES }) });
+  await app.register(casScope, {
+    verifier: new CasTokenVerifier(publicKey),
+    routes: (cas) => cas.register(xorbRoutes, { xorbs: new XorbIngestService({ blobs, metadata, maxBodyBytes: MAX_XORB_BYTES }) }),
+  });
   await app.listen({ host: "127.0.0.1", port: 0 });
   port = (app.server.address() as { port: number }).port;
   writeToken = (await issuer.issue({ repo: REPO, rev: "main", scope: "write" })).token;

@@ -1,0 +1,37 @@
+/**
+ * The one encapsulated scope of the CAS routes (xorbs, shards, global dedup, reconstructions).
+ * It owns what they share, so their modules declare routes only:
+ *
+ * - the CAS auth hook (cas-auth.ts): a route declares `config: { casScope }` and gets a verified
+ *   token on `request.casAccess`, or a 401/403 before a single body byte is read;
+ * - raw bodies (raw-body.ts): whatever the Content-Type (or none), a body is left unread for the
+ *   route to stream with `bodyPieces`, capped by the route's `bodyLimit`.
+ *
+ * Routes outside the scope (health probes, the hub token operation, transfer URLs) keep
+ * fastify's body parsers and never see the hook.
+ *
+ *     await app.register(casScope, {
+ *       verifier,
+ *       routes: async (cas) => {
+ *         await cas.register(xorbRoutes, { xorbs });
+ *         await cas.register(reconstructionRoutes, { reconstructions, v2Reconstruction });
+ *       },
+ *     });
+ */
+import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import type { CasTokenVerifier } from "../auth/cas-token.js";
+import { registerCasAuth } from "./cas-auth.js";
+import { acceptRawBodies } from "./raw-body.js";
+
+export interface CasScopeOptions {
+  /** Verifies the CAS access tokens of the scope's requests. */
+  verifier: CasTokenVerifier;
+  /** Registers the CAS route plugins inside the scope. */
+  routes: (scope: FastifyInstance) => PromiseLike<unknown>;
+}
+
+export const casScope: FastifyPluginAsync<CasScopeOptions> = async (scope, { verifier, routes }) => {
+  registerCasAuth(scope, verifier);
+  acceptRawBodies(scope);
+  await routes(scope);
+};
