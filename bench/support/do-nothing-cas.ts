@@ -31,11 +31,10 @@ import {
   prepareFile,
   prepareXorb,
   ReconstructionError,
-  renderV2,
   resolveFileRange,
   type PreparedXorb,
-  type RangeUrlSigner,
 } from "../../src/cas/reconstruction.js";
+import { renderV2, type RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
 import { isFormatError } from "../../src/format/errors.js";
 import { hashFromHex, hashToHex, ZERO_HASH } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";

@@ -9,7 +9,7 @@
 import type { Hash } from "../format/hash.js";
 import { blobKey, type RangePresigner } from "../storage/blob-store.js";
 import type { ByteRange } from "../format/ranges.js";
-import type { RangeUrlSigner } from "./reconstruction.js";
+import type { RangeUrlSigner } from "./reconstruction-render.js";
 
 export class PresignedTransferUrls implements RangeUrlSigner {
   constructor(private readonly presigner: RangePresigner) {}

@@ -9,8 +9,9 @@
  * 2. The prepared file from the shared RecordCache; its range (`unsatisfiable_range`, with the
  *    file size, at or past the end).
  * 3. An encoded answer for the same file, range and version from the AnswerCache, or a plan
- *    (reconstruction.ts) rendered with URLs from the ReusingUrlSigner (xorb-cache.ts), which
- *    reuses a signature for a twentieth of the URL lifetime; answers are reused for as long.
+ *    (reconstruction.ts) rendered (reconstruction-render.ts) with URLs from the
+ *    ReusingUrlSigner (xorb-cache.ts), which reuses a signature for a twentieth of the URL
+ *    lifetime; answers are reused for as long.
  *
  * Errors are ReconstructionErrors; the HTTP layer decides their statuses.
  */
@@ -18,17 +19,8 @@ import { promisify } from "node:util";
 import { gzip } from "node:zlib";
 import type { Hash } from "../format/hash.js";
 import type { MetadataStore, RepoType } from "../metadata/store.js";
-import {
-  planReconstruction,
-  ReconstructionError,
-  renderV1,
-  renderV2,
-  resolveFileRange,
-  SINGLE_RANGE_V2_LIMITS,
-  type RangeSpec,
-  type RangeUrlSigner,
-  type V2Limits,
-} from "./reconstruction.js";
+import { planReconstruction, ReconstructionError, resolveFileRange, type RangeSpec } from "./reconstruction.js";
+import { renderV1, renderV2, SINGLE_RANGE_V2_LIMITS, type RangeUrlSigner, type V2Limits } from "./reconstruction-render.js";
 import { AnswerCache, DEFAULT_ANSWER_CACHE_BYTES, RecordCache, ReusingUrlSigner, urlReuseMsFor, type ReconstructionAnswer } from "./xorb-cache.js";
 
 export interface ReconstructionServiceDeps {

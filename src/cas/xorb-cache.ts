@@ -17,7 +17,8 @@ import { LRUCache } from "lru-cache";
 import { hashEquals, hashToHex, type Hash } from "../format/hash.js";
 import type { CasMetadataStore } from "../metadata/cas.js";
 import type { ByteRange } from "../format/ranges.js";
-import { jsonUrlLiteral, prepareFile, prepareXorb, type PreparedFile, type PreparedXorb, type RangeUrlSigner } from "./reconstruction.js";
+import { prepareFile, prepareXorb, type PreparedFile, type PreparedXorb } from "./reconstruction.js";
+import { jsonUrlLiteral, type RangeUrlSigner } from "./reconstruction-render.js";
 
 /** Large enough for the chunk tables of ~1 TB of 64 MiB xorbs, small next to a server's memory. */
 export const DEFAULT_RECORD_CACHE_BYTES = 128 * 1024 * 1024;

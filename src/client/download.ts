@@ -27,36 +27,20 @@
  * equal the requested hash — any wrong byte fails the download. A partial range cannot be
  * tied to the file hash (that needs every chunk); there, each fetched range that turns out to
  * be a whole xorb is checked against the xorb hash, and the result says how many were.
+ *
+ * This file plans the windows, fetches the ranges and writes the terms; asking the
+ * reconstruction API (step 2, and the fresh URLs of step 3) is reconstruction-query.ts, the
+ * output file or stream download-output.ts.
  */
-import { randomBytes } from "node:crypto";
-import { once } from "node:events";
-import { open, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import type { Writable } from "node:stream";
-import { finished } from "node:stream/promises";
-import {
-  coversTerm,
-  fetchSourcesOf,
-  fileHash,
-  hashEquals,
-  hashFromHex,
-  isFormatError,
-  isHashHex,
-  isZeroHash,
-  parseReconstruction as parseWireReconstruction,
-  xorbHash,
-  type FetchSource,
-  type Hash,
-  type MerkleEntry,
-  type QueryReconstructionResponse,
-  type QueryReconstructionResponseV2,
-  type ReconstructionVersion,
-} from "../format/index.js";
+import { fileHash, hashEquals, hashFromHex, isHashHex, isZeroHash, xorbHash, type FetchSource, type Hash, type MerkleEntry } from "../format/index.js";
 import type { CasClient } from "./cas.js";
 import { ChunkStreamDecoder } from "./chunk-stream.js";
 import { Limiter } from "./concurrency.js";
-import { CastorClientError, HttpStatusError } from "./errors.js";
-import { discardBody, readJson } from "./http.js";
+import { fileSink, streamSink, type Sink } from "./download-output.js";
+import { CastorClientError } from "./errors.js";
 import type { ProgressListener } from "./progress.js";
+import { ReconstructionQueries, ReconstructionWindow, spanKey, type Reconstruction } from "./reconstruction-query.js";
 
 export interface ByteRangeRequest {
   /** First byte, from 0. */
@@ -100,183 +84,13 @@ export interface DownloadResult {
 export const DEFAULT_WINDOW_BYTES = 256 * 1024 * 1024;
 export const DEFAULT_DOWNLOAD_CONCURRENCY = 4;
 export const DEFAULT_BUFFER_BYTES = 64 * 1024 * 1024;
-/** A reconstruction answer for one window; thousands of terms are a few MiB. */
-const MAX_RECONSTRUCTION_JSON_BYTES = 64 * 1024 * 1024;
-/** Writes are grouped so one call never passes more buffers than an iovec takes. */
-const MAX_WRITE_PARTS = 512;
-/** Written bytes after which a file output is flushed to disk in the background. */
-const SYNC_EVERY_BYTES = 32 * 1024 * 1024;
 /** Ranges fetched ahead of the writer whatever their size: the next one overlaps the write. */
 const MIN_RANGES_AHEAD = 1;
 
 // ---------------------------------------------------------------------------------------------
-// The reconstruction answer, normalized from V1 or V2
-
-export interface ReconstructionTerm {
-  xorbHex: string;
-  xorbHash: Hash;
-  chunkStart: number;
-  /** Exclusive. */
-  chunkEnd: number;
-  unpackedLength: number;
-  /** The fetch range that covers the term. */
-  span: FetchSource;
-}
-
-export interface Reconstruction {
-  offsetIntoFirstRange: number;
-  terms: ReconstructionTerm[];
-}
-
-/**
- * Checks a V1 or V2 answer (every field, see parseReconstruction of src/format) and pairs each
- * term with the fetch range of its xorb that covers it (§8.4); a protocol error otherwise.
- */
-export function parseReconstruction(body: unknown, version: ReconstructionVersion, what: string): Reconstruction {
-  let answer: QueryReconstructionResponse | QueryReconstructionResponseV2;
-  try {
-    answer = parseWireReconstruction(body, version);
-  } catch (error) {
-    if (!isFormatError(error)) throw error;
-    throw new CastorClientError("protocol", `${what}: ${error.message}`, { cause: error });
-  }
-  const sourcesByXorb = fetchSourcesOf(answer);
-  const terms = answer.terms.map((term, i): ReconstructionTerm => {
-    const span = sourcesByXorb.get(term.hash)?.find((source) => coversTerm(source, term));
-    if (span === undefined) {
-      throw new CastorClientError(
-        "protocol",
-        `${what}: invalid V${version} reconstruction: no fetch range of xorb ${term.hash} covers term ${i} (chunks ${term.range.start}..${term.range.end})`,
-      );
-    }
-    return {
-      xorbHex: term.hash,
-      xorbHash: hashFromHex(term.hash),
-      chunkStart: term.range.start,
-      chunkEnd: term.range.end,
-      unpackedLength: term.unpacked_length,
-      span,
-    };
-  });
-  return { offsetIntoFirstRange: answer.offset_into_first_range, terms };
-}
-
-function spanKey(span: FetchSource): string {
-  return `${span.xorbHex}:${span.chunks.start}-${span.chunks.end}`;
-}
-
-function spanLength(span: FetchSource): number {
-  return span.bytes.end - span.bytes.start + 1;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Output
-
-interface Sink {
-  /** Whether a written buffer may be reused once `write` resolved (not so for streams, which may still hold it). */
-  readonly releasesWrittenBuffers: boolean;
-  write(parts: Uint8Array[]): Promise<void>;
-  /** Makes the output final (rename into place, end the stream). */
-  commit(): Promise<void>;
-  /** Removes a partial output file; leaves a stream as it is. */
-  abandon(): Promise<void>;
-}
-
-async function fileSink(path: string): Promise<Sink> {
-  // Refused before anything is fetched: the final rename would fail only after the download.
-  const existing = await stat(path).catch(() => null);
-  if (existing?.isDirectory()) throw new CastorClientError("usage", `cannot write ${path}: it is a directory; give a file name`);
-  const temporary = `${path}.castor-partial-${randomBytes(4).toString("hex")}`;
-  let handle: FileHandle;
-  try {
-    handle = await open(temporary, "w");
-  } catch (error) {
-    throw new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
-  }
-  let closed = false;
-  const close = async () => {
-    if (!closed) {
-      closed = true;
-      await handle.close();
-    }
-  };
-  // The file is made durable before it is renamed into place. Flushing as the download goes
-  // (in the background, every SYNC_EVERY_BYTES) leaves the final sync only the last part: the
-  // disk works while the network does, instead of after it (~0.2 s for 256 MiB here).
-  let unsynced = 0;
-  let syncing: Promise<void> = Promise.resolve();
-  let syncFailure: unknown = null;
-  return {
-    releasesWrittenBuffers: true,
-    async write(parts) {
-      if (syncFailure !== null) throw syncFailure;
-      for (let i = 0; i < parts.length; i += MAX_WRITE_PARTS) {
-        const group = parts.slice(i, i + MAX_WRITE_PARTS);
-        let expected = 0;
-        for (const part of group) expected += part.length;
-        const { bytesWritten } = await handle.writev(group);
-        if (bytesWritten !== expected) {
-          // writev may write less on some filesystems; finish what is left part by part.
-          let skip = bytesWritten;
-          for (const part of group) {
-            if (skip >= part.length) {
-              skip -= part.length;
-              continue;
-            }
-            await handle.write(part.subarray(skip));
-            skip = 0;
-          }
-        }
-        unsynced += expected;
-      }
-      if (unsynced >= SYNC_EVERY_BYTES) {
-        unsynced = 0;
-        syncing = syncing.then(() => handle.datasync()).catch((error: unknown) => {
-          syncFailure ??= new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
-        });
-      }
-    },
-    async commit() {
-      try {
-        await syncing;
-        if (syncFailure !== null) throw syncFailure;
-        await handle.sync();
-        await close();
-        await rename(temporary, path);
-      } catch (error) {
-        throw new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
-      }
-    },
-    async abandon() {
-      await syncing;
-      await close().catch(() => undefined);
-      await unlink(temporary).catch(() => undefined);
-    },
-  };
-}
-
-function streamSink(stream: Writable, endOutput: boolean): Sink {
-  return {
-    releasesWrittenBuffers: false,
-    async write(parts) {
-      for (const part of parts) {
-        if (!stream.write(part)) await once(stream, "drain");
-      }
-    },
-    async commit() {
-      if (endOutput) {
-        stream.end();
-        await finished(stream);
-      }
-    },
-    async abandon() {},
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
 
 export class DownloadRun {
-  private useV1 = false;
+  private readonly queries: ReconstructionQueries;
   private readonly limiter: Limiter;
   private readonly windowBytes: number;
   private readonly bufferBytes: number;
@@ -293,6 +107,7 @@ export class DownloadRun {
     private readonly cas: CasClient,
     private readonly options: DownloadRunOptions,
   ) {
+    this.queries = new ReconstructionQueries(cas, options.fileHash);
     this.limiter = new Limiter(options.concurrency ?? DEFAULT_DOWNLOAD_CONCURRENCY);
     this.windowBytes = options.windowBytes ?? DEFAULT_WINDOW_BYTES;
     this.bufferBytes = options.bufferBytes ?? DEFAULT_BUFFER_BYTES;
@@ -319,7 +134,7 @@ export class DownloadRun {
         bytesWritten: this.bytesWritten,
         verified,
         xorbsVerified: this.xorbsVerified,
-        reconstructionVersion: this.useV1 ? 1 : 2,
+        reconstructionVersion: this.queries.version,
         rangesFetched: this.rangesFetched,
         bytesFetched: this.bytesFetched,
       };
@@ -346,7 +161,7 @@ export class DownloadRun {
     if (range !== undefined) this.bytesTotal = range.end - range.start + 1;
     for (let windowStart = first; windowStart <= last; ) {
       const windowEnd = Math.min(last, windowStart + this.windowBytes - 1);
-      const window = new ReconstructionWindow(this, hex, windowStart, windowEnd);
+      const window = new ReconstructionWindow(this.queries, windowStart, windowEnd);
       const reconstruction = await window.load();
       if (reconstruction === null) {
         if (windowStart === first && first > 0) {
@@ -421,7 +236,7 @@ export class DownloadRun {
           if (ahead > cursor && held + bytes > this.bufferBytes && cache.size > MIN_RANGES_AHEAD) break;
           const buffer = this.buffers.take(bytes);
           const decoder = new ChunkStreamDecoder(buffer, span.chunks.end - span.chunks.start, describeSpan(span));
-          const done = this.limiter.run(() => window.fetchSpan(span, decoder)).catch((error: unknown) => {
+          const done = this.limiter.run(() => window.fetchSpan(span, (url) => this.fetchDecoded(span, url, decoder))).catch((error: unknown) => {
             decoder.fail(error);
             throw error;
           });
@@ -502,7 +317,7 @@ export class DownloadRun {
    * Fetches one range into its decoder's buffer, decoding as the bytes arrive; called through
    * the window, which knows the URLs. "expired" (a 403) delivers no byte to the decoder.
    */
-  async fetchDecoded(span: FetchSource, url: string, decoder: ChunkStreamDecoder): Promise<"expired" | "done"> {
+  private async fetchDecoded(span: FetchSource, url: string, decoder: ChunkStreamDecoder): Promise<"expired" | "done"> {
     const what = describeSpan(span);
     const buffer = decoder.bytes;
     // No Authorization header: transfer URLs authorise themselves and must not see the token.
@@ -522,35 +337,6 @@ export class DownloadRun {
     return "done";
   }
 
-  /** Asks for the reconstruction of bytes [start, end]; null on 416 (start past the end). */
-  async queryReconstruction(hex: string, start: number, end: number): Promise<{ reconstruction: Reconstruction | null; fileSize: number | null }> {
-    const headers = { range: `bytes=${start}-${end}` };
-    const what = `asking for the reconstruction of file ${hex} (bytes ${start}-${end})`;
-    const hints = { 404: "no file with this hash is registered in the repository the token is for" };
-    if (!this.useV1) {
-      const response = await this.cas.request({ what, path: `/v2/reconstructions/${hex}`, headers, passStatuses: [404, 416, 501], hints });
-      if (response.status === 404 || response.status === 501) {
-        // xet-core's rule: V2 unknown here (or the file is missing, which V1 will confirm).
-        await discardBody(response);
-        this.useV1 = true;
-      } else {
-        return this.readReconstruction(response, 2, what);
-      }
-    }
-    const response = await this.cas.request({ what, path: `/v1/reconstructions/${hex}`, headers, passStatuses: [416], hints });
-    return this.readReconstruction(response, 1, what);
-  }
-
-  private async readReconstruction(response: Response, version: 1 | 2, what: string): Promise<{ reconstruction: Reconstruction | null; fileSize: number | null }> {
-    if (response.status === 416) {
-      await discardBody(response);
-      const match = /^bytes \*\/(\d+)$/.exec(response.headers.get("content-range")?.trim() ?? "");
-      return { reconstruction: null, fileSize: match ? Number(match[1]) : null };
-    }
-    const body = await readJson(response, MAX_RECONSTRUCTION_JSON_BYTES, what);
-    return { reconstruction: parseReconstruction(body, version, what), fileSize: null };
-  }
-
   private reportProgress(): void {
     this.options.onProgress?.({
       operation: "download",
@@ -562,70 +348,6 @@ export class DownloadRun {
   }
 }
 
-/**
- * One window's reconstruction and its signed URLs. A 403 from a transfer URL (expired) makes
- * it ask for the window again — once for all ranges waiting on it — and retry with the new URL.
- */
-class ReconstructionWindow {
-  private urls = new Map<string, string>();
-  private refreshing: Promise<void> | null = null;
-  private generation = 0;
-  fileSize: number | null = null;
-
-  constructor(
-    private readonly run: DownloadRun,
-    private readonly hex: string,
-    private readonly start: number,
-    private readonly end: number,
-  ) {}
-
-  async load(): Promise<Reconstruction | null> {
-    const { reconstruction, fileSize } = await this.run.queryReconstruction(this.hex, this.start, this.end);
-    this.fileSize = fileSize;
-    if (reconstruction !== null) this.remember(reconstruction);
-    return reconstruction;
-  }
-
-  async fetchSpan(span: FetchSource, decoder: ChunkStreamDecoder): Promise<void> {
-    const maxRefreshes = 2;
-    for (let refreshes = 0; ; refreshes++) {
-      const generation = this.generation;
-      const url = this.urls.get(spanKey(span));
-      if (url === undefined) {
-        throw new CastorClientError("protocol", `the refreshed reconstruction no longer lists chunks ${span.chunks.start}..${span.chunks.end} of xorb ${span.xorbHex}`);
-      }
-      const result = await this.run.fetchDecoded(span, url, decoder);
-      if (result !== "expired") return;
-      if (refreshes >= maxRefreshes) {
-        throw new HttpStatusError(403, null, `downloading chunks of xorb ${span.xorbHex}: the transfer URL was refused (403) even after ${maxRefreshes} fresh reconstructions`);
-      }
-      await this.refresh(generation);
-    }
-  }
-
-  /** Re-queries the window unless another range already did since `seen`. */
-  private async refresh(seen: number): Promise<void> {
-    if (this.generation !== seen) return;
-    this.refreshing ??= (async () => {
-      try {
-        const { reconstruction } = await this.run.queryReconstruction(this.hex, this.start, this.end);
-        if (reconstruction === null) throw new CastorClientError("protocol", `the reconstruction of bytes ${this.start}-${this.end} vanished (416) while downloading`);
-        this.remember(reconstruction);
-        this.generation++;
-      } finally {
-        this.refreshing = null;
-      }
-    })();
-    await this.refreshing;
-  }
-
-  private remember(reconstruction: Reconstruction): void {
-    const urls = new Map<string, string>();
-    for (const term of reconstruction.terms) urls.set(spanKey(term.span), term.span.url);
-    this.urls = urls;
-  }
-}
-
 /** A range being fetched for a window: its buffer, decoded progressively, and how many terms still need it. */
 interface RangeFetch {
   buffer: Uint8Array;
@@ -634,6 +356,10 @@ interface RangeFetch {
   done: Promise<void>;
   uses: number;
   bytes: number;
+}
+
+function spanLength(span: FetchSource): number {
+  return span.bytes.end - span.bytes.start + 1;
 }
 
 function describeSpan(span: FetchSource): string {

@@ -9,7 +9,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
-import type { RangeUrlSigner } from "../cas/reconstruction.js";
+import type { RangeUrlSigner } from "../cas/reconstruction-render.js";
 import { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";

@@ -8,15 +8,8 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { describe, it } from "node:test";
 import { PresignedTransferUrls } from "../../src/cas/presigned-transfer.js";
-import {
-  planReconstruction,
-  prepareFile,
-  prepareXorb,
-  renderV1,
-  renderV2,
-  SINGLE_RANGE_V2_LIMITS,
-  type RangeUrlSigner,
-} from "../../src/cas/reconstruction.js";
+import { planReconstruction, prepareFile, prepareXorb } from "../../src/cas/reconstruction.js";
+import { renderV1, renderV2, SINGLE_RANGE_V2_LIMITS, type RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
 import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";

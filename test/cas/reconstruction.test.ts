@@ -2,20 +2,16 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import {
-  MAX_V2_RANGE_HEADER_CHARS,
-  MAX_V2_URL_CHARS,
   ReconstructionError,
   parseRangeHeader,
   planReconstruction,
   prepareFile,
   prepareXorb,
-  renderV1,
-  renderV2,
   resolveFileRange,
   type PreparedFile,
   type PreparedXorb,
-  type RangeUrlSigner,
 } from "../../src/cas/reconstruction.js";
+import { MAX_V2_RANGE_HEADER_CHARS, MAX_V2_URL_CHARS, renderV1, renderV2, type RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
 import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
 import { byteBoundedLru, MAX_URL_REUSE_MS, RecordCache, ReusingUrlSigner, SIGNED_URLS_PER_XORB, urlReuseMsFor } from "../../src/cas/xorb-cache.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";

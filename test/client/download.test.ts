@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { decodeChunkStream } from "../../src/client/chunk-stream.js";
-import { parseReconstruction } from "../../src/client/download.js";
+import { parseReconstruction } from "../../src/client/reconstruction-query.js";
 import { CastorClient, CastorClientError, HttpStatusError, type FetchFunction, type ProgressEvent } from "../../src/client/index.js";
 import { hashToHex } from "../../src/format/index.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";

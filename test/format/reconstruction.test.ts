@@ -6,7 +6,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { planReconstruction, prepareFile, prepareXorb, renderV1, renderV2, SINGLE_RANGE_V2_LIMITS, type RangeUrlSigner } from "../../src/cas/reconstruction.js";
+import { planReconstruction, prepareFile, prepareXorb } from "../../src/cas/reconstruction.js";
+import { renderV1, renderV2, SINGLE_RANGE_V2_LIMITS, type RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
 import { FormatError } from "../../src/format/errors.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import { ChunkTable, chunkRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";

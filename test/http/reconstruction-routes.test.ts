@@ -7,7 +7,7 @@ import { gunzipSync } from "node:zlib";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier, type CasTokenRequest } from "../../src/auth/cas-token.js";
-import type { RangeUrlSigner } from "../../src/cas/reconstruction.js";
+import type { RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
 import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
 import type { ByteRange } from "../../src/format/ranges.js";
 import { hashFromHex, hashToHex, ZERO_HASH, type Hash } from "../../src/format/hash.js";
