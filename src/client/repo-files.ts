@@ -9,13 +9,11 @@
  *   (SHA-1 of `blob <size>\0<bytes>`). A file output is written through a temporary file
  *   renamed into place only once the content checked out.
  */
-import { createHash, randomBytes } from "node:crypto";
-import { once } from "node:events";
-import { open, rename, stat, unlink, type FileHandle } from "node:fs/promises";
+import { createHash } from "node:crypto";
 import { basename } from "node:path";
 import type { Writable } from "node:stream";
-import { finished } from "node:stream/promises";
 import { repoPathProblem } from "../format/repo.js";
+import { fileSink, streamSink } from "./download-output.js";
 import { CastorClientError } from "./errors.js";
 import type { CommitOperation, HubClient, RepoFileInfo } from "./hub.js";
 import type { ProgressListener } from "./progress.js";
@@ -123,7 +121,7 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
           const to = Math.min(endExclusive, received + value.length) - received;
           received += value.length;
           if (to > from) {
-            await sink.write(value.subarray(from, to));
+            await sink.write([value.subarray(from, to)]);
             written += to - from;
           }
           options.onProgress?.({ operation: "download", phase: "downloading", bytesDone: written, bytesTotal: endExclusive - first, transferredBytes: received });
@@ -149,65 +147,3 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
   }
 }
 
-interface Sink {
-  write(bytes: Uint8Array): Promise<void>;
-  commit(): Promise<void>;
-  abandon(): Promise<void>;
-}
-
-async function fileSink(path: string): Promise<Sink> {
-  const existing = await stat(path).catch(() => null);
-  if (existing?.isDirectory()) throw new CastorClientError("usage", `cannot write ${path}: it is a directory; give a file name`);
-  const temporary = `${path}.castor-partial-${randomBytes(4).toString("hex")}`;
-  let handle: FileHandle;
-  try {
-    handle = await open(temporary, "w");
-  } catch (error) {
-    throw new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
-  }
-  let closed = false;
-  const close = async () => {
-    if (!closed) {
-      closed = true;
-      await handle.close();
-    }
-  };
-  const ioError = (error: unknown) => new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
-  return {
-    async write(bytes) {
-      try {
-        await handle.write(bytes);
-      } catch (error) {
-        throw ioError(error);
-      }
-    },
-    async commit() {
-      try {
-        await handle.sync();
-        await close();
-        await rename(temporary, path);
-      } catch (error) {
-        throw ioError(error);
-      }
-    },
-    async abandon() {
-      await close().catch(() => undefined);
-      await unlink(temporary).catch(() => undefined);
-    },
-  };
-}
-
-function streamSink(stream: Writable, endOutput: boolean): Sink {
-  return {
-    async write(bytes) {
-      if (!stream.write(bytes)) await once(stream, "drain");
-    },
-    async commit() {
-      if (endOutput) {
-        stream.end();
-        await finished(stream);
-      }
-    },
-    async abandon() {},
-  };
-}

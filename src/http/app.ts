@@ -23,7 +23,7 @@ import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from ".
 import { healthRoutes } from "./health.js";
 import type { HubRepositories } from "../hub/repositories.js";
 import { hubRoutes, type XetFileSource } from "./hub/index.js";
-import { registerHubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
+import { hubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
 import { reconstructionRoutes } from "./reconstruction-routes.js";
 import { shardRoutes } from "./shard-routes.js";
@@ -131,7 +131,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   const storageFull = new StorageFullWatch();
   const { xorbs, shards } = deps;
   await app.register(healthRoutes, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
-  registerHubTokenRoutes(app, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
+  await app.register(hubTokenRoutes, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
   await app.register(hubRoutes, {
     repos: deps.hubRepos,
     blobs: deps.blobs,

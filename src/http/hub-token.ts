@@ -67,7 +67,7 @@ interface TokenPathParams {
   "*"?: string;
 }
 
-export function registerHubTokenRoutes(app: FastifyInstance, deps: HubTokenRouteDeps): void {
+export async function hubTokenRoutes(app: FastifyInstance, deps: HubTokenRouteDeps): Promise<void> {
   for (const spelling of OPERATION_SPELLINGS) {
     for (const access of ACCESSES) {
       const base = `/api/:repoTypes/:namespace/:name/${spelling}-${access}-token`;
