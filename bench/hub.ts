@@ -96,7 +96,7 @@ async function timed(work: () => Promise<unknown>): Promise<number> {
 }
 
 async function commit(server: ServerProcess, token: string, repo: string, operations: string[]): Promise<void> {
-  const body = [JSON.stringify({ key: "header", value: { summary: "bench", description: "" } }), ...operations].join("\n") + "\n";
+  const body = `${[JSON.stringify({ key: "header", value: { summary: "bench", description: "" } }), ...operations].join("\n")}\n`;
   const response = await fetch(`${server.url}/api/models/${repo}/commit/main`, {
     method: "POST",
     headers: { authorization: `Bearer ${token}`, "content-type": "application/x-ndjson" },

@@ -75,7 +75,7 @@ async function main(): Promise<number> {
     failures,
   };
   mkdirSync(resultsDir, { recursive: true });
-  const json = JSON.stringify(report, null, 2) + "\n";
+  const json = `${JSON.stringify(report, null, 2)}\n`;
   const stamped = join(resultsDir, `${startedAt.toISOString().replace(/[:.]/g, "-")}.json`);
   writeFileSync(stamped, json);
   writeFileSync(join(resultsDir, "latest.json"), json);

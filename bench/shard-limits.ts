@@ -17,7 +17,7 @@
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { fileHash, hashToHex, verificationHash, xorbHash, type Hash } from "../src/format/hash.js";
-import { type ShardFile } from "../src/format/shard.js";
+import type { ShardFile } from "../src/format/shard.js";
 import { serializeUploadShard } from "../src/format/shard-writer.js";
 import { serializeXorb } from "../src/format/xorb.js";
 import type { XorbRecord } from "../src/metadata/cas.js";
@@ -141,7 +141,7 @@ async function prepareLargeShardStore(): Promise<{ path: string; shardPath: stri
   const store = await SqliteMetadataStore.open(path);
   const files: ShardFile[] = [];
   try {
-    for (let x = 0; files.length < LARGE_SHARD_FILES; x++) {
+    for (let _x = 0; files.length < LARGE_SHARD_FILES; _x++) {
       const chunks = Array.from({ length: LARGE_SHARD_CHUNKS_PER_XORB }, (_, c) => ({
         hash: new Uint8Array(randomBytes(32)),
         uncompressedLength: 65_536,

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { CasTokenIssuer, CasTokenVerifier } from "../src/auth/cas-token.js";
 import { ShardRegistrationService } from "../src/cas/shard-registration.js";
 import { fileHash, verificationHash, xorbHash, type Hash } from "../src/format/hash.js";
-import { type ShardFile, type ShardXorb } from "../src/format/shard.js";
+import type { ShardFile, ShardXorb } from "../src/format/shard.js";
 import { serializeUploadShard } from "../src/format/shard-writer.js";
 import { createHttpApp } from "../src/http/app.js";
 import { casScope } from "../src/http/cas-scope.js";

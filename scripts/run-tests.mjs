@@ -35,7 +35,7 @@ const files = (roots.length ? roots : ["test"]).flatMap((root) => {
   return collect(root, [], explicit);
 });
 if (files.length === 0) {
-  console.error("no test files found under " + (roots.join(" ") || "test"));
+  console.error(`no test files found under ${roots.join(" ") || "test"}`);
   process.exit(1);
 }
 const reporter = process.env.CASTOR_TEST_REPORTER ?? "spec";

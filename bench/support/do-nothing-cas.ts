@@ -199,7 +199,11 @@ export async function startDoNothingCas(): Promise<DoNothingCas> {
     url: baseUrl,
     hubToken,
     tokenUrl: (access) => `${baseUrl}/api/models/bench/clients/xet-${access}-token/main`,
-    close: () => closeServer(server, () => (xorbs.clear(), files.clear())),
+    close: () =>
+      closeServer(server, () => {
+        xorbs.clear();
+        files.clear();
+      }),
   };
 }
 

@@ -207,7 +207,7 @@ function encodeRanges(ranges: readonly ByteRange[]): string {
       );
     }
     if (i > 0) encoded += ",";
-    encoded += (start - nextFree).toString(36) + "." + (end - start + 1).toString(36);
+    encoded += `${(start - nextFree).toString(36)}.${(end - start + 1).toString(36)}`;
     nextFree = end + 1;
   }
   return encoded;

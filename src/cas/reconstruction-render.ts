@@ -73,7 +73,7 @@ export function renderV2(plan: ReconstructionPlan, signer: RangeUrlSigner, limit
   let xorbs = "";
   for (let f = 0; f < plan.fetches.length; f++) {
     const { xorb, ranges } = plan.fetches[f];
-    xorbs += (f === 0 ? '"' : ',"') + xorb.hex + '":[' + entries.write(xorb, ranges) + "]";
+    xorbs += `${(f === 0 ? '"' : ',"') + xorb.hex}":[${entries.write(xorb, ranges)}]`;
   }
   return reconstructionV2Json(plan.offsetIntoFirstRange, termsJson(plan), xorbs);
 }
@@ -170,7 +170,7 @@ export function renderV1(plan: ReconstructionPlan, signer: RangeUrlSigner): stri
       const [beforeUrl, afterUrl] = range.v1Json;
       entries += (i === 0 ? "" : ",") + beforeUrl + signedJson(signer, xorb.hash, [range.bytes]) + afterUrl;
     }
-    fetchInfo += (f === 0 ? '"' : ',"') + xorb.hex + '":[' + entries + "]";
+    fetchInfo += `${(f === 0 ? '"' : ',"') + xorb.hex}":[${entries}]`;
   }
   return reconstructionV1Json(plan.offsetIntoFirstRange, termsJson(plan), fetchInfo);
 }

@@ -139,7 +139,7 @@ export function formatTable(headers: readonly string[], rows: readonly (readonly
       .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i])))
       .join("  ")
       .trimEnd();
-  return [line(headers), ...rows.map(line)].join("\n") + "\n";
+  return `${[line(headers), ...rows.map(line)].join("\n")}\n`;
 }
 
 /** `2030-01-31T12:00:00Z`: second precision reads better in a table than toISOString's milliseconds. */

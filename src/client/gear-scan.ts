@@ -174,7 +174,9 @@ export class GearBoundaryScanner {
     this.scan = instance.exports.scan as (from: number, to: number, testFrom: number) => number;
     this.view = new Uint8Array(this.memory.buffer);
     const table = new DataView(this.memory.buffer);
-    GEAR_TABLE.forEach((value, i) => table.setBigUint64(i * 8, value, true));
+    GEAR_TABLE.forEach((value, i) => {
+      table.setBigUint64(i * 8, value, true);
+    });
   }
 
   get bytesSeen(): number {

@@ -11,7 +11,7 @@
  */
 import { REPO_TYPES, type RepoType } from "../format/repo.js";
 import { CastorClientError } from "./errors.js";
-import { HttpClient, readJson } from "./http.js";
+import { type HttpClient, readJson } from "./http.js";
 
 
 export interface RepoRef {

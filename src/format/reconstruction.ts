@@ -82,7 +82,7 @@ export function rangeDescriptorJson(chunks: ChunkRange, bytes: ByteRange): strin
 
 /** A V2 XorbMultiRangeFetch, from its URL as a JSON literal and its descriptors joined by commas. */
 export function multiRangeFetchJson(urlJson: string, descriptorsJson: string): string {
-  return '{"url":' + urlJson + ',"ranges":[' + descriptorsJson + "]}";
+  return `{"url":${urlJson},"ranges":[${descriptorsJson}]}`;
 }
 
 /** A V1 CASReconstructionFetchInfo around its URL: `[before the URL literal, after it]`. */

@@ -202,7 +202,9 @@ function checkFilesAndMeasure(files: readonly ShardFile[]): number {
       if (file.verificationHashes.length !== file.terms.length) {
         throw new RangeError(`${where} has ${file.terms.length} terms but ${file.verificationHashes.length} verification hashes`);
       }
-      file.verificationHashes.forEach((h, t) => checkHash(h, `${where}.verificationHashes[${t}]`));
+      file.verificationHashes.forEach((h, t) => {
+        checkHash(h, `${where}.verificationHashes[${t}]`);
+      });
     }
     if (file.sha256 !== null) checkHash(file.sha256, `${where}.sha256`);
     records += 1 + file.terms.length * (hasVerification ? 2 : 1) + (file.sha256 !== null ? 1 : 0);

@@ -200,7 +200,9 @@ export class HistoryWriter {
   ): Promise<void> {
     const segments = op.path.split("/");
     const name = segments.pop()!;
-    const markDirty = (chain: EditableFolder[]) => chain.forEach((folder) => (folder.dirty = true));
+    const markDirty = (chain: EditableFolder[]) => chain.forEach((folder) => {
+      folder.dirty = true;
+    });
     const missing = () => new HubError(404, `${quote(op.path)} does not exist in the branch's head commit`, "EntryNotFound", head ?? undefined);
 
     if (op.kind === "file" || op.kind === "lfsFile") {

@@ -19,7 +19,7 @@ export function generateHubTokenSecret(): string {
 
 /** Public id shown by `token list`: `tok_` + 12 hex characters. */
 export function generateHubTokenId(): string {
-  return "tok_" + randomBytes(6).toString("hex");
+  return `tok_${randomBytes(6).toString("hex")}`;
 }
 
 export function isPlausibleHubTokenSecret(secret: string): boolean {

@@ -102,7 +102,7 @@ describe("HmacTransferUrls.sign / verify", () => {
       const replacement = alphabet[(alphabet.indexOf(original) + 1) % alphabet.length] ?? "0";
       const changed = target.slice(0, i) + (replacement === original ? "1" : replacement) + target.slice(i + 1);
       const deleted = target.slice(0, i) + target.slice(i + 1);
-      const inserted = target.slice(0, i) + "0" + target.slice(i);
+      const inserted = `${target.slice(0, i)}0${target.slice(i)}`;
       for (const tampered of [changed, deleted, inserted]) {
         assert.notEqual(tampered, target);
         const reason = rejection(() => urls.verify(tampered));

@@ -7,8 +7,8 @@ import { fileHash, hashFromHex, hashToHex, isZeroHash, keyedChunkHash, verificat
 import { parseFullShard, type ParsedFullShard, type ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
-import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
-import { FsBlobStore } from "../../src/storage/fs.js";
+import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import type { FsBlobStore } from "../../src/storage/fs.js";
 import { useFreshStores } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData } from "../helpers/vectors.js";
 
@@ -113,7 +113,9 @@ describe("dedup query", () => {
     assert.deepEqual(hmacKey, deriveDedupKey(SEED, "2031-03-14"));
     assert.equal(creationTimestamp, BigInt(NOON.getTime() / 1000));
     assert.equal(keyExpiry, creationTimestamp + BigInt(DEDUP_KEY_LIFETIME_SECONDS));
-    answer.xorbs[0].chunks.forEach((chunk, i) => assert.deepEqual(chunk.hash, keyedChunkHash(hmacKey, VECTOR_CHUNKS[i]), `chunk ${i} is keyed`));
+    answer.xorbs[0].chunks.forEach((chunk, i) => {
+      assert.deepEqual(chunk.hash, keyedChunkHash(hmacKey, VECTOR_CHUNKS[i]), `chunk ${i} is keyed`);
+    });
     for (const chunk of VECTOR_CHUNKS) assert.deepEqual(clientFinds(answer, chunk), [xorbVector.expected.xorb_hash]);
     for (const chunk of VECTOR_CHUNKS) assert.equal(Buffer.from(bytes).includes(Buffer.from(chunk)), false, "raw chunk hashes are never disclosed");
   });

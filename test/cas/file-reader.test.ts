@@ -11,9 +11,9 @@ import { CompressionScheme } from "../../src/format/compression.js";
 import { ZERO_HASH, fileHash, hashToHex, type Hash } from "../../src/format/hash.js";
 import { XORB_CHUNK_HEADER_BYTES, serializeXorb, type SerializedXorb, type XorbChunkSource } from "../../src/format/xorb.js";
 import type { FileRecord, FileTerm } from "../../src/metadata/cas.js";
-import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey, type BlobKey, type ByteSpan } from "../../src/storage/blob-store.js";
-import { FsBlobStore } from "../../src/storage/fs.js";
+import type { FsBlobStore } from "../../src/storage/fs.js";
 import { useFreshStores } from "../helpers/stores.js";
 import { makeData, splitmix64Bytes } from "../helpers/vectors.js";
 
@@ -284,7 +284,9 @@ describe("FileReader: whole files and ranges", () => {
       { start: 0, end: size - 1 },
     ];
     const results = await Promise.all(ranges.map((range) => readFile(reader, file.hash, range)));
-    ranges.forEach((range, i) => assertBytes(results[i], file.bytes.subarray(range.start, range.end + 1), `stream ${i}`));
+    ranges.forEach((range, i) => {
+      assertBytes(results[i], file.bytes.subarray(range.start, range.end + 1), `stream ${i}`);
+    });
   });
 
   it("reports the size, and null for a file that is not registered", async () => {

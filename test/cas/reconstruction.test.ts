@@ -498,7 +498,7 @@ describe("V2 entry splitting (8 KiB)", () => {
   });
 
   it("also splits when the signer's URLs outgrow 8 KiB before the Range value does", () => {
-    const signer = new RecordingSigner("pad=" + "p".repeat(3000) + "&");
+    const signer = new RecordingSigner(`pad=${"p".repeat(3000)}&`);
     const entries = checkEntries(renderV2(plan, signer), signer);
     assert.ok(entries.length > 3);
     assert.ok(signer.calls.length <= entries.length + 2, `${signer.calls.length} signatures for ${entries.length} entries`);

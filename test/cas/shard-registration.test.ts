@@ -18,9 +18,9 @@ import { CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, shardSha256FromDigest, type ShardFile
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import type { CasMetadataStore } from "../../src/metadata/cas.js";
-import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
-import { FsBlobStore } from "../../src/storage/fs.js";
+import type { FsBlobStore } from "../../src/storage/fs.js";
 import { useFreshStores } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, toHex } from "../helpers/vectors.js";
 

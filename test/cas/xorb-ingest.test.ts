@@ -7,9 +7,9 @@ import { CompressionScheme, compressChunk } from "../../src/format/compression.j
 import type { FormatErrorCode } from "../../src/format/errors.js";
 import { hashFromHex, hashToHex, type Hash } from "../../src/format/hash.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
-import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
-import { FsBlobStore } from "../../src/storage/fs.js";
+import type { FsBlobStore } from "../../src/storage/fs.js";
 import { useFreshStores } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes } from "../helpers/vectors.js";
 

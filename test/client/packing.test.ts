@@ -50,7 +50,9 @@ describe("XorbBuilder", () => {
   it("seals chunks into a body the server-side validator accepts, with the same xorb hash and chunk table", () => {
     const builder = new XorbBuilder();
     const hashes = VECTOR_CHUNKS.map(chunkHash);
-    VECTOR_CHUNKS.forEach((chunk, i) => assert.equal(builder.add(chunk, hashes[i]), i));
+    VECTOR_CHUNKS.forEach((chunk, i) => {
+      assert.equal(builder.add(chunk, hashes[i]), i);
+    });
     const sealed = builder.seal();
 
     // The xorb hash depends only on the chunks' content, so it must be the vector's whatever the encoding.
@@ -229,7 +231,9 @@ describe("ChunkIndex (deduplication matching)", () => {
     const index = new ChunkIndex();
     const chunks = distinctChunks(3, 100, 6n);
     const xorb = sessionXorb(chunks);
-    chunks.forEach((chunk, i) => index.addSessionChunk(chunkHash(chunk), { xorb, index: i }));
+    chunks.forEach((chunk, i) => {
+      index.addSessionChunk(chunkHash(chunk), { xorb, index: i });
+    });
     assert.deepEqual(index.lookup(chunkHash(chunks[2]), null), { xorb, index: 2 });
     assert.equal(index.lookup(chunkHash(distinctChunks(1, 100, 99n)[0]), null), null);
     assert.equal(index.has(chunkHash(chunks[0])), true);
@@ -240,7 +244,9 @@ describe("ChunkIndex (deduplication matching)", () => {
     const [x, y] = distinctChunks(2, 100, 7n);
     const xorb = sessionXorb([x, y, x, y]);
     const index = new ChunkIndex();
-    [x, y, x, y].forEach((chunk, i) => index.addSessionChunk(chunkHash(chunk), { xorb, index: i }));
+    [x, y, x, y].forEach((chunk, i) => {
+      index.addSessionChunk(chunkHash(chunk), { xorb, index: i });
+    });
     assert.deepEqual(index.lookup(chunkHash(x), null), { xorb, index: 0 });
     assert.deepEqual(index.lookup(chunkHash(x), { xorb, index: 1 }), { xorb, index: 2 });
     assert.deepEqual(index.lookup(chunkHash(y), { xorb, index: 2 }), { xorb, index: 3 });

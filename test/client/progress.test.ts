@@ -31,7 +31,7 @@ describe("ProgressRenderer", () => {
     progress.finish();
     assert.equal(writes.length, 4);
     assert.ok(writes.slice(0, 3).every((w) => w.startsWith("\r\x1b[2K")));
-    assert.match(writes[1], /^\r\x1b\[2Kreading \[#{12}-{12}\]  50%  500 B \/ 1000 B  500 B\/s$/);
+    assert.match(writes[1], /^\r\x1b\[2Kreading \[#{12}-{12}\] {2}50% {2}500 B \/ 1000 B {2}500 B\/s$/);
     assert.equal(writes[3], "\n");
   });
 
@@ -97,7 +97,9 @@ describe("Limiter and TaskPool", () => {
     release.shift()!();
     await third;
     assert.equal(thirdAccepted, true);
-    release.forEach((r) => r());
+    release.forEach((r) => {
+      r();
+    });
     await pool.drain();
 
     const failing = new TaskPool(1);

@@ -63,7 +63,9 @@ function memoryCas(options: { rejectXorbs?: string } = {}) {
         assert.equal(hashes.length, term.chunkEnd - term.chunkStart, "term inside its xorb");
         assert.equal(term.unpackedBytes, sizes.reduce((a, b) => a + b, 0), "term length");
         assert.ok(hashEquals(verificationHash(hashes), file.verificationHashes![t]), "verification hash");
-        hashes.forEach((hash, i) => leaves.push({ hash, size: sizes[i] }));
+        hashes.forEach((hash, i) => {
+          leaves.push({ hash, size: sizes[i] });
+        });
       });
       assert.ok(hashEquals(fileHash(leaves), file.fileHash), "file hash");
       assert.ok(file.sha256 !== null, "metadata extension present");

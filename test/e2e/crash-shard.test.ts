@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import Database from "better-sqlite3";
 import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
-import { type ShardFile } from "../../src/format/shard.js";
+import type { ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { METADATA_FILE_NAME } from "../../src/metadata/sqlite.js";

@@ -78,7 +78,9 @@ describe("castor serve: hub token operation", () => {
     } finally {
       await store.close();
     }
-    Object.values(hubTokens).forEach((secret) => secretsSeen.add(secret));
+    Object.values(hubTokens).forEach((secret) => {
+      secretsSeen.add(secret);
+    });
 
     server = await startCastorServer({ dataDir });
     verifier = new CasTokenVerifier(await publicKeyOf(dataDir));

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { fileHash, hashToHex, verificationHash, type Hash } from "../../src/format/hash.js";
-import { type ShardFile } from "../../src/format/shard.js";
+import type { ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";

@@ -15,7 +15,7 @@ import { byteRange, type ByteRange } from "../../src/format/ranges.js";
 import { KEYS_DIR_NAME, URL_KEY_FILE_NAME } from "../../src/auth/keys.js";
 import { CompressionScheme, decompressChunk } from "../../src/format/compression.js";
 import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
-import { type ShardTerm } from "../../src/format/shard.js";
+import type { ShardTerm } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { chunkRangeToByteRange, serializeXorb, XORB_CHUNK_HEADER_BYTES, type SerializedXorb } from "../../src/format/xorb.js";
 import { runCastor } from "../helpers/cli.js";
@@ -281,7 +281,9 @@ describe("transfer URLs against a running server", () => {
       parts.map((part) => part.contentRange),
       ranges.map((r) => `bytes ${r.start}-${r.end}/${xorb.bytes.length}`),
     );
-    parts.forEach((part, i) => assert.deepEqual(part.bytes, Buffer.from(xorb.bytes.subarray(ranges[i].start, ranges[i].end + 1))));
+    parts.forEach((part, i) => {
+      assert.deepEqual(part.bytes, Buffer.from(xorb.bytes.subarray(ranges[i].start, ranges[i].end + 1)));
+    });
   });
 
   it("answers 403 to expired, altered or unsigned requests, and 404 for an unknown xorb", async () => {

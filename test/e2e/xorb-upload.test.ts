@@ -231,10 +231,10 @@ describe("refused xorb uploads (docs/protocol.md §11) leave no trace", () => {
 
   it("400 for bad chunks: header version, unknown scheme, broken LZ4, wrong decoded length, truncation, junk", async () => {
     const cases: [string, (body: Uint8Array, chunk1At: number) => Uint8Array, RegExp][] = [
-      ["bad version", (b, chunk1At) => ((b[chunk1At] = 3), b), /chunk 1 .*header version is 3/],
-      ["unknown scheme", (b) => ((b[4] = 99), b), /unknown compression scheme 99/],
-      ["broken LZ4 frame", (b) => (b.fill(0, 8, 12), b), /chunk 0 /],
-      ["wrong decoded length", (b) => ((b[5] -= 1), b), /chunk 0 /],
+      ["bad version", (b, chunk1At) => withByte(b, chunk1At, 3), /chunk 1 .*header version is 3/],
+      ["unknown scheme", (b) => withByte(b, 4, 99), /unknown compression scheme 99/],
+      ["broken LZ4 frame", (b) => b.fill(0, 8, 12), /chunk 0 /],
+      ["wrong decoded length", (b) => withByte(b, 5, b[5] - 1), /chunk 0 /],
       ["truncated", (b) => b.subarray(0, b.length - 3), /truncated/],
       ["junk after the chunks", (b) => new Uint8Array([...b, ...new TextEncoder().encode("XETBLOB?")]), /footer/],
     ];
@@ -297,3 +297,9 @@ describe("refused xorb uploads (docs/protocol.md §11) leave no trace", () => {
     }
   });
 });
+
+/** `bytes` with the byte at `at` set to `value` (changed in place, returned for chaining). */
+function withByte(bytes: Uint8Array, at: number, value: number): Uint8Array {
+  bytes[at] = value;
+  return bytes;
+}

@@ -99,14 +99,14 @@ describe("git ids", () => {
     const rootMessage = commitMessage("initial commit", "");
     const root = gitCommitBody({ tree, parents: [], author: signature, committer: signature, message: rootMessage });
     const rootId = commitTree(rootMessage, 1_764_000_000, []);
-    assert.equal(git(["cat-file", "commit", rootId]) + "\n", root);
+    assert.equal(`${git(["cat-file", "commit", rootId])}\n`, root);
     assert.equal(gitObjectId("commit", root), rootId);
 
     const childMessage = commitMessage("Upload model.bin", "A longer description\nover two lines");
     assert.equal(childMessage, "Upload model.bin\n\nA longer description\nover two lines\n");
     const child = gitCommitBody({ tree, parents: [rootId], author: signature, committer: signature, message: childMessage });
     const childId = commitTree(childMessage, 1_764_000_000, [rootId]);
-    assert.equal(git(["cat-file", "commit", childId]) + "\n", child);
+    assert.equal(`${git(["cat-file", "commit", childId])}\n`, child);
     assert.equal(gitObjectId("commit", child), childId);
   });
 });

@@ -42,7 +42,7 @@ describe("hash string form (hex-rendering.json)", () => {
   it("rejects anything but 64 lowercase hex characters", () => {
     const good = "07060504030201000f0e0d0c0b0a090817161514131211101f1e1d1c1b1a1918";
     assert.ok(isHashHex(good));
-    for (const bad of ["", good.slice(1), good + "0", good.toUpperCase(), good.replace("7", "g"), ` ${good.slice(1)}`, good.slice(0, 63) + "\n"]) {
+    for (const bad of ["", good.slice(1), `${good}0`, good.toUpperCase(), good.replace("7", "g"), ` ${good.slice(1)}`, `${good.slice(0, 63)}\n`]) {
       assert.equal(isHashHex(bad), false, JSON.stringify(bad));
       assert.throws(() => hashFromHex(bad), (e: unknown) => e instanceof FormatError && e.code === "bad_hash");
     }

@@ -91,7 +91,9 @@ function withLookupTables(full: Uint8Array): Uint8Array {
   record = 0;
   for (const x of parsed.xorbs) {
     xorbRows.push([word(x.xorbHash), record]);
-    x.chunks.forEach((c, i) => chunkRows.push([word(c.hash), record, i]));
+    x.chunks.forEach((c, i) => {
+      chunkRows.push([word(c.hash), record, i]);
+    });
     record += 1 + x.chunks.length;
   }
   const byKey = (a: [bigint, ...number[]], b: [bigint, ...number[]]) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);

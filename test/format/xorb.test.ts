@@ -184,7 +184,9 @@ describe("xorb validator on the xorb-small vector", () => {
   });
 
   it("has chunk data that hashes to the vector's chunk hashes (sanity check of the vector)", () => {
-    chunkData.forEach((data, i) => assert.equal(hashToHex(chunkHash(data)), expectedChunks[i].chunk_hash));
+    chunkData.forEach((data, i) => {
+      assert.equal(hashToHex(chunkHash(data)), expectedChunks[i].chunk_hash);
+    });
   });
 });
 

@@ -194,7 +194,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<TestProxy>
     // connection before the proxy's own end-of-answer event has run; that answer was still
     // relayed whole.
     let answer: IncomingMessage | null = null;
-    const answerRelayedWhole = () => answer !== null && answer.complete && answer.readableLength === 0;
+    const answerRelayedWhole = () => answer?.complete && answer.readableLength === 0;
     res.on("close", () => {
       if (entry.outcome !== "pending") return;
       if (answerRelayedWhole()) entry.outcome = "ok";

@@ -96,7 +96,7 @@ function assertStatus(answer: Answer, status: number, code?: string): void {
   if (code !== undefined) assert.equal(answer.headers.get("x-error-code"), code);
 }
 
-const ndjson = (...lines: unknown[]) => lines.map((line) => JSON.stringify(line)).join("\n") + "\n";
+const ndjson = (...lines: unknown[]) => `${lines.map((line) => JSON.stringify(line)).join("\n")}\n`;
 const header = (summary: string, parentCommit?: string) => ({ key: "header", value: { summary, description: "", ...(parentCommit ? { parentCommit } : {}) } });
 const inline = (path: string, content: string | Buffer) => ({ key: "file", value: { path, encoding: "base64", content: Buffer.from(content).toString("base64") } });
 

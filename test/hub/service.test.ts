@@ -169,7 +169,7 @@ describe("HubService.authorizeTokenRequest", () => {
 
     const unknown = `hf_${"A".repeat(43)}`;
     const messages = new Set<string>();
-    for (const secret of [unknown, "Bearer " + readSecret, readSecret.slice(0, -1), "hf_" + "x".repeat(5000), "not a token"]) {
+    for (const secret of [unknown, `Bearer ${readSecret}`, readSecret.slice(0, -1), `hf_${"x".repeat(5000)}`, "not a token"]) {
       messages.add(assertDenied(await hub.authorizeTokenRequest(request(secret)), 401, /invalid or expired/).message);
     }
 
@@ -195,7 +195,7 @@ describe("HubService.authorizeTokenRequest", () => {
     for (const repoType of ["models", "bucket", "Model", ""]) {
       assertDenied(await hub.authorizeTokenRequest(request(readSecret, { repoType })), 400, /repository type/);
     }
-    for (const repoName of ["alice", "alice/bert/x", "/bert", "alice/", "-alice/bert", "alice/be..rt", "alice/b rt", "a".repeat(97) + "/b"]) {
+    for (const repoName of ["alice", "alice/bert/x", "/bert", "alice/", "-alice/bert", "alice/be..rt", "alice/b rt", `${"a".repeat(97)}/b`]) {
       assertDenied(await hub.authorizeTokenRequest(request(readSecret, { repoName })), 400, /repository name/);
     }
     for (const revision of ["", "..", "a..b", "-x", "/x", "x/", "a b", "a~1", "x".repeat(256), "a:b", "x.lock"]) {

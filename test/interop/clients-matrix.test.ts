@@ -193,7 +193,7 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
           before(async () => {
             bytes = shape.make(label);
             assert.equal(bytes.length, shape.size);
-            ({ hash, sha256: declaredSha256 } = await uploader.upload(label.replace(/[^A-Za-z0-9]+/g, "-") + ".bin", bytes));
+            ({ hash, sha256: declaredSha256 } = await uploader.upload(`${label.replace(/[^A-Za-z0-9]+/g, "-")}.bin`, bytes));
           });
 
           it("registers the file under its hash and its SHA-256", async () => {

@@ -144,7 +144,9 @@ describe("castor's client on the scale-out backends", () => {
     assert.equal(await storedXorbBytes(), before);
 
     const edited = Buffer.from(contents.get("10mib")!);
-    pseudoRandomBytes("edit", 1024).forEach((byte, i) => (edited[5 * MIB + i] = byte));
+    pseudoRandomBytes("edit", 1024).forEach((byte, i) => {
+      edited[5 * MIB + i] = byte;
+    });
     const editedPath = await writeTemp(work, "edited", edited);
     const result = await client().upload([editedPath]);
     const growth = (await storedXorbBytes()) - before;

@@ -27,7 +27,7 @@ import { GetObjectCommand, ListMultipartUploadsCommand } from "@aws-sdk/client-s
 import { CasTokenIssuer } from "../../src/auth/cas-token.js";
 import { CastorClient, type UploadResult } from "../../src/client/index.js";
 import { fileHash, hashFromHex, hashToHex, verificationHash } from "../../src/format/hash.js";
-import { type ShardFile } from "../../src/format/shard.js";
+import type { ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, XorbValidator, type SerializedXorb } from "../../src/format/xorb.js";
 import {

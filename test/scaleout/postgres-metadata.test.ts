@@ -210,7 +210,7 @@ describe("PostgresMetadataStore specifics", () => {
             const outcomes = await Promise.all(advances.map((advance) => advance.run));
             const mainWinners = advances.filter((advance, i) => advance.branch === "main" && outcomes[i] === "advanced");
             assert.equal(mainWinners.length, 1, `round ${round}: ${outcomes.join(", ")}`);
-            assert.deepEqual(outcomes.filter((outcome, i) => advances[i].branch !== "main"), ["advanced", "advanced", "advanced", "advanced"]);
+            assert.deepEqual(outcomes.filter((_outcome, i) => advances[i].branch !== "main"), ["advanced", "advanced", "advanced", "advanced"]);
             for (const [i, advance] of advances.entries()) if (outcomes[i] === "advanced") heads.set(advance.branch, advance.commit.oid);
             for (const store of stores) {
               for (const [branch, head] of heads) assert.equal((await store.getRevision(repo.id, branch))?.commitOid, head);

@@ -78,7 +78,9 @@ describe("CASTOR_TRANSFER_MODE=presigned against Ceph RGW", () => {
     const names = Object.keys(contents) as (keyof typeof files)[];
     const paths = await Promise.all(names.map((name) => writeTemp(workDir, `${name}.bin`, contents[name])));
     const uploaded = await upload({ endpoint: server.url, hubToken: castor.hubTokens.write, repo: REPO, files: paths });
-    names.forEach((name, i) => (files[name] = { bytes: contents[name], hash: uploaded.files[i].fileHash }));
+    names.forEach((name, i) => {
+      files[name] = { bytes: contents[name], hash: uploaded.files[i].fileHash };
+    });
   });
 
   after(async () => {

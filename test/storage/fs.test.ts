@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { blobKeyFromHex, isBlobStoreError, type BlobKey } from "../../src/storage/blob-store.js";
-import { FsBlobStore, openFsBlobStore } from "../../src/storage/fs.js";
+import { type FsBlobStore, openFsBlobStore } from "../../src/storage/fs.js";
 import { collect, readAll, runBlobStoreContract } from "../contract/blob-store.js";
 
 async function makeRoot(): Promise<{ parent: string; root: string; cleanup(): Promise<void> }> {

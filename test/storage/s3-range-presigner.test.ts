@@ -124,7 +124,7 @@ describe("S3RangePresigner", () => {
     for (const span of [{ offset: 0, length: 0 }, { offset: -1, length: 5 }, { offset: 1.5, length: 2 }]) {
       assert.throws(() => signer.presign(key, span), (err: unknown) => isBlobStoreError(err, "bad_range"));
     }
-    for (const bad of ["xorbs/../x", "XORBS/" + "0".repeat(64), `xorbs/${"0".repeat(64)}?x=1`]) {
+    for (const bad of ["xorbs/../x", `XORBS/${"0".repeat(64)}`, `xorbs/${"0".repeat(64)}?x=1`]) {
       assert.throws(() => signer.presign(bad as BlobKey, { offset: 0, length: 1 }), (err: unknown) => isBlobStoreError(err, "invalid_key"));
     }
     store.client.destroy();

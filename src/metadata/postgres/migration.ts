@@ -280,7 +280,9 @@ export class PostgresMigrationRecords {
   }
 
   async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
-    links.forEach((link) => checkHash(link.fileHash, "file hash of a link"));
+    links.forEach((link) => {
+      checkHash(link.fileHash, "file hash of a link");
+    });
     if (links.length === 0) return 0;
     return importing(async () => {
       const result = await this.run("importFileRepos", [links.map((l) => l.fileHash), links.map((l) => l.repoId)]);
@@ -324,7 +326,9 @@ export class PostgresMigrationRecords {
   }
 
   async importShards(shards: readonly ShardRow[]): Promise<number> {
-    shards.forEach((shard) => checkHash(shard.hash, "shard hash"));
+    shards.forEach((shard) => {
+      checkHash(shard.hash, "shard hash");
+    });
     if (shards.length === 0) return 0;
     const result = await this.run("importShards", [shards.map((s) => s.hash), shards.map((s) => s.createdAt)]);
     return result.rowCount ?? 0;
