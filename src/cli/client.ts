@@ -6,6 +6,17 @@
 import { CastorClient, CastorClientError, DEFAULT_ENDPOINT } from "../client/index.js";
 import { UsageError } from "./args.js";
 
+/** The flags every client command takes (`parseCommandLine` options). */
+export const CLIENT_FLAGS = {
+  repo: { type: "string" },
+  revision: { type: "string" },
+  endpoint: { type: "string" },
+  "hub-token": { type: "string" },
+} as const;
+
+/** Client commands that move file contents also take `--concurrency`. */
+export const TRANSFER_FLAGS = { ...CLIENT_FLAGS, concurrency: { type: "string" } } as const;
+
 export interface ClientFlags {
   repo?: string;
   revision?: string;

@@ -2,7 +2,7 @@
 import { basename } from "node:path";
 import { DEFAULT_ENDPOINT, ProgressRenderer, formatBytes, type ByteRangeRequest, type FileDownloadResult } from "../client/index.js";
 import { EXIT_OK, UsageError, parseCommandLine, runCommand } from "./args.js";
-import { asUsageError, createClient, parsePositiveInt } from "./client.js";
+import { asUsageError, createClient, parsePositiveInt, TRANSFER_FLAGS } from "./client.js";
 
 const USAGE = `Usage: castor download --repo TYPE:NS/NAME [--revision R] PATH [-o OUT] [--range A-B]
        castor download --repo TYPE:NS/NAME [--revision R] --hash HASH -o OUT [--range A-B]
@@ -40,14 +40,10 @@ const HASH = /^[0-9a-f]{64}$/;
 export function run(argv: string[]): Promise<number> {
   return runCommand("download", async () => {
     const args = parseCommandLine(argv, {
-      repo: { type: "string" },
-      revision: { type: "string" },
+      ...TRANSFER_FLAGS,
       hash: { type: "string" },
       output: { type: "string", short: "o" },
       range: { type: "string" },
-      endpoint: { type: "string" },
-      "hub-token": { type: "string" },
-      concurrency: { type: "string" },
     });
     if (args.help) {
       process.stdout.write(USAGE);

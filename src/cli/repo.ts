@@ -16,7 +16,7 @@ import {
   runCommand,
   runSubcommand,
 } from "./args.js";
-import { asUsageError, createClient } from "./client.js";
+import { asUsageError, CLIENT_FLAGS, createClient } from "./client.js";
 
 const USAGE = `Usage: castor repo <create|list|ls|files> …
 
@@ -108,12 +108,8 @@ function list(argv: string[]): Promise<number> {
 
 function files(argv: string[]): Promise<number> {
   return runCommand("repo files", async () => {
-    const args = parseCommandLine(argv, {
-      revision: { type: "string" },
-      path: { type: "string" },
-      endpoint: { type: "string" },
-      "hub-token": { type: "string" },
-    });
+    const { repo: _repoIsPositional, ...flags } = CLIENT_FLAGS;
+    const args = parseCommandLine(argv, { ...flags, path: { type: "string" } });
     if (args.help) return help(FILES_USAGE);
     const [ref] = expectPositionals(args.positionals, ["TYPE:NAMESPACE/NAME"]);
     const client = createClient(args.values, ref);

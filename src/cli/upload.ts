@@ -11,7 +11,7 @@ import {
   type UploadResult,
 } from "../client/index.js";
 import { EXIT_OK, UsageError, parseCommandLine, runCommand } from "./args.js";
-import { asUsageError, createClient, parsePositiveInt } from "./client.js";
+import { asUsageError, createClient, parsePositiveInt, TRANSFER_FLAGS } from "./client.js";
 
 const USAGE = `Usage: castor upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE…
 
@@ -50,14 +50,10 @@ Exit codes: 0 success, 1 failure (server, network, files), 2 bad command line.
 export function run(argv: string[]): Promise<number> {
   return runCommand("upload", async () => {
     const args = parseCommandLine(argv, {
-      repo: { type: "string" },
-      revision: { type: "string" },
+      ...TRANSFER_FLAGS,
       path: { type: "string" },
       message: { type: "string", short: "m" },
       "no-commit": { type: "boolean" },
-      endpoint: { type: "string" },
-      "hub-token": { type: "string" },
-      concurrency: { type: "string" },
     });
     if (args.help) {
       process.stdout.write(USAGE);
