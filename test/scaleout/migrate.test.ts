@@ -113,7 +113,7 @@ describe("castor migrate: embedded data dir → PostgreSQL + S3 (Ceph RGW)", () 
       };
       const sourceHub = await hubRows(sourceMetadata);
       assert.deepEqual(await hubRows(targetMetadata), sourceHub);
-      assert.equal(sourceHub.commits.length, 1, "the fixture has a history to copy");
+      assert.equal(sourceHub.commits.length, 3, "the fixture has a history to copy: each repository's initial commit and the fixture's commit");
     } finally {
       await sourceMetadata.close();
       await targetMetadata.close();
