@@ -16,7 +16,7 @@ import { byteRange } from "../../src/format/ranges.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
 import { SPOOL_DIR_NAME } from "../../src/http/app.js";
-import { openSocket } from "../helpers/raw-socket.js";
+import { openSocket, unreadByServer } from "../helpers/raw-socket.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 
@@ -87,21 +87,6 @@ const openDescriptors = async (server: ServerProcess) => (await readdir(`/proc/$
 const residentBytes = async (server: ServerProcess) => Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${server.child.pid}/status`, "utf8"))![1]) * 1024;
 const stagedFiles = (server: ServerProcess) => readdir(join(server.dataDir, "blobs", "tmp")).catch(() => [] as string[]);
 const spoolFiles = (server: ServerProcess) => readdir(join(server.dataDir, SPOOL_DIR_NAME)).catch(() => [] as string[]);
-
-/**
- * Bytes still waiting in the server's receive queues of connections to `port`
- * (/proc/net/tcp, hex `rx_queue`): 0 once the server has read everything its clients sent.
- */
-async function unreadByServer(port: number): Promise<number> {
-  const portHex = port.toString(16).toUpperCase().padStart(4, "0");
-  let unread = 0;
-  for (const line of (await readFile("/proc/net/tcp", "utf8")).split("\n").slice(1)) {
-    const fields = line.trim().split(/\s+/);
-    if (fields.length < 5 || !fields[1].endsWith(`:${portHex}`) || fields[3] !== "01") continue;
-    unread += parseInt(fields[4].split(":")[1], 16);
-  }
-  return unread;
-}
 
 async function writeToken(server: ServerProcess): Promise<string> {
   const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/limits" });

@@ -20,8 +20,9 @@ import { createLogger } from "../../src/http/logging.js";
 import { HubService } from "../../src/hub/index.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { runCastor } from "../helpers/cli.js";
-import { openSocket, readUntilClosed } from "../helpers/raw-socket.js";
+import { openSocket, readUntilClosed, unreadByServer } from "../helpers/raw-socket.js";
 import { serveExpectingFailure, startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { until } from "../helpers/wait.js";
 
 interface TokenAnswer {
   status: number;
@@ -248,8 +249,11 @@ describe("castor serve: token expiry and graceful shutdown", () => {
     const socket = await openSocket(port);
     const answer = readUntilClosed(socket);
     // The request has begun arriving when the signal comes; its end arrives during shutdown.
-    socket.write(`GET /api/models/alice/bert/xet-read-token/main HTTP/1.1\r\nHost: castor\r\nAuthorization: Bearer ${hubToken}\r\n`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await new Promise<void>((resolve, reject) =>
+      socket.write(`GET /api/models/alice/bert/xet-read-token/main HTTP/1.1\r\nHost: castor\r\nAuthorization: Bearer ${hubToken}\r\n`, (error) => (error ? reject(error) : resolve())),
+    );
+    // The server process has read it: the request is in progress, not an idle connection.
+    await until(async () => (await unreadByServer(port, socket.localPort)) === 0, "the server to read the beginning of the request");
 
     server.child.kill("SIGTERM");
     await server.waitForLog((line) => line.msg === "castor shutting down: finishing requests in progress");

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync } from "node:crypto";
+import { once } from "node:events";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -19,6 +20,7 @@ import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes } from "../helpers/vectors.js";
+import { settlesWithin, until } from "../helpers/wait.js";
 
 const MAX_XORB_BYTES = 100_000;
 const vector = loadVector("xorb-small.json");
@@ -297,10 +299,9 @@ class RawConnection {
     return new Promise((resolve, reject) => this.socket.write(data, (error) => (error ? reject(error) : resolve())));
   }
 
+  /** Whether the server closes the connection within `timeoutMs`. */
   async waitClosed(timeoutMs = 3000): Promise<boolean> {
-    const deadline = Date.now() + timeoutMs;
-    while (!this.closed && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
-    return this.closed;
+    return this.closed || (await settlesWithin(once(this.socket, "close"), timeoutMs));
   }
 }
 
@@ -400,12 +401,11 @@ describe("raw bodies on the wire", () => {
     await connection.write(requestHead(`/v1/xorbs/default/${hex}`, { "Content-Length": xorb.bytes.length }));
     await connection.write(xorb.bytes.subarray(0, 40_000));
     // Wait until the server is demonstrably staging the upload, then vanish.
-    const deadline = Date.now() + 3000;
-    while ((await readdir(join(blobs.root, "tmp"))).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-    assert.equal((await readdir(join(blobs.root, "tmp"))).length, 1, "the upload is being staged");
+    const staged = () => readdir(join(blobs.root, "tmp"));
+    await until(async () => (await staged()).length > 0, "the server to stage the upload", 3000);
+    assert.equal((await staged()).length, 1, "the upload is being staged");
     connection.socket.destroy();
-    const cleanDeadline = Date.now() + 3000;
-    while ((await readdir(join(blobs.root, "tmp"))).length > 0 && Date.now() < cleanDeadline) await new Promise((r) => setTimeout(r, 10));
+    await until(async () => (await staged()).length === 0, "the temp file to be removed", 3000);
     await assertNothingStored(hex);
   });
 });
