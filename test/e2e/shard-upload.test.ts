@@ -24,6 +24,7 @@ import type { MetadataStore, Repo } from "../../src/metadata/store.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { fromHex, loadVector, makeData } from "../helpers/vectors.js";
+import { within } from "../helpers/wait.js";
 
 const xorbVector = loadVector("xorb-small.json");
 const shardVector = loadVector("shard-upload-small.json");
@@ -270,10 +271,14 @@ describe("/v2/shards heartbeat (in-process, short interval)", () => {
     const { privateKey, publicKey } = generateKeyPairSync("ed25519");
     const repo: Repo = { id: 7, type: "model", name: "alice/bert", createdAt: new Date(), private: true };
     const registered: unknown[] = [];
+    // The validation's metadata read waits until the client has received the progress frame
+    // four times; only heartbeats can send it again meanwhile.
+    const WAITING = '{"type":"validating","verified":0,"total":3}';
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
     const slowStore = {
-      // Slow metadata reads: the validation waits on them long enough for several heartbeats.
       getXorbs: async () => {
-        await new Promise((resolve) => setTimeout(resolve, 400));
+        await released;
         return new Map([[VECTOR_XORB_HEX, { hash: vectorInfo.hash, serializedLength: 1398, uncompressedLength: 3565, chunks: [...vectorInfo.chunks] }]]);
       },
       registerShard: async (registration: unknown) => {
@@ -293,12 +298,22 @@ describe("/v2/shards heartbeat (in-process, short interval)", () => {
       const { token } = await new CasTokenIssuer(privateKey, 60).issue({ repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write" });
       const address = app.server.address() as { port: number };
       const response = await fetch(`http://127.0.0.1:${address.port}/v2/shards`, { method: "POST", body: fromHex(shardVector.xet_core_style_hex), headers: { authorization: `Bearer ${token}` } });
-      const frames = await framesOf(response);
-      const waiting = frames.filter((f) => JSON.stringify(f) === '{"type":"validating","verified":0,"total":3}');
+      const [watched, kept] = response.body!.tee();
+      void (async () => {
+        let text = "";
+        const decoder = new TextDecoder();
+        for await (const piece of watched) {
+          text += decoder.decode(piece, { stream: true });
+          if (text.split("\n").filter((line) => line === WAITING).length >= 4) release();
+        }
+      })();
+      const frames = await within(framesOf(new Response(kept, response)), "the progress frame four times, then the result", 10_000);
+      const waiting = frames.filter((f) => JSON.stringify(f) === WAITING);
       assert.ok(waiting.length >= 4, `the progress frame is repeated while waiting (${JSON.stringify(frames)})`);
       assert.deepEqual(frames.at(-1), { type: "result", result: 1 });
       assert.equal(registered.length, 1);
     } finally {
+      release();
       await app.close();
     }
   });
