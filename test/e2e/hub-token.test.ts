@@ -221,8 +221,10 @@ describe("castor serve: token expiry and graceful shutdown", () => {
 
   it("issues tokens that the CAS auth hook of any node refuses from exp on", async () => {
     // Another node: it shares only the public key with the server.
+    // Its clock is the test's, so expiry is checked at exp without waiting for it.
+    let now: Date | null = null;
     const hook = createHttpApp({ logger: createLogger("silent") });
-    registerCasAuth(hook, new CasTokenVerifier(await publicKeyOf(dataDir)));
+    registerCasAuth(hook, new CasTokenVerifier(await publicKeyOf(dataDir), () => now ?? new Date()));
     hook.get("/probe", { config: { casScope: "write" } }, async (request) => casAccessOf(request));
     try {
       const answer = await requestToken(server, "/api/models/alice/bert/xet-write-token/main", hubToken);
@@ -235,7 +237,9 @@ describe("castor serve: token expiry and graceful shutdown", () => {
       assert.equal(fresh.statusCode, 200, fresh.body);
       assert.deepEqual(fresh.json().repo, { type: "model", id: "alice/bert" });
 
-      await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 20));
+      now = new Date(exp * 1000 - 1);
+      assert.equal((await probe()).statusCode, 200, "valid to the last millisecond before exp");
+      now = new Date(exp * 1000);
       const expired = await probe();
       assert.equal(expired.statusCode, 401);
       assert.match(expired.json().error, /^The access token has expired/);
