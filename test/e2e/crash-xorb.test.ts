@@ -9,11 +9,11 @@ import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
-import { CasTokenIssuer } from "../../src/auth/cas-token.js";
 import { loadOrCreateKeys } from "../../src/auth/keys.js";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 
@@ -41,8 +41,7 @@ after(async () => {
  */
 async function writeToken(): Promise<string> {
   const keys = await loadOrCreateKeys({ dataDir, signingKeyFile: null, urlKey: null, dedupKeySeed: null });
-  const issuer = new CasTokenIssuer(keys.jwtSigningKey, 600);
-  return (await issuer.issue({ repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write" })).token;
+  return casTokenSignedWith(keys.jwtSigningKey, "write");
 }
 
 const tempDir = () => join(dataDir, "blobs", "tmp");

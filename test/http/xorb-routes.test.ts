@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
+import { CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashFromHex, hashToHex } from "../../src/format/hash.js";
@@ -19,6 +19,7 @@ import { registerXorbRoutes } from "../../src/http/xorb-routes.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes } from "../helpers/vectors.js";
 import { settlesWithin, until } from "../helpers/wait.js";
 
@@ -29,9 +30,6 @@ const VECTOR_BODY = fromHex(vector.body_hex);
 const VECTOR_WITH_FOOTER = fromHex(vector.with_footer_hex);
 
 const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-const issuer = new CasTokenIssuer(privateKey, 600);
-const pastIssuer = new CasTokenIssuer(privateKey, 60, () => new Date(Date.now() - 3_600_000));
-const REPO = { type: "model", id: "alice/bert" } as const;
 
 let dir: string;
 let blobs: FsBlobStore;
@@ -50,8 +48,8 @@ before(async () => {
   await app.register(registerXorbRoutes, { xorbs: new XorbIngestService({ blobs, metadata, maxBodyBytes: MAX_XORB_BYTES }) });
   await app.listen({ host: "127.0.0.1", port: 0 });
   port = (app.server.address() as { port: number }).port;
-  writeToken = (await issuer.issue({ repo: REPO, rev: "main", scope: "write" })).token;
-  readToken = (await issuer.issue({ repo: REPO, rev: "main", scope: "read" })).token;
+  writeToken = await casTokenSignedWith(privateKey, "write");
+  readToken = await casTokenSignedWith(privateKey, "read");
 });
 
 after(async () => {
@@ -185,7 +183,7 @@ describe("POST /v1/xorbs/default/{hash}", () => {
     const xorb = freshXorb();
     const hex = hashToHex(xorb.info.hash);
     assertError(await upload(hex, xorb.bytes, { authorization: `Bearer ${readToken}` }), 403, /needs a write token/);
-    const expired = (await pastIssuer.issue({ repo: REPO, rev: "main", scope: "write" })).token;
+    const expired = await casTokenSignedWith(privateKey, "write", { ttlSeconds: 60, now: () => new Date(Date.now() - 3_600_000) });
     assertError(await upload(hex, xorb.bytes, { authorization: `Bearer ${expired}` }), 401, /expired/);
     const missing = await app.inject({ method: "POST", url: `/v1/xorbs/default/${hex}`, payload: Buffer.from(xorb.bytes) });
     assertError(missing, 401, /Missing access token/);

@@ -17,7 +17,6 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { CasTokenIssuer } from "../../src/auth/cas-token.js";
 import { CastorClient, upload, type UploadResult } from "../../src/client/index.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
@@ -40,6 +39,7 @@ import {
 import { hubFixture, listScaleOutXorbs, scaleOutUnavailable, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { downloadAnswer, fileOfChunks, vectorFileContents, withPlaceholderUrls, type Answer } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 
 // Fails the whole file, with the way to start the services, when they are not configured.
 const unavailable = scaleOutUnavailable();
@@ -293,10 +293,9 @@ describe("tokens on the scale-out backends", () => {
     // picks: one whose exp is the current second (expired: valid only before exp), one with
     // time left. The node checks both on its own clock.
     const signingKey = createPrivateKey(await readFile(server.scaleOut!.signingKeyFile));
-    const request = { repo: { type: REPO_TYPE, id: REPO_NAME }, rev: "main", scope: "read" } as const;
-    const { token: expiring, claims } = await new CasTokenIssuer(signingKey, 1, () => new Date(Date.now() - 1000)).issue(request);
-    assert.ok(claims.exp <= Date.now() / 1000, "precondition: exp has been reached");
-    const { token: live } = await new CasTokenIssuer(signingKey, 60).issue(request);
+    const repo = { type: REPO_TYPE, id: REPO_NAME } as const;
+    const expiring = await casTokenSignedWith(signingKey, "read", { repo, ttlSeconds: 1, now: () => new Date(Date.now() - 1000) });
+    const live = await casTokenSignedWith(signingKey, "read", { repo, ttlSeconds: 60 });
     const file = reconstructionVector.file_hashes.A as string;
     assert.equal((await reconstruct(`/v2/reconstructions/${file}`, undefined, live)).status, 200);
     const expired = await reconstruct(`/v2/reconstructions/${file}`, undefined, expiring);
