@@ -16,6 +16,7 @@ import { blobKey, type BlobKey, type ByteSpan } from "../../src/storage/blob-sto
 import type { FsBlobStore } from "../../src/storage/fs.js";
 import { useFreshStores } from "../helpers/stores.js";
 import { makeData, splitmix64Bytes } from "../helpers/vectors.js";
+import { until, within } from "../helpers/wait.js";
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: xorbs stored through the real ingest path, files registered in the real store
@@ -130,20 +131,25 @@ interface SpanLog {
   open: number;
   /** Reads waiting to be let through by `release()`. */
   held: number;
-  /** Holds reads (before they open anything) until `release()`. */
-  hold(): void;
+  /**
+   * Holds reads (before they open anything) until `release()`; resolves when the first read
+   * reaches the hold.
+   */
+  hold(): Promise<void>;
   release(): void;
 }
 
 function instrumented(inner: FsBlobStore, positional: boolean): { source: SpanSource; log: SpanLog } {
   let gate: Promise<void> = Promise.resolve();
   let openGate = () => {};
+  let arrived = () => {};
   const log: SpanLog = {
     requested: [],
     open: 0,
     held: 0,
     hold() {
       gate = new Promise((resolve) => (openGate = resolve));
+      return new Promise((resolve) => (arrived = resolve));
     },
     release() {
       openGate();
@@ -151,6 +157,7 @@ function instrumented(inner: FsBlobStore, positional: boolean): { source: SpanSo
   };
   const passGate = async () => {
     log.held++;
+    arrived();
     await gate;
     log.held--;
   };
@@ -469,6 +476,9 @@ describe("FileReader: bounded reading", () => {
       const stream = stored.read();
       // One read(): the stream decodes until its 1-byte buffer is full, i.e. one chunk.
       await once(stream, "readable");
+      await until(() => log.requested.length >= 1 + readAheadSpans, "the spans ahead to be requested");
+      // Checks that nothing more happens: only letting time pass shows that (a reader that
+      // ignored the bound would request the other spans within a few milliseconds).
       await sleep(50);
       assert.equal(log.requested.length, 1 + readAheadSpans, "spans requested while nobody reads");
       assert.equal(stream.readableLength, 8_000, "one decoded chunk is buffered");
@@ -490,9 +500,9 @@ describe("FileReader: bounded reading", () => {
       const stream = stored.read();
       await once(stream, "readable");
       // Reads of the spans ahead are in progress (held before they open) when the stream is destroyed.
-      log.hold();
+      const held = log.hold();
       assert.equal((stream.read() as Buffer).length, 8_000);
-      await sleep(20);
+      await within(held, "the next span's read to reach the hold");
       // Taking the first chunk let the stream decode one more: 2 spans consumed, 3 ahead.
       const requestedBefore = log.requested.length;
       assert.equal(requestedBefore, 5);
@@ -503,6 +513,7 @@ describe("FileReader: bounded reading", () => {
       await closed;
       assert.equal(log.held, 0, "the held read went on, saw the abort and let go before 'close'");
       assert.equal(log.open, 0, "every handle and stream released by 'close'");
+      // Something that must not happen: give a reader that kept going time to show it.
       await sleep(50);
       assert.equal(log.requested.length, requestedBefore, "nothing requested after destroy");
       assert.equal(log.open, 0);

@@ -5,19 +5,15 @@
  * test/storage/s3-range-presigner.test.ts, and against RGW in test/scaleout.
  */
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
 import { describe, it } from "node:test";
 import { PresignedTransferUrls } from "../../src/cas/presigned-transfer.js";
 import { planReconstruction, prepareFile, prepareXorb } from "../../src/cas/reconstruction.js";
 import { renderV1, renderV2, SINGLE_RANGE_V2_LIMITS, type RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
 import { byteRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
-import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
+import type { FileRecord } from "../../src/metadata/cas.js";
 import { blobKey, checkByteSpan, rangeHeaderOf, type BlobKey, type ByteSpan, type RangePresigner } from "../../src/storage/blob-store.js";
-
-function hashOf(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
-}
+import { hashOf, xorbRecord } from "../helpers/fixtures.js";
 
 /** A presigner whose URLs spell out what was signed; it counts refreshes. */
 class FakePresigner implements RangePresigner {
@@ -61,14 +57,7 @@ describe("PresignedTransferUrls", () => {
 // V2 with one range per entry
 
 /** A xorb of `count` chunks, 100 serialized bytes and 150 unpacked bytes each. */
-function xorbRecord(label: string, count: number): XorbRecord {
-  return {
-    hash: hashOf(label),
-    serializedLength: count * 100,
-    uncompressedLength: count * 150,
-    chunks: Array.from({ length: count }, (_, i) => ({ hash: hashOf(`${label}/${i}`), uncompressedLength: 150, serializedEnd: (i + 1) * 100 })),
-  };
-}
+const smallXorb = (label: string, count: number) => xorbRecord(label, count, { chunkBytes: 150, serializedBytes: 100 });
 
 class RecordingSigner implements RangeUrlSigner {
   readonly calls: ByteRange[][] = [];
@@ -87,8 +76,8 @@ interface V2Body {
 describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
   // Terms use chunks [0,2), [5,7), [9,10) of one xorb and [0,1) of another: three separate
   // ranges of the first xorb (gaps between them), which default rendering packs into one entry.
-  const a = prepareXorb(xorbRecord("xorb a", 10));
-  const b = prepareXorb(xorbRecord("xorb b", 3));
+  const a = prepareXorb(smallXorb("xorb a", 10));
+  const b = prepareXorb(smallXorb("xorb b", 3));
   const terms = [
     { xorbHash: a.hash, chunkStart: 0, chunkEnd: 2, unpackedLength: 300 },
     { xorbHash: b.hash, chunkStart: 0, chunkEnd: 1, unpackedLength: 150 },

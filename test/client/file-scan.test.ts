@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { readdirSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -188,12 +189,18 @@ describe("file digests", () => {
   it("stops the worker when cancelled", async () => {
     const path = join(work, "digest-cancel");
     await writeFile(path, fileBytes(2_000_000, 13));
+    // The worker is an OS thread of this process, listed in /proc/self/task until it has
+    // exited: a cancel() that only let go of it (unref, dropped listeners) leaves it there.
+    const threads = () => readdirSync("/proc/self/task").length;
+    const ports = () => process.getActiveResourcesInfo().filter((kind) => kind === "MessagePort").length;
+    const [threadsBefore, portsBefore] = [threads(), ports()];
     const pending = sha256OfFileInWorker(path);
-    const threadsBefore = process.getActiveResourcesInfo().filter((kind) => kind === "MessagePort").length;
-    assert.ok(threadsBefore >= 1, "the worker is running");
+    assert.equal(threads(), threadsBefore + 1, "the worker thread is running");
+    assert.equal(ports(), portsBefore + 1, "its port keeps the process alive");
     await pending.cancel();
+    assert.equal(threads(), threadsBefore, "the worker thread has exited once cancel() resolves");
+    assert.equal(ports(), portsBefore, "the worker's port is gone");
     // The worker has exited and delivered all its events: a digest still pending now never settles.
-    assert.equal(process.getActiveResourcesInfo().filter((kind) => kind === "MessagePort").length, threadsBefore - 1, "the worker's port is gone");
     const outcome = await Promise.race([pending.digest.then(() => "settled"), new Promise((resolve) => setImmediate(() => resolve("pending")))]);
     assert.equal(outcome, "pending", "a cancelled digest never settles");
   });

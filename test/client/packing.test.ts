@@ -3,7 +3,6 @@ import { describe, it } from "node:test";
 import {
   ChunkIndex,
   FileBuilder,
-  MAX_SHARD_BYTES,
   XorbBuilder,
   XorbHandle,
   planShards,
@@ -343,6 +342,16 @@ describe("planShards", () => {
     const empty: ShardFile = { fileHash: ZERO_HASH, terms: [], verificationHashes: [], sha256: ZERO_HASH };
     assert.deepEqual(planShards({ files: [empty], xorbs: [] }), [{ files: [empty], xorbs: [] }]);
     assert.throws(() => planShards({ files: [fileWith(10)], xorbs: [] }, 48 * 10), RangeError);
-    assert.equal(MAX_SHARD_BYTES, 64 * 1024 * 1024);
+  });
+
+  it("by default fills a shard up to the protocol's 64 MiB and not one record past it", () => {
+    const protocolLimit = 64 * 1024 * 1024;
+    const fixedBytes = 48 + 2 * 48; // header and the two section bookends
+    // A xorb block of `records` 48-byte records (its own and one per chunk); a sparse chunk
+    // list, because only its length counts here.
+    const blockOf = (records: number): ShardXorb => ({ ...xorbWith(0, "cc"), chunks: new Array(records - 1) });
+    const mostRecords = Math.floor((protocolLimit - fixedBytes) / 48);
+    assert.equal(planShards({ files: [], xorbs: [blockOf(mostRecords)] }).length, 1, "a block that fills 64 MiB fits one shard");
+    assert.throws(() => planShards({ files: [], xorbs: [blockOf(mostRecords + 1)] }), RangeError, "one record more needs a larger shard");
   });
 });

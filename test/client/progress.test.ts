@@ -74,7 +74,8 @@ describe("Limiter and TaskPool", () => {
         limiter.run(async () => {
           running++;
           peak = Math.max(peak, running);
-          await new Promise((resolve) => setTimeout(resolve, 5));
+          // Yield, so the other tasks the limiter lets in start while this one runs.
+          await new Promise(setImmediate);
           running--;
         }),
       ),
@@ -92,7 +93,8 @@ describe("Limiter and TaskPool", () => {
     const third = pool.submit(task).then(() => {
       thirdAccepted = true;
     });
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    // Only promises are involved: one turn of the event loop settles everything already settleable.
+    await new Promise(setImmediate);
     assert.equal(thirdAccepted, false, "a full pool makes submit wait");
     release.shift()!();
     await third;

@@ -5,6 +5,7 @@
  * must come out exactly as through the general path.
  */
 import assert from "node:assert/strict";
+import { once } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { after, before, beforeEach, describe, it } from "node:test";
@@ -12,6 +13,7 @@ import { CastorClientError, HttpStatusError } from "../../src/client/errors.js";
 import { HttpClient, readBodyInto, readJson } from "../../src/client/http.js";
 import { nodeSend } from "../../src/client/node-transport.js";
 import { RawRangeClient } from "../../src/client/raw-range.js";
+import { within } from "../helpers/wait.js";
 
 type Handler = (request: IncomingMessage, response: ServerResponse, body: Buffer) => void;
 
@@ -93,8 +95,9 @@ describe("getInto over the raw keep-alive reader", () => {
   it("takes a new connection when the server closed the idle one", async () => {
     const http = client();
     await getRange(http, 0, 99);
+    const closed = connections.map((socket) => once(socket, "close"));
     server.closeAllConnections();
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await within(Promise.all(closed), "the server to close its connections");
     const opened = connections.length;
     const { into } = await getRange(http, 100, 199);
     assert.ok(Buffer.from(into).equals(BODY.subarray(100, 200)));
@@ -120,8 +123,8 @@ describe("getInto over the raw keep-alive reader", () => {
   it("fails with a network error when the connection breaks mid-body, without retrying", async () => {
     handler = (request, response) => {
       response.writeHead(206, { "content-length": "1000" });
-      response.write(BODY.subarray(0, 400));
-      setTimeout(() => request.socket.destroy(), 20);
+      // Once the first 400 bytes are handed to the kernel, which still delivers them before the FIN.
+      response.write(BODY.subarray(0, 400), () => request.socket.destroy());
     };
     await assert.rejects(getRange(client(), 0, 999), (error: unknown) => error instanceof CastorClientError && error.kind === "network" && /mid-body/.test(error.message));
     assert.equal(requests.length, 1);

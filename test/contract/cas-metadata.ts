@@ -18,6 +18,7 @@ import {
   type StoredChunk,
   type XorbRecord,
 } from "../../src/metadata/store.js";
+import { hashOf, xorbRecord } from "../helpers/fixtures.js";
 
 export type StoreBody = (
   store: MetadataStore,
@@ -28,11 +29,6 @@ export type WithStore = (body: StoreBody) => (t: TestContext) => Promise<void>;
 
 const U32_MAX = 0xffff_ffff;
 
-/** A deterministic 32-byte hash per label, as a plain Uint8Array like the store returns. */
-function hashOf(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
-}
-
 /** A hash whose first byte is `first`: for checking that an order is not byte order. */
 function hashStartingWith(first: number, label: string): Hash {
   const hash = hashOf(label);
@@ -40,18 +36,9 @@ function hashStartingWith(first: number, label: string): Hash {
   return hash;
 }
 
-/** A xorb of `count` chunks with varied lengths and consistent serialized end offsets. */
+/** A xorb of `count` chunks with varied lengths (1 to 131,072 bytes), each serialized to 8 + 60 %. */
 function makeXorb(label: string, count: number): XorbRecord {
-  const chunks: StoredChunk[] = [];
-  let serializedEnd = 0;
-  let uncompressedLength = 0;
-  for (let i = 0; i < count; i++) {
-    const length = 1 + ((i * 7919 + label.length * 131) % 131_072);
-    serializedEnd += 8 + Math.ceil(length * 0.6);
-    uncompressedLength += length;
-    chunks.push({ hash: hashOf(`${label}/chunk ${i}`), uncompressedLength: length, serializedEnd });
-  }
-  return { hash: hashOf(`xorb ${label}`), serializedLength: serializedEnd, uncompressedLength, chunks };
+  return xorbRecord(label, count, { chunkBytes: (i) => 1 + ((i * 7919 + label.length * 131) % 131_072), serializedBytes: (length) => 8 + Math.ceil(length * 0.6) });
 }
 
 /** A file of terms over `xorbs` (each term one or two chunks of one xorb), size = Σ lengths. */

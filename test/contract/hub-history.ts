@@ -8,7 +8,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import type { Hash } from "../../src/format/hash.js";
 import {
   AlreadyExistsError,
   InvalidRecordError,
@@ -19,21 +18,12 @@ import {
   type RepoInit,
   type TreeEntry,
   type TreeRecord,
-  type XorbRecord,
 } from "../../src/metadata/store.js";
+import { fileRecord, hashOf, oidOf, xorbRecord } from "../helpers/fixtures.js";
 import type { WithStore } from "./cas-metadata.js";
-
-/** A git-like object id (40 hex) per label. */
-function oidOf(label: string): string {
-  return createHash("sha1").update(label).digest("hex");
-}
 
 function sha256Of(label: string): string {
   return createHash("sha256").update(label).digest("hex");
-}
-
-function hashOf(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
 }
 
 /** A tree whose oid is derived from its entries, so equal entries give equal oids. */
@@ -328,11 +318,10 @@ export function runHubHistoryContract(withStore: WithStore): void {
         assert.equal(await store.advanceBranch({ repoId: repo.id, branch: "main", expectedHead: init.commit.oid, commit, trees: [tree] }), "advanced");
         await store.createRevision(repo.id, "v1", "tag", commit.oid);
       }
-      const xorb: XorbRecord = { hash: hashOf("xorb"), serializedLength: 100, uncompressedLength: 200, chunks: [{ hash: hashOf("chunk"), uncompressedLength: 200, serializedEnd: 100 }] };
+      const xorb = xorbRecord("deleted repo", 1, { chunkBytes: 200, serializedBytes: 100 });
       await store.putXorb(xorb);
-      const fileOf = (label: string) => ({ hash: hashOf(`file ${label}`), size: 200, terms: [{ xorbHash: xorb.hash, chunkStart: 0, chunkEnd: 1, unpackedLength: 200 }], sha256: hashOf(`sha ${label}`) });
-      const shared = fileOf("shared");
-      const own = fileOf("own");
+      const shared = fileRecord("shared", xorb);
+      const own = fileRecord("own", xorb);
       await store.registerShard({ shardHash: hashOf("shard doomed"), repoId: doomed.id, files: [shared, own], dedupEntries: [] });
       await store.registerShard({ shardHash: hashOf("shard kept"), repoId: kept.id, files: [shared], dedupEntries: [] });
       const both = await store.createHubToken({ id: "tok_both", secretHash: "a".repeat(64), access: "write", repos: [doomed.id, kept.id], expiresAt: null });
@@ -352,7 +341,7 @@ export function runHubHistoryContract(withStore: WithStore): void {
       });
       assert.equal(await store.isFileInRepo(shared.hash, doomed.id), false);
       assert.equal(await store.isFileInRepo(own.hash, doomed.id), false);
-      assert.equal(await store.findFileBySha256(doomed.id, shared.sha256), null);
+      assert.equal(await store.findFileBySha256(doomed.id, shared.sha256!), null);
       assert.deepEqual(await store.listHubTokens(), [{ ...both, repos: [kept.id] }, { ...only, repos: [] }, all], "token links go; tokens stay");
 
       // The rows are gone, not just unreachable: no export names the repository.
@@ -367,7 +356,7 @@ export function runHubHistoryContract(withStore: WithStore): void {
 
       assert.deepEqual(await snapshot(store, kept.id, [init.commit.oid, commit.oid], [EMPTY_TREE.oid, tree.oid]), keptBefore, "the other repository is untouched");
       assert.equal(await store.isFileInRepo(shared.hash, kept.id), true);
-      assert.deepEqual(await store.findFileBySha256(kept.id, shared.sha256), shared.hash);
+      assert.deepEqual(await store.findFileBySha256(kept.id, shared.sha256!), shared.hash);
       assert.deepEqual(await store.getFile(own.hash), own, "file records are shared by content and stay");
 
       assert.equal(await store.deleteRepo(doomed.id), false, "deleting again reports no repository");

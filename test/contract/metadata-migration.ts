@@ -6,7 +6,6 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import {
   AlreadyExistsError,
@@ -25,18 +24,12 @@ import {
   type TreeRecord,
   type Sha256IndexEntry,
   type ShardRow,
-  type XorbRecord,
 } from "../../src/metadata/store.js";
+import { fileRecord, hashOf, oidOf, xorbRecord } from "../helpers/fixtures.js";
 import type { MetadataStoreFixture } from "./metadata-store.js";
 
-function hashOf(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
-}
-
-function xorbOf(label: string, count: number): XorbRecord {
-  const chunks = Array.from({ length: count }, (_, i) => ({ hash: hashOf(`${label}/chunk ${i}`), uncompressedLength: 1000 + i, serializedEnd: (i + 1) * 700 }));
-  return { hash: hashOf(`xorb ${label}`), serializedLength: count * 700, uncompressedLength: chunks.reduce((sum, c) => sum + c.uncompressedLength, 0), chunks };
-}
+/** Small xorbs: chunks of 1000 + i bytes, 700 serialized. */
+const xorbOf = (label: string, count: number) => xorbRecord(label, count, { chunkBytes: (i) => 1000 + i, serializedBytes: 700 });
 
 const X1 = xorbOf("one", 3);
 const X2 = xorbOf("two", 2);
@@ -44,25 +37,15 @@ const X3 = xorbOf("three", 1);
 const SHA_A = hashOf("sha a");
 const SHA_B = hashOf("sha b");
 
-function fileOf(label: string, xorb: XorbRecord, sha256: Uint8Array | null) {
-  const unpackedLength = xorb.chunks[0].uncompressedLength;
-  return { hash: hashOf(`file ${label}`), size: unpackedLength, terms: [{ xorbHash: xorb.hash, chunkStart: 0, chunkEnd: 1, unpackedLength }], sha256 };
-}
-
-const F1 = fileOf("one", X1, SHA_A);
-const F2 = fileOf("two", X2, null);
-const F3 = fileOf("three", X3, SHA_B);
-const F4 = fileOf("four", X1, SHA_A);
+const F1 = fileRecord("one", X1, { sha256: SHA_A });
+const F2 = fileRecord("two", X2, { sha256: null });
+const F3 = fileRecord("three", X3, { sha256: SHA_B });
+const F4 = fileRecord("four", X1, { sha256: SHA_A });
 /** Chunks of the dedup index: C1 in two xorbs (X1 older), BUSY in five (more than a small page). */
 const C1 = hashOf("chunk one");
 const C2 = hashOf("chunk two");
 const BUSY = hashOf("busy chunk");
 const BUSY_XORBS = [X3, X1, X2, xorbOf("four", 1), xorbOf("five", 1)].map((x) => x.hash);
-
-/** A git-like object id (40 hex) per label. */
-function oidOf(label: string): string {
-  return createHash("sha1").update(label).digest("hex");
-}
 
 const EMPTY_TREE: TreeRecord = { oid: oidOf("empty tree"), entries: [] };
 const TREE: TreeRecord = {

@@ -16,7 +16,8 @@ import { byteRange } from "../../src/format/ranges.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
 import { SPOOL_DIR_NAME } from "../../src/http/app.js";
-import { openSocket } from "../helpers/raw-socket.js";
+import { openSocket, unreadByServer } from "../helpers/raw-socket.js";
+import { within } from "../helpers/wait.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 
@@ -63,16 +64,6 @@ function dribble(connection: Connection, piece: string, everyMs: number): void {
   void connection.closed.then(() => clearInterval(timer));
 }
 
-/** Resolves with `promise`'s value, or rejects when it takes longer than `ms`. */
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([promise, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 /** Polls `read` until `holds` accepts its value or `ms` pass; returns the last value for the caller's assertion. */
 async function eventually<T>(read: () => Promise<T>, holds: (value: T) => boolean, ms = 10_000): Promise<T> {
   const deadline = Date.now() + ms;
@@ -87,21 +78,6 @@ const openDescriptors = async (server: ServerProcess) => (await readdir(`/proc/$
 const residentBytes = async (server: ServerProcess) => Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${server.child.pid}/status`, "utf8"))![1]) * 1024;
 const stagedFiles = (server: ServerProcess) => readdir(join(server.dataDir, "blobs", "tmp")).catch(() => [] as string[]);
 const spoolFiles = (server: ServerProcess) => readdir(join(server.dataDir, SPOOL_DIR_NAME)).catch(() => [] as string[]);
-
-/**
- * Bytes still waiting in the server's receive queues of connections to `port`
- * (/proc/net/tcp, hex `rx_queue`): 0 once the server has read everything its clients sent.
- */
-async function unreadByServer(port: number): Promise<number> {
-  const portHex = port.toString(16).toUpperCase().padStart(4, "0");
-  let unread = 0;
-  for (const line of (await readFile("/proc/net/tcp", "utf8")).split("\n").slice(1)) {
-    const fields = line.trim().split(/\s+/);
-    if (fields.length < 5 || !fields[1].endsWith(`:${portHex}`) || fields[3] !== "01") continue;
-    unread += parseInt(fields[4].split(":")[1], 16);
-  }
-  return unread;
-}
 
 async function writeToken(server: ServerProcess): Promise<string> {
   const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/limits" });
@@ -130,14 +106,14 @@ describe("request timeouts", () => {
     const connection = await connect(server);
     connection.socket.write(`GET /healthz HTTP/1.1\r\n`);
     dribble(connection, "X-Slow: 1\r\n", 100);
-    const tookMs = await within(connection.closed, 5000, "the header timeout closed the connection");
+    const tookMs = await within(connection.closed, "the header timeout closed the connection", 5000);
     assert.ok(tookMs >= 400, `closed after ${tookMs} ms, before the 0.5 s header timeout`);
     assert.match(connection.received(), /^HTTP\/1\.1 408 /);
   });
 
   it("closes a connection that sends nothing at all", async () => {
     const connection = await connect(server);
-    await within(connection.closed, 5000, "the header timeout closed the silent connection");
+    await within(connection.closed, "the header timeout closed the silent connection", 5000);
   });
 
   it("cuts a xorb upload whose body dribbles: 408, staged file removed, descriptors released", async () => {
@@ -149,7 +125,7 @@ describe("request timeouts", () => {
     const staged = await eventually(() => stagedFiles(server), (files) => files.length === 1);
     assert.equal(staged.length, 1, "the upload was staged");
     dribble(connection, "x", 200);
-    await within(connection.closed, 6000, "the body timeouts cut the dribbling upload");
+    await within(connection.closed, "the body timeouts cut the dribbling upload", 6000);
     assert.match(connection.received(), /^HTTP\/1\.1 408 /);
     assert.match(connection.received(), /"error":"The request body of POST \/v1\/xorbs\/default\/[0-9a-f]{64} was cut because it arrived at less than 1024 bytes\/s/);
     assert.deepEqual(await eventually(() => stagedFiles(server), (files) => files.length === 0), [], "the staged file is removed");
@@ -160,7 +136,7 @@ describe("request timeouts", () => {
     const connection = await connect(server);
     connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
     connection.socket.write(validXorb.bytes.subarray(0, 4096));
-    const tookMs = await within(connection.closed, 6000, "the body timeout cut the stalled upload");
+    const tookMs = await within(connection.closed, "the body timeout cut the stalled upload", 6000);
     assert.ok(tookMs >= 900, `cut after ${tookMs} ms, before the 1 s body timeout`);
     assert.match(connection.received(), /^HTTP\/1\.1 408 [\s\S]*no byte of it arrived for 1 s/);
     assert.deepEqual(await eventually(() => stagedFiles(server), (files) => files.length === 0), []);
@@ -170,7 +146,7 @@ describe("request timeouts", () => {
     const connection = await connect(server);
     connection.socket.write(uploadHead(`/v1/xorbs/default/${SOME_XORB}`, 100 * 1000 * 1000));
     dribble(connection, "x", 100);
-    const tookMs = await within(connection.closed, 3000, "the refused upload's connection was closed");
+    const tookMs = await within(connection.closed, "the refused upload's connection was closed", 3000);
     assert.match(connection.received(), /^HTTP\/1\.1 401 [\s\S]*\r\nconnection: close\r\n/i);
     assert.ok(tookMs < 2000, `closed after ${tookMs} ms`);
   });
@@ -212,7 +188,7 @@ describe("stalled shard uploads", () => {
     assert.ok(grownBytes < 200 * MiB, `resident memory grew by ${Math.round(grownBytes / MiB)} MiB`);
     t.diagnostic(`resident memory grew by ${Math.round(grownBytes / MiB)} MiB for ${UPLOADS} stalled uploads of ${SENT_BYTES / MiB} MiB each`);
 
-    const closedWithin = await within(Promise.all(connections.map((connection) => connection.closed)), 15_000, "the body timeout cut every stalled shard upload");
+    const closedWithin = await within(Promise.all(connections.map((connection) => connection.closed)), "the body timeout cut every stalled shard upload", 15_000);
     assert.equal(closedWithin.length, UPLOADS);
     for (const connection of connections) assert.match(connection.received(), /^HTTP\/1\.1 408 /);
     assert.deepEqual(await eventually(() => spoolFiles(server), (names) => names.length === 0), [], "the spool files are removed");
@@ -255,7 +231,7 @@ describe("answers the client does not read", () => {
     t.diagnostic(`descriptors: ${descriptorsBefore} before, ${during} during ${DOWNLOADS} unread downloads, ${afterwards} after the send timeout`);
     // A client that does not read does not see the close either, until it reads again.
     for (const { socket } of connections) socket.resume();
-    await within(Promise.all(connections.map((connection) => connection.closed)), 5000, "every unread download was closed by the server");
+    await within(Promise.all(connections.map((connection) => connection.closed)), "every unread download was closed by the server", 5000);
   });
 });
 
@@ -270,11 +246,11 @@ describe("shutdown with a stalled client", () => {
       await eventually(() => stagedFiles(server), (files) => files.length === 1);
       const signalledAt = Date.now();
       server.child.kill("SIGTERM");
-      const status = await within(server.exited, 6000, "castor serve exited after SIGTERM");
+      const status = await within(server.exited, "castor serve exited after SIGTERM", 6000);
       const tookMs = Date.now() - signalledAt;
       assert.deepEqual(status, { code: 0, signal: null });
       assert.ok(tookMs >= 900, `exited after ${tookMs} ms, before the 1 s grace`);
-      await within(connection.closed, 1000, "the stalled connection was closed");
+      await within(connection.closed, "the stalled connection was closed", 1000);
       await server.waitForLog((line) => line.msg === "requests still in progress after the shutdown grace: closing their connections");
       assert.deepEqual(await stagedFiles(server), [], "the stalled upload's staged file was removed");
     } finally {

@@ -9,13 +9,14 @@ import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, it } from "node:test";
-import { CasTokenIssuer } from "../../src/auth/cas-token.js";
 import { loadOrCreateKeys } from "../../src/auth/keys.js";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
+import { until } from "../helpers/wait.js";
 
 /** 8 MiB of incompressible chunks: large enough to still be arriving when the server dies. */
 const CHUNKS = 64;
@@ -41,8 +42,7 @@ after(async () => {
  */
 async function writeToken(): Promise<string> {
   const keys = await loadOrCreateKeys({ dataDir, signingKeyFile: null, urlKey: null, dedupKeySeed: null });
-  const issuer = new CasTokenIssuer(keys.jwtSigningKey, 600);
-  return (await issuer.issue({ repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write" })).token;
+  return casTokenSignedWith(keys.jwtSigningKey, "write");
 }
 
 const tempDir = () => join(dataDir, "blobs", "tmp");
@@ -76,7 +76,7 @@ it("leaves nothing partial after a SIGKILL mid-upload, and the retried upload su
   const hex = hashToHex(xorb.info.hash);
   const path = `/v1/xorbs/default/${hex}`;
 
-  // Send part of the body, slowly, announcing all of it.
+  // Send part of the body, announcing all of it.
   const request = httpRequest(`${server.url}${path}`, {
     method: "POST",
     headers: { authorization: `Bearer ${token}`, "content-length": String(xorb.bytes.length) },
@@ -85,14 +85,9 @@ it("leaves nothing partial after a SIGKILL mid-upload, and the retried upload su
     request.on("response", (response) => resolve(`answered ${response.statusCode}`));
     request.on("error", (error) => resolve(`failed: ${(error as NodeJS.ErrnoException).code ?? error.message}`));
   });
-  for (let at = 0; at < SENT_BEFORE_CRASH; at += 256 * 1024) {
-    await write(request, xorb.bytes.subarray(at, at + 256 * 1024));
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  for (let at = 0; at < SENT_BEFORE_CRASH; at += 256 * 1024) await write(request, xorb.bytes.subarray(at, at + 256 * 1024));
   // Kill only once the server is demonstrably staging this upload.
-  const deadline = Date.now() + 5000;
-  while ((await stagedBytes()) === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
-  assert.ok((await stagedBytes()) > 0, "the upload is being staged when the server dies");
+  await until(async () => (await stagedBytes()) > 0, "the upload to be staged before the server dies", 5000, 20);
 
   const status = await server.stop("SIGKILL");
   assert.equal(status.signal, "SIGKILL");

@@ -20,8 +20,9 @@ import { createLogger } from "../../src/http/logging.js";
 import { HubService } from "../../src/hub/index.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { runCastor } from "../helpers/cli.js";
-import { openSocket, readUntilClosed } from "../helpers/raw-socket.js";
+import { openSocket, readUntilClosed, unreadByServer } from "../helpers/raw-socket.js";
 import { serveExpectingFailure, startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { until } from "../helpers/wait.js";
 
 interface TokenAnswer {
   status: number;
@@ -222,8 +223,10 @@ describe("castor serve: token expiry and graceful shutdown", () => {
 
   it("issues tokens that the CAS auth hook of any node refuses from exp on", async () => {
     // Another node: it shares only the public key with the server.
+    // Its clock is the test's, so expiry is checked at exp without waiting for it.
+    let now: Date | null = null;
     const hook = createHttpApp({ logger: createLogger("silent") });
-    registerCasAuth(hook, new CasTokenVerifier(await publicKeyOf(dataDir)));
+    registerCasAuth(hook, new CasTokenVerifier(await publicKeyOf(dataDir), () => now ?? new Date()));
     hook.get("/probe", { config: { casScope: "write" } }, async (request) => casAccessOf(request));
     try {
       const answer = await requestToken(server, "/api/models/alice/bert/xet-write-token/main", hubToken);
@@ -236,7 +239,9 @@ describe("castor serve: token expiry and graceful shutdown", () => {
       assert.equal(fresh.statusCode, 200, fresh.body);
       assert.deepEqual(fresh.json().repo, { type: "model", id: "alice/bert" });
 
-      await new Promise((resolve) => setTimeout(resolve, exp * 1000 - Date.now() + 20));
+      now = new Date(exp * 1000 - 1);
+      assert.equal((await probe()).statusCode, 200, "valid to the last millisecond before exp");
+      now = new Date(exp * 1000);
       const expired = await probe();
       assert.equal(expired.statusCode, 401);
       assert.match(expired.json().error, /^The access token has expired/);
@@ -250,8 +255,11 @@ describe("castor serve: token expiry and graceful shutdown", () => {
     const socket = await openSocket(port);
     const answer = readUntilClosed(socket);
     // The request has begun arriving when the signal comes; its end arrives during shutdown.
-    socket.write(`GET /api/models/alice/bert/xet-read-token/main HTTP/1.1\r\nHost: castor\r\nAuthorization: Bearer ${hubToken}\r\n`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await new Promise<void>((resolve, reject) =>
+      socket.write(`GET /api/models/alice/bert/xet-read-token/main HTTP/1.1\r\nHost: castor\r\nAuthorization: Bearer ${hubToken}\r\n`, (error) => (error ? reject(error) : resolve())),
+    );
+    // The server process has read it: the request is in progress, not an idle connection.
+    await until(async () => (await unreadByServer(port, socket.localPort)) === 0, "the server to read the beginning of the request");
 
     server.child.kill("SIGTERM");
     await server.waitForLog((line) => line.msg === "castor shutting down: finishing requests in progress");

@@ -10,7 +10,7 @@ import { readFile } from "node:fs/promises";
 import { connect } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
+import { CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { fileHash, hashFromHex, hashToHex, keyedChunkHash, verificationHash, type Hash } from "../../src/format/hash.js";
 import { parseFullShard, type ShardFile } from "../../src/format/shard.js";
@@ -21,9 +21,10 @@ import { casScope } from "../../src/http/cas-scope.js";
 import { createLogger } from "../../src/http/logging.js";
 import { shardRoutes } from "../../src/http/shard-routes.js";
 import type { MetadataStore, Repo } from "../../src/metadata/store.js";
-import { runCastor } from "../helpers/cli.js";
-import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
+import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { fromHex, loadVector, makeData } from "../helpers/vectors.js";
+import { within } from "../helpers/wait.js";
 
 const xorbVector = loadVector("xorb-small.json");
 const shardVector = loadVector("shard-upload-small.json");
@@ -35,25 +36,11 @@ let server: ServerProcess;
 let writeToken: string;
 let readToken: string;
 
-async function cli(...args: string[]): Promise<string> {
-  const result = await runCastor(args, { env: { CASTOR_DATA_DIR: server.dataDir } });
-  assert.equal(result.code, 0, result.stderr);
-  return result.stdout.trim();
-}
-
-async function casToken(hubToken: string, access: "read" | "write"): Promise<string> {
-  const response = await fetch(`${server.url}/api/models/alice/bert/cas-${access}-token/main`, { headers: { authorization: `Bearer ${hubToken}` } });
-  assert.equal(response.status, 200, await response.clone().text());
-  return ((await response.json()) as { accessToken: string }).accessToken;
-}
-
 before(async () => {
   server = await startCastorServer({ env: { CASTOR_MAX_SHARD_BYTES: String(MAX_SHARD_BYTES) } });
-  await cli("repo", "create", "model", "alice/bert");
-  const hubWrite = await cli("token", "create", "--repo", "model:alice/bert", "--access", "write");
-  const hubRead = await cli("token", "create", "--repo", "model:alice/bert", "--access", "read");
-  writeToken = await casToken(hubWrite, "write");
-  readToken = await casToken(hubRead, "read");
+  const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/bert" });
+  writeToken = (await fixture.casToken("write")).accessToken;
+  readToken = (await fixture.casToken("read")).accessToken;
   await uploadXorb(fromHex(xorbVector.body_hex), VECTOR_XORB_HEX);
 });
 
@@ -157,7 +144,7 @@ describe("POST /v1/shards and /shards", () => {
     await expectError(await post("/v1/shards", body, readToken), 403, /needs a write token/);
     const signingKey = createPrivateKey(await readFile(join(server.dataDir, "keys", "jwt-signing-key.pem"), "utf8"));
     const anHourAgo = () => new Date(Date.now() - 3600_000);
-    const { token: expired } = await new CasTokenIssuer(signingKey, 60, anHourAgo).issue({ repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write" });
+    const expired = await casTokenSignedWith(signingKey, "write", { ttlSeconds: 60, now: anHourAgo });
     await expectError(await post("/v1/shards", body, expired), 401, /expired/);
     await expectError(await fetch(`${server.url}/v1/shards`, { method: "POST", body }), 401, /Missing access token/);
     await expectError(await post("/v2/shards", body, readToken), 403, /needs a write token/);
@@ -270,10 +257,14 @@ describe("/v2/shards heartbeat (in-process, short interval)", () => {
     const { privateKey, publicKey } = generateKeyPairSync("ed25519");
     const repo: Repo = { id: 7, type: "model", name: "alice/bert", createdAt: new Date(), private: true };
     const registered: unknown[] = [];
+    // The validation's metadata read waits until the client has received the progress frame
+    // four times; only heartbeats can send it again meanwhile.
+    const WAITING = '{"type":"validating","verified":0,"total":3}';
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
     const slowStore = {
-      // Slow metadata reads: the validation waits on them long enough for several heartbeats.
       getXorbs: async () => {
-        await new Promise((resolve) => setTimeout(resolve, 400));
+        await released;
         return new Map([[VECTOR_XORB_HEX, { hash: vectorInfo.hash, serializedLength: 1398, uncompressedLength: 3565, chunks: [...vectorInfo.chunks] }]]);
       },
       registerShard: async (registration: unknown) => {
@@ -293,15 +284,25 @@ describe("/v2/shards heartbeat (in-process, short interval)", () => {
     });
     await app.listen({ host: "127.0.0.1", port: 0 });
     try {
-      const { token } = await new CasTokenIssuer(privateKey, 60).issue({ repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write" });
+      const token = await casTokenSignedWith(privateKey, "write");
       const address = app.server.address() as { port: number };
       const response = await fetch(`http://127.0.0.1:${address.port}/v2/shards`, { method: "POST", body: fromHex(shardVector.xet_core_style_hex), headers: { authorization: `Bearer ${token}` } });
-      const frames = await framesOf(response);
-      const waiting = frames.filter((f) => JSON.stringify(f) === '{"type":"validating","verified":0,"total":3}');
+      const [watched, kept] = response.body!.tee();
+      void (async () => {
+        let text = "";
+        const decoder = new TextDecoder();
+        for await (const piece of watched) {
+          text += decoder.decode(piece, { stream: true });
+          if (text.split("\n").filter((line) => line === WAITING).length >= 4) release();
+        }
+      })();
+      const frames = await within(framesOf(new Response(kept, response)), "the progress frame four times, then the result", 10_000);
+      const waiting = frames.filter((f) => JSON.stringify(f) === WAITING);
       assert.ok(waiting.length >= 4, `the progress frame is repeated while waiting (${JSON.stringify(frames)})`);
       assert.deepEqual(frames.at(-1), { type: "result", result: 1 });
       assert.equal(registered.length, 1);
     } finally {
+      release();
       await app.close();
     }
   });

@@ -9,14 +9,13 @@ import { request as httpRequest } from "node:http";
 import { readFile, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { CasTokenIssuer } from "../../src/auth/cas-token.js";
 import { loadOrCreateKeys } from "../../src/auth/keys.js";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashFromHex, hashToHex } from "../../src/format/hash.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
-import { runCastor } from "../helpers/cli.js";
-import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
+import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes } from "../helpers/vectors.js";
 
 const MAX_XORB_BYTES = 1024 * 1024;
@@ -32,28 +31,14 @@ let expiredToken: string;
 /** Every hash a refused upload named: none may ever show up in the metadata. */
 const refusedHashes = new Set<string>();
 
-async function cli(...args: string[]): Promise<string> {
-  const result = await runCastor(args, { env: { CASTOR_DATA_DIR: server.dataDir } });
-  assert.equal(result.code, 0, result.stderr);
-  return result.stdout.trim().split("\n").at(-1)!;
-}
-
-async function casToken(hubToken: string, access: "read" | "write"): Promise<string> {
-  const response = await fetch(`${server.url}/api/models/alice/bert/cas-${access}-token/main`, { headers: { authorization: `Bearer ${hubToken}` } });
-  assert.equal(response.status, 200, await response.clone().text());
-  return ((await response.json()) as { accessToken: string }).accessToken;
-}
-
 before(async () => {
   server = await startCastorServer({ env: { CASTOR_MAX_XORB_BYTES: String(MAX_XORB_BYTES) } });
-  await cli("repo", "create", "model", "alice/bert");
-  const hubToken = await cli("token", "create", "--repo", "model:alice/bert", "--access", "write");
-  writeToken = await casToken(hubToken, "write");
-  readToken = await casToken(hubToken, "read");
+  const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/bert" });
+  writeToken = (await fixture.casToken("write")).accessToken;
+  readToken = (await fixture.casToken("read")).accessToken;
   // Signed with the server's own key, but an hour in the past: valid except for its expiry.
   const keys = await loadOrCreateKeys({ dataDir: server.dataDir, signingKeyFile: null, urlKey: null, dedupKeySeed: null });
-  const pastIssuer = new CasTokenIssuer(keys.jwtSigningKey, 60, () => new Date(Date.now() - 3_600_000));
-  expiredToken = (await pastIssuer.issue({ repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write" })).token;
+  expiredToken = await casTokenSignedWith(keys.jwtSigningKey, "write", { ttlSeconds: 60, now: () => new Date(Date.now() - 3_600_000) });
 });
 
 after(async () => {

@@ -20,6 +20,7 @@ import {
 } from "../../src/format/reconstruction.js";
 import { validateXorb } from "../../src/format/xorb.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
+import { xorbRecord } from "../helpers/fixtures.js";
 import { fromHex, loadVector, splitmix64Bytes } from "../helpers/vectors.js";
 
 const reconstructionVector = loadVector("reconstruction.json");
@@ -60,16 +61,7 @@ describe("reconstruction answers: the vectors", () => {
 describe("reconstruction answers: what the server renders, the parser reads", () => {
   /** A xorb of `sizes` chunks (serialized: an 8-byte header and about half the data each). */
   function xorbOf(seed: bigint, sizes: readonly number[]): XorbRecord {
-    let serializedEnd = 0;
-    return {
-      hash: splitmix64Bytes(seed, 32),
-      serializedLength: sizes.reduce((sum, size) => sum + 8 + Math.ceil(size / 2), 0),
-      uncompressedLength: sizes.reduce((sum, size) => sum + size, 0),
-      chunks: sizes.map((size, i) => {
-        serializedEnd += 8 + Math.ceil(size / 2);
-        return { hash: splitmix64Bytes(seed * 1000n + BigInt(i), 32), uncompressedLength: size, serializedEnd };
-      }),
-    };
+    return xorbRecord(`${seed}`, sizes.length, { chunkBytes: (i) => sizes[i], serializedBytes: (size) => 8 + Math.ceil(size / 2) });
   }
 
   const layouts = fc.record({

@@ -1,4 +1,5 @@
 /** Plain TCP to a test server, for what fetch() hides: connection timing and the bytes on the wire. */
+import { readFile } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
 
 /** A connection to 127.0.0.1:`port`, once established. */
@@ -18,4 +19,22 @@ export function readUntilClosed(socket: Socket): Promise<string> {
     socket.once("close", () => resolve(text));
     socket.once("error", reject);
   });
+}
+
+/**
+ * Bytes still waiting in the server's receive queues of established connections to `port`
+ * (/proc/net/tcp, hex `rx_queue`), or of the one from `clientPort` only: 0 once the server
+ * process has read everything its clients sent. For a server in another process, where no
+ * event says how far it has read; Linux only.
+ */
+export async function unreadByServer(port: number, clientPort?: number): Promise<number> {
+  const hex = (n: number) => `:${n.toString(16).toUpperCase().padStart(4, "0")}`;
+  let unread = 0;
+  for (const line of (await readFile("/proc/net/tcp", "utf8")).split("\n").slice(1)) {
+    const fields = line.trim().split(/\s+/);
+    if (fields.length < 5 || !fields[1].endsWith(hex(port)) || fields[3] !== "01") continue;
+    if (clientPort !== undefined && !fields[2].endsWith(hex(clientPort))) continue;
+    unread += parseInt(fields[4].split(":")[1], 16);
+  }
+  return unread;
 }

@@ -295,13 +295,22 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
       });
     },
     requestLog,
-    async waitForRequests(from, complete, timeoutMs = 5000) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const requests = requestLog(from);
-        if (complete(requests) || Date.now() >= deadline) return requests;
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+    waitForRequests(from, complete, timeoutMs = 5000) {
+      const now = requestLog(from);
+      if (complete(now)) return Promise.resolve(now);
+      // Checked again on every log line the process writes, until complete or `timeoutMs`.
+      return new Promise((resolve) => {
+        const finish = () => {
+          clearTimeout(timer);
+          lineListeners.delete(listener);
+          resolve(requestLog(from));
+        };
+        const timer = setTimeout(finish, timeoutMs);
+        const listener = () => {
+          if (complete(requestLog(from))) finish();
+        };
+        lineListeners.add(listener);
+      });
     },
     stop(signal: NodeJS.Signals = "SIGTERM") {
       stopping ??= (async () => {

@@ -1,9 +1,12 @@
 import assert from "node:assert/strict";
+import { once } from "node:events";
+import type { Socket } from "node:net";
 import { describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { createHttpApp } from "../../src/http/app.js";
 import { createLogger } from "../../src/http/logging.js";
 import { openSocket, readUntilClosed } from "../helpers/raw-socket.js";
+import { settlesWithin, until, within } from "../helpers/wait.js";
 
 /** An app with a route that waits until the test releases it. */
 async function startApp(): Promise<{ app: FastifyInstance; port: number; entered: Promise<void>; release: () => void }> {
@@ -24,8 +27,9 @@ async function startApp(): Promise<{ app: FastifyInstance; port: number; entered
   return { app, port: address.port, entered: enteredPromise, release };
 }
 
-function settledWithin<T>(promise: Promise<T>, ms: number): Promise<boolean> {
-  return Promise.race([promise.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ms))]);
+/** Closing began: the listener is closed (Node announces that with no event of its own). */
+function stoppedListening(app: FastifyInstance): Promise<void> {
+  return until(() => !app.server.listening, "the listener to close");
 }
 
 describe("graceful close", () => {
@@ -38,9 +42,11 @@ describe("graceful close", () => {
 
     const closed = app.close();
     try {
-      while (app.server.listening) await new Promise((resolve) => setTimeout(resolve, 5));
+      await stoppedListening(app);
       await assert.rejects(openSocket(port), { code: "ECONNREFUSED" });
-      assert.equal(await settledWithin(closed, 200), false, "close waits for the request in progress");
+      // Nothing to wait for here but time: close would resolve within milliseconds if it did
+      // not wait for the request, which the test holds until it releases it below.
+      assert.equal(await settlesWithin(closed, 200), false, "close waits for the request in progress");
     } finally {
       release();
     }
@@ -48,25 +54,29 @@ describe("graceful close", () => {
     assert.match(response, /^HTTP\/1\.1 200 OK\r\n/);
     assert.match(response, /\r\nconnection: close\r\n/i);
     assert.match(response, /\{"done":true\}$/);
-    assert.equal(await settledWithin(closed, 2000), true);
+    assert.equal(await settlesWithin(closed, 2000), true);
   });
 
   it("serves a request that was only partly received when closing began, and does not linger on keep-alive", async () => {
     const { app, port } = await startApp();
+    const accepted = once(app.server, "connection") as Promise<[Socket]>;
     const socket = await openSocket(port);
+    const [serverSide] = await within(accepted, "the server to accept the connection");
     const answer = readUntilClosed(socket);
-    socket.write("GET /fast HTTP/1.1\r\nHost: cas");
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    const firstPart = "GET /fast HTTP/1.1\r\nHost: cas";
+    socket.write(firstPart);
+    // The server's HTTP parser has read the first part: the request is in progress, not idle.
+    await until(() => serverSide.bytesRead === firstPart.length, "the server to read the first part of the request");
 
     const closed = app.close();
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await stoppedListening(app);
     socket.write("tor\r\n\r\n");
 
     const response = await answer;
     assert.match(response, /^HTTP\/1\.1 200 OK\r\n/);
     assert.match(response, /\r\nconnection: close\r\n/i);
     assert.match(response, /\{"fast":true\}$/);
-    assert.equal(await settledWithin(closed, 2000), true, "close does not wait for the 72 s keep-alive timeout");
+    assert.equal(await settlesWithin(closed, 2000), true, "close does not wait for the 72 s keep-alive timeout");
   });
 
   it("closes a connection whose answer went out before its body arrived, without waiting for the body", async () => {
@@ -79,6 +89,6 @@ describe("graceful close", () => {
     const response = await answer;
     assert.match(response, /^HTTP\/1\.1 200 OK\r\n/);
     assert.match(response, /\r\nconnection: close\r\n/i);
-    assert.equal(await settledWithin(app.close(), 2000), true);
+    assert.equal(await settlesWithin(app.close(), 2000), true);
   });
 });

@@ -26,6 +26,7 @@ import { openMetadataStore } from "../../src/metadata/open.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
 import type { BlobStore } from "../../src/storage/blob-store.js";
 import { casDepsForTest } from "../helpers/app.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 
 const PUBLIC_URL = "https://cas.example.test";
@@ -84,7 +85,7 @@ before(async () => {
     xorbs: new XorbIngestService({ blobs, metadata }),
   });
   await app.ready();
-  writeToken = (await new CasTokenIssuer(privateKey, 900).issue({ repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write" })).token;
+  writeToken = await casTokenSignedWith(privateKey, "write");
 });
 
 after(async () => {

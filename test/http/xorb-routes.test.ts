@@ -1,12 +1,13 @@
 import assert from "node:assert/strict";
 import { generateKeyPairSync } from "node:crypto";
+import { once } from "node:events";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
-import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
+import { CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashFromHex, hashToHex } from "../../src/format/hash.js";
@@ -18,7 +19,9 @@ import { xorbRoutes } from "../../src/http/xorb-routes.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes } from "../helpers/vectors.js";
+import { settlesWithin, until } from "../helpers/wait.js";
 
 const MAX_XORB_BYTES = 100_000;
 const vector = loadVector("xorb-small.json");
@@ -27,9 +30,6 @@ const VECTOR_BODY = fromHex(vector.body_hex);
 const VECTOR_WITH_FOOTER = fromHex(vector.with_footer_hex);
 
 const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-const issuer = new CasTokenIssuer(privateKey, 600);
-const pastIssuer = new CasTokenIssuer(privateKey, 60, () => new Date(Date.now() - 3_600_000));
-const REPO = { type: "model", id: "alice/bert" } as const;
 
 let dir: string;
 let blobs: FsBlobStore;
@@ -50,8 +50,8 @@ before(async () => {
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
   port = (app.server.address() as { port: number }).port;
-  writeToken = (await issuer.issue({ repo: REPO, rev: "main", scope: "write" })).token;
-  readToken = (await issuer.issue({ repo: REPO, rev: "main", scope: "read" })).token;
+  writeToken = await casTokenSignedWith(privateKey, "write");
+  readToken = await casTokenSignedWith(privateKey, "read");
 });
 
 after(async () => {
@@ -185,7 +185,7 @@ describe("POST /v1/xorbs/default/{hash}", () => {
     const xorb = freshXorb();
     const hex = hashToHex(xorb.info.hash);
     assertError(await upload(hex, xorb.bytes, { authorization: `Bearer ${readToken}` }), 403, /needs a write token/);
-    const expired = (await pastIssuer.issue({ repo: REPO, rev: "main", scope: "write" })).token;
+    const expired = await casTokenSignedWith(privateKey, "write", { ttlSeconds: 60, now: () => new Date(Date.now() - 3_600_000) });
     assertError(await upload(hex, xorb.bytes, { authorization: `Bearer ${expired}` }), 401, /expired/);
     const missing = await app.inject({ method: "POST", url: `/v1/xorbs/default/${hex}`, payload: Buffer.from(xorb.bytes) });
     assertError(missing, 401, /Missing access token/);
@@ -299,10 +299,9 @@ class RawConnection {
     return new Promise((resolve, reject) => this.socket.write(data, (error) => (error ? reject(error) : resolve())));
   }
 
+  /** Whether the server closes the connection within `timeoutMs`. */
   async waitClosed(timeoutMs = 3000): Promise<boolean> {
-    const deadline = Date.now() + timeoutMs;
-    while (!this.closed && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
-    return this.closed;
+    return this.closed || (await settlesWithin(once(this.socket, "close"), timeoutMs));
   }
 }
 
@@ -402,12 +401,11 @@ describe("raw bodies on the wire", () => {
     await connection.write(requestHead(`/v1/xorbs/default/${hex}`, { "Content-Length": xorb.bytes.length }));
     await connection.write(xorb.bytes.subarray(0, 40_000));
     // Wait until the server is demonstrably staging the upload, then vanish.
-    const deadline = Date.now() + 3000;
-    while ((await readdir(join(blobs.root, "tmp"))).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-    assert.equal((await readdir(join(blobs.root, "tmp"))).length, 1, "the upload is being staged");
+    const staged = () => readdir(join(blobs.root, "tmp"));
+    await until(async () => (await staged()).length > 0, "the server to stage the upload", 3000);
+    assert.equal((await staged()).length, 1, "the upload is being staged");
     connection.socket.destroy();
-    const cleanDeadline = Date.now() + 3000;
-    while ((await readdir(join(blobs.root, "tmp"))).length > 0 && Date.now() < cleanDeadline) await new Promise((r) => setTimeout(r, 10));
+    await until(async () => (await staged()).length === 0, "the temp file to be removed", 3000);
     await assertNothingStored(hex);
   });
 });

@@ -10,7 +10,7 @@ import { Worker } from "node:worker_threads";
 import Database from "better-sqlite3";
 import { loadConfig } from "../../src/config.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
-import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
+import type { FileRecord } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import {
   JOURNAL_SIZE_LIMIT_BYTES,
@@ -23,28 +23,10 @@ import { PostgresConnectionError } from "../../src/metadata/postgres.js";
 import { ROWS_PER_STEP } from "../../src/metadata/sqlite/shard-registration.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
+import { fileRecord, hashOf, xorbRecord } from "../helpers/fixtures.js";
 
 async function tempDir(): Promise<string> {
   return mkdtemp(join(tmpdir(), "castor-sqlite-"));
-}
-
-/** A cheap distinct hash per (tag, n): no hashing, so thousands cost nothing. */
-function testHash(tag: number, n: number): Hash {
-  const hash = new Uint8Array(32);
-  const view = new DataView(hash.buffer);
-  view.setUint32(0, tag);
-  view.setUint32(4, n);
-  hash[31] = 0x5a;
-  return hash;
-}
-
-function testXorb(n: number, chunkCount: number): XorbRecord {
-  const chunks = Array.from({ length: chunkCount }, (_, i) => ({
-    hash: testHash(2, n * 10_000 + i),
-    uncompressedLength: 65_536,
-    serializedEnd: (i + 1) * 40_008,
-  }));
-  return { hash: testHash(1, n), serializedLength: chunkCount * 40_008, uncompressedLength: chunkCount * 65_536, chunks };
 }
 
 function walSize(store: SqliteMetadataStore): number {
@@ -151,8 +133,8 @@ describe("SqliteMetadataStore CAS specifics", () => {
       try {
         const repo = await store.getRepo("model", "alice/old");
         assert.equal(repo?.createdAt.getTime(), 1);
-        assert.equal(await store.putXorb(testXorb(1, 3)), true);
-        assert.equal(await store.registerShard({ shardHash: testHash(9, 1), repoId: repo!.id, files: [], dedupEntries: [] }), true);
+        assert.equal(await store.putXorb(xorbRecord("after upgrade", 3)), true);
+        assert.equal(await store.registerShard({ shardHash: hashOf("shard after upgrade"), repoId: repo!.id, files: [], dedupEntries: [] }), true);
       } finally {
         await store.close();
       }
@@ -219,19 +201,14 @@ describe("SqliteMetadataStore CAS specifics", () => {
     const store = await SqliteMetadataStore.open(root);
     try {
       const repo = await store.createRepo("model", "alice/damaged");
-      const healthy = testXorb(1, 4);
-      const damaged = testXorb(2, 4);
+      const healthy = xorbRecord("healthy", 4);
+      const damaged = xorbRecord("damaged", 4);
       await store.putXorb(healthy);
       await store.putXorb(damaged);
-      const file: FileRecord = {
-        hash: testHash(3, 1),
-        size: 65_536,
-        terms: [{ xorbHash: damaged.hash, chunkStart: 0, chunkEnd: 1, unpackedLength: 65_536 }],
-        sha256: testHash(4, 1),
-      };
+      const file = fileRecord("damaged", damaged);
       const chunk = damaged.chunks[0].hash;
       await store.registerShard({
-        shardHash: testHash(5, 1),
+        shardHash: hashOf("shard damaged"),
         repoId: repo.id,
         files: [file],
         dedupEntries: [{ chunkHash: chunk, xorbHash: damaged.hash }],
@@ -268,9 +245,10 @@ describe("SqliteMetadataStore CAS specifics", () => {
     const store = await SqliteMetadataStore.open(root);
     try {
       const repo = await store.createRepo("model", "alice/large");
-      await store.putXorb(testXorb(1, 4));
-      const term = { xorbHash: testHash(1, 1), chunkStart: 0, chunkEnd: 1, unpackedLength: 65_536 };
-      const files: FileRecord[] = Array.from({ length: 5 * ROWS_PER_STEP }, (_, f) => ({ hash: testHash(8, f), size: 65_536, terms: [term], sha256: null }));
+      const xorb = xorbRecord("large", 4);
+      await store.putXorb(xorb);
+      const term = { xorbHash: xorb.hash, chunkStart: 0, chunkEnd: 1, unpackedLength: 65_536 };
+      const files: FileRecord[] = Array.from({ length: 5 * ROWS_PER_STEP }, (_, f) => ({ hash: hashOf(`file ${f}`), size: 65_536, terms: [term], sha256: null }));
 
       // While the registration is in progress: timers fire, a reader sees none of its files,
       // and a write issued meanwhile completes (after it, since it waits for the write lock).
@@ -280,7 +258,7 @@ describe("SqliteMetadataStore CAS specifics", () => {
         ticks++;
         void store.isFileInRepo(files[0].hash, repo.id).then((seen) => seenMidway.push(seen));
       }, 0);
-      const registered = store.registerShard({ shardHash: testHash(9, 1), repoId: repo.id, files, dedupEntries: [] });
+      const registered = store.registerShard({ shardHash: hashOf("shard 1"), repoId: repo.id, files, dedupEntries: [] });
       const writtenMeanwhile = store.createRepo("model", "alice/meanwhile");
       let registrationDone = false;
       void registered.then(() => (registrationDone = true));
@@ -297,11 +275,11 @@ describe("SqliteMetadataStore CAS specifics", () => {
       assert.ok(await store.getRepo("model", "alice/meanwhile"));
 
       // A bad record near the end rolls back everything written before it, and the store writes on.
-      const more = Array.from({ length: 3 * ROWS_PER_STEP }, (_, f) => ({ hash: testHash(10, f), size: 65_536, terms: [term], sha256: null }));
-      const badEntry = { chunkHash: new Uint8Array(31), xorbHash: testHash(1, 1) };
-      await assert.rejects(store.registerShard({ shardHash: testHash(9, 2), repoId: repo.id, files: more, dedupEntries: [badEntry] }));
+      const more = Array.from({ length: 3 * ROWS_PER_STEP }, (_, f) => ({ hash: hashOf(`more file ${f}`), size: 65_536, terms: [term], sha256: null }));
+      const badEntry = { chunkHash: new Uint8Array(31), xorbHash: xorb.hash };
+      await assert.rejects(store.registerShard({ shardHash: hashOf("shard 2"), repoId: repo.id, files: more, dedupEntries: [badEntry] }));
       assert.equal(await store.isFileInRepo(more[0].hash, repo.id), false, "rolled back");
-      assert.equal(await store.registerShard({ shardHash: testHash(9, 2), repoId: repo.id, files: more, dedupEntries: [] }), true);
+      assert.equal(await store.registerShard({ shardHash: hashOf("shard 2"), repoId: repo.id, files: more, dedupEntries: [] }), true);
       assert.equal(await store.isFileInRepo(more[0].hash, repo.id), true);
     } finally {
       await store.close();
@@ -316,11 +294,14 @@ describe("SqliteMetadataStore CAS specifics", () => {
     try {
       // ~24 MiB of xorb rows, one transaction each, while another instance keeps reading. The
       // xorbs share one chunk table: only the bytes written matter here.
-      const chunks = testXorb(0, 2000).chunks;
+      const { chunks } = xorbRecord("shared chunks", 2000);
+      const xorbHashes: Hash[] = [];
       let largestWal = 0;
       for (let n = 0; n < 300; n++) {
-        await store.putXorb({ ...testXorb(n, 1), chunks });
-        if (n % 10 === 0) assert.equal((await reader.getXorbs([testHash(1, n)])).size, 1);
+        const xorb = { ...xorbRecord(`${n}`, 1), chunks };
+        xorbHashes.push(xorb.hash);
+        await store.putXorb(xorb);
+        if (n % 10 === 0) assert.equal((await reader.getXorbs([xorb.hash])).size, 1);
         largestWal = Math.max(largestWal, walSize(store));
       }
       assert.ok(largestWal <= JOURNAL_SIZE_LIMIT_BYTES, `the WAL reached ${largestWal} bytes under sustained writes`);
@@ -328,12 +309,12 @@ describe("SqliteMetadataStore CAS specifics", () => {
       // One registration larger than the limit (500 files of 1,000 terms, ~22 MB) must grow
       // the WAL past it; the next write after the automatic checkpoint truncates it back.
       const repo = await store.createRepo("model", "alice/wal");
-      const terms = Array.from({ length: 1000 }, (_, k) => ({ xorbHash: testHash(1, k % 300), chunkStart: k, chunkEnd: k + 1, unpackedLength: 65_536 }));
-      const files: FileRecord[] = Array.from({ length: 500 }, (_, f) => ({ hash: testHash(6, f), size: 1000 * 65_536, terms, sha256: null }));
-      await store.registerShard({ shardHash: testHash(7, 1), repoId: repo.id, files, dedupEntries: [] });
+      const terms = Array.from({ length: 1000 }, (_, k) => ({ xorbHash: xorbHashes[k % 300], chunkStart: k, chunkEnd: k + 1, unpackedLength: 65_536 }));
+      const files: FileRecord[] = Array.from({ length: 500 }, (_, f) => ({ hash: hashOf(`file ${f}`), size: 1000 * 65_536, terms, sha256: null }));
+      await store.registerShard({ shardHash: hashOf("oversized shard"), repoId: repo.id, files, dedupEntries: [] });
       assert.ok(walSize(store) > JOURNAL_SIZE_LIMIT_BYTES, "precondition: the registration outgrew the limit");
       assert.ok(await reader.getFile(files[499].hash));
-      await store.putXorb(testXorb(1000, 1));
+      await store.putXorb(xorbRecord("after the checkpoint", 1));
       assert.ok(walSize(store) <= JOURNAL_SIZE_LIMIT_BYTES, `the WAL stayed at ${walSize(store)} bytes`);
     } finally {
       await reader.close();

@@ -12,7 +12,8 @@
  * Needs the services: `eval "$(scripts/services.sh start)"`, then `npm test -- test/scaleout`.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
+import { createPrivateKey } from "node:crypto";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -38,6 +39,7 @@ import {
 import { hubFixture, listScaleOutXorbs, scaleOutUnavailable, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { downloadAnswer, fileOfChunks, vectorFileContents, withPlaceholderUrls, type Answer } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 
 // Fails the whole file, with the way to start the services, when they are not configured.
 const unavailable = scaleOutUnavailable();
@@ -289,23 +291,18 @@ describe("shard registration over /v2/shards (NDJSON)", () => {
 
 describe("tokens on the scale-out backends", () => {
   it("a CAS token expires on time, a read token cannot write, a missing one is refused", async () => {
-    // A second node on the same stores and keys, handing out 1-second tokens.
-    const shortLived = await startCastorServer({ scaleOut: server.scaleOut!, env: { CASTOR_TOKEN_TTL: "1" } });
-    try {
-      const response = await fetch(`${shortLived.url}/api/${REPO_TYPE}s/${REPO_NAME}/xet-read-token/main`, {
-        headers: { authorization: `Bearer ${castor.hubTokens.read}` },
-      });
-      const { accessToken, exp } = (await response.json()) as { accessToken: string; exp: number };
-      const file = reconstructionVector.file_hashes.A as string;
-      // Verified by the other node, which holds the same public key.
-      assert.equal((await reconstruct(`/v2/reconstructions/${file}`, undefined, accessToken)).status, 200);
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, exp * 1000 - Date.now()) + 50));
-      const expired = await reconstruct(`/v2/reconstructions/${file}`, undefined, accessToken);
-      assert.equal(expired.status, 401);
-      assert.match(((await expired.json()) as { error: string }).error, /expired/i);
-    } finally {
-      await shortLived.stop();
-    }
+    // Tokens signed with the deployment's key, as any node signs them, on clocks the test
+    // picks: one whose exp is the current second (expired: valid only before exp), one with
+    // time left. The node checks both on its own clock.
+    const signingKey = createPrivateKey(await readFile(server.scaleOut!.signingKeyFile));
+    const repo = { type: REPO_TYPE, id: REPO_NAME } as const;
+    const expiring = await casTokenSignedWith(signingKey, "read", { repo, ttlSeconds: 1, now: () => new Date(Date.now() - 1000) });
+    const live = await casTokenSignedWith(signingKey, "read", { repo, ttlSeconds: 60 });
+    const file = reconstructionVector.file_hashes.A as string;
+    assert.equal((await reconstruct(`/v2/reconstructions/${file}`, undefined, live)).status, 200);
+    const expired = await reconstruct(`/v2/reconstructions/${file}`, undefined, expiring);
+    assert.equal(expired.status, 401);
+    assert.match(((await expired.json()) as { error: string }).error, /expired/i);
     const xorb = serializeXorb([{ data: pseudoRandomBytes("read-cannot-write", 5000) }]);
     assert.equal((await post(`/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, xorb.bytes, readToken)).status, 403);
     assert.equal((await fetch(`${server.url}/v2/reconstructions/${reconstructionVector.file_hashes.A}`)).status, 401);

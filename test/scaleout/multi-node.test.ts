@@ -24,7 +24,6 @@ import { join } from "node:path";
 import type { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
 import { GetObjectCommand, ListMultipartUploadsCommand } from "@aws-sdk/client-s3";
-import { CasTokenIssuer } from "../../src/auth/cas-token.js";
 import { CastorClient, type UploadResult } from "../../src/client/index.js";
 import { fileHash, hashFromHex, hashToHex, verificationHash } from "../../src/format/hash.js";
 import type { ShardFile } from "../../src/format/shard.js";
@@ -45,6 +44,8 @@ import {
 } from "../interop/harness.js";
 import { ROUTE_HEADER, SERVED_BY_HEADER, startProxy, type ProxiedRequest, type TestProxy } from "../helpers/proxy.js";
 import { s3TestClient } from "../helpers/scaleout-s3.js";
+import { until } from "../helpers/wait.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
 import {
   createScaleOutBackend,
   hubFixture,
@@ -181,7 +182,7 @@ describe("one deployment, two nodes", () => {
     assert.equal(head.headers.get("content-length"), String(xorb.bytes.length));
 
     const strangerKey = generateKeyPairSync("ed25519").privateKey;
-    const { token: forged } = await new CasTokenIssuer(strangerKey, 3600).issue({ repo: { type: REPO_TYPE, id: REPO_NAME }, rev: "main", scope: "write" });
+    const forged = await casTokenSignedWith(strangerKey, "write", { repo: { type: REPO_TYPE, id: REPO_NAME } });
     for (const node of [nodes.a, nodes.b]) {
       const refused = await fetch(`${node.url}/v1/chunks/default/${absentChunk}`, { headers: { authorization: `Bearer ${forged}` } });
       assert.equal(refused.status, 401, "a token signed with a key the deployment does not hold");
@@ -412,12 +413,12 @@ describe("a node dies", () => {
     });
     request.write(xorb.bytes.subarray(0, xorb.bytes.length >> 1));
     const stagingDir = join(doomed.dataDir, "s3-staging");
-    await waitFor(async () => {
+    await until(async () => {
       for (const name of await readdir(stagingDir).catch(() => [] as string[])) {
         if (name.endsWith(".part") && (await stat(join(stagingDir, name))).size > 0) return true;
       }
       return false;
-    }, "the node to stage the half-sent xorb");
+    }, "the node to stage the half-sent xorb", 10_000, 20);
     doomed.child.kill("SIGKILL");
     assert.equal((await doomed.exited).signal, "SIGKILL");
     assert.match(await requestFailed, /^E[A-Z]+$/, "the upload failed with a network error, never an answer");
@@ -434,11 +435,3 @@ describe("a node dies", () => {
     assert.equal(stored?.size, xorb.bytes.length);
   });
 });
-
-async function waitFor(condition: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}

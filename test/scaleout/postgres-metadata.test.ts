@@ -6,11 +6,10 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
 import pg from "pg";
 import { loadConfig } from "../../src/config.js";
-import { hashToHex, type Hash } from "../../src/format/hash.js";
-import type { FileRecord, ShardRegistration, XorbRecord } from "../../src/metadata/cas.js";
+import { hashToHex } from "../../src/format/hash.js";
+import type { ShardRegistration } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import {
   MIGRATIONS,
@@ -20,6 +19,7 @@ import {
 } from "../../src/metadata/postgres.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
+import { fileRecord, hashOf, oidOf, xorbRecord } from "../helpers/fixtures.js";
 import { createTestDatabase, requireTestDatabaseUrl, type TestDatabase } from "../helpers/scaleout-postgres.js";
 
 // Fails the whole file, with instructions, when no PostgreSQL is configured.
@@ -66,28 +66,6 @@ async function withStores(
   } finally {
     for (const store of stores) await store.close();
   }
-}
-
-function hashOf(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
-}
-
-function makeXorb(label: string, count: number): XorbRecord {
-  const chunks = Array.from({ length: count }, (_, i) => ({
-    hash: hashOf(`${label}/chunk ${i}`),
-    uncompressedLength: 65_536,
-    serializedEnd: (i + 1) * 40_008,
-  }));
-  return { hash: hashOf(`xorb ${label}`), serializedLength: count * 40_008, uncompressedLength: count * 65_536, chunks };
-}
-
-function makeFile(label: string, xorb: XorbRecord, terms: number): FileRecord {
-  return {
-    hash: hashOf(`file ${label}`),
-    size: terms * 65_536,
-    terms: Array.from({ length: terms }, (_, k) => ({ xorbHash: xorb.hash, chunkStart: k, chunkEnd: k + 1, unpackedLength: 65_536 })),
-    sha256: hashOf(`sha ${label}`),
-  };
 }
 
 async function tableNames(sql: pg.Client): Promise<string[]> {
@@ -187,10 +165,9 @@ describe("PostgresMetadataStore specifics", () => {
     it("moves branches from four nodes at once: one winner per head, no deadlock on shared trees", async () => {
       await withDatabase(async (database) => {
         await withStores(database, 4, async (stores) => {
-          const oid = (label: string) => createHash("sha1").update(label).digest("hex");
-          const emptyTree = { oid: oid("empty"), entries: [] };
+          const emptyTree = { oid: oidOf("empty"), entries: [] };
           const commitOf = (label: string, treeOid: string, parents: string[]) => ({
-            oid: oid(label), treeOid, parentOids: parents, title: label, message: `${label}\n`, author: "alice", createdAt: new Date(1_767_225_600_000), object: label,
+            oid: oidOf(label), treeOid, parentOids: parents, title: label, message: `${label}\n`, author: "alice", createdAt: new Date(1_767_225_600_000), object: label,
           });
           const initial = commitOf("initial", emptyTree.oid, []);
           const repo = await stores[0].createRepo("model", "alice/raced", { private: false, commit: initial, tree: emptyTree });
@@ -199,7 +176,7 @@ describe("PostgresMetadataStore specifics", () => {
           for (let round = 0; round < 5; round++) {
             // Each node advances main (one wins) and its own branch (all win); the trees new in
             // this round are shared by every advance, listed in a different order by each node.
-            const shared = Array.from({ length: 20 }, (_, i) => ({ oid: oid(`round ${round} tree ${i}`), entries: [{ type: "directory" as const, name: `d${i}`, oid: oid(`sub ${i}`) }] }));
+            const shared = Array.from({ length: 20 }, (_, i) => ({ oid: oidOf(`round ${round} tree ${i}`), entries: [{ type: "directory" as const, name: `d${i}`, oid: oidOf(`sub ${i}`) }] }));
             const advances = stores.flatMap((store, node) => {
               const trees = node % 2 === 0 ? shared : [...shared].reverse();
               return ["main", `b${node}`].map((branch) => {
@@ -225,10 +202,10 @@ describe("PostgresMetadataStore specifics", () => {
       await withDatabase(async (database) => {
         await withStores(database, 2, async ([first, second]) => {
           const repo = await first.createRepo("model", "alice/raced");
-          const xorb = makeXorb("raced", 64);
+          const xorb = xorbRecord("raced", 64);
           await first.putXorb(xorb);
           for (let round = 0; round < 5; round++) {
-            const files = Array.from({ length: 200 }, (_, i) => makeFile(`round ${round} file ${i}`, xorb, 1 + (i % 8)));
+            const files = Array.from({ length: 200 }, (_, i) => fileRecord(`round ${round} file ${i}`, xorb, { terms: 1 + (i % 8) }));
             const registration: ShardRegistration = {
               shardHash: hashOf(`shard ${round}`),
               repoId: repo.id,
@@ -253,9 +230,9 @@ describe("PostgresMetadataStore specifics", () => {
         await withStores(database, 2, async ([first, second]) => {
           const repoA = await first.createRepo("model", "alice/a");
           const repoB = await first.createRepo("model", "bob/b");
-          const xorb = makeXorb("shared", 32);
+          const xorb = xorbRecord("shared", 32);
           await first.putXorb(xorb);
-          const files = Array.from({ length: 500 }, (_, i) => makeFile(`shared ${i}`, xorb, 2));
+          const files = Array.from({ length: 500 }, (_, i) => fileRecord(`shared ${i}`, xorb, { terms: 2 }));
           const entries = Array.from({ length: 2_000 }, (_, i) => ({ chunkHash: hashOf(`chunk ${i}`), xorbHash: xorb.hash }));
           const forward: ShardRegistration = { shardHash: hashOf("forward"), repoId: repoA.id, files, dedupEntries: entries };
           const backward: ShardRegistration = {
@@ -279,8 +256,8 @@ describe("PostgresMetadataStore specifics", () => {
         await withStores(database, 2, async ([first, second]) => {
           const repoA = await first.createRepo("model", "alice/large");
           const repoB = await second.createRepo("model", "bob/large");
-          const xorbs = Array.from({ length: 20 }, (_, i) => makeXorb(`large ${i}`, 64));
-          const files = Array.from({ length: 10_000 }, (_, i) => makeFile(`large ${i}`, xorbs[i % 20], 1 + (i % 16)));
+          const xorbs = Array.from({ length: 20 }, (_, i) => xorbRecord(`large ${i}`, 64));
+          const files = Array.from({ length: 10_000 }, (_, i) => fileRecord(`large ${i}`, xorbs[i % 20], { terms: 1 + (i % 16) }));
           const dedupEntries = xorbs.flatMap((xorb) => xorb.chunks.map((chunk) => ({ chunkHash: chunk.hash, xorbHash: xorb.hash })));
           const registration: ShardRegistration = { shardHash: hashOf("large"), repoId: repoA.id, files, dedupEntries };
 
@@ -305,7 +282,7 @@ describe("PostgresMetadataStore specifics", () => {
     it("refuses stored integers beyond 2^53 and damaged tables with CorruptRecordError", async () => {
       await withDatabase(async (database, sql) => {
         await withStores(database, 1, async ([store]) => {
-          const xorb = makeXorb("damaged", 3);
+          const xorb = xorbRecord("damaged", 3);
           await store.putXorb(xorb);
           await sql.query("UPDATE xorbs SET serialized_length = 9007199254740993");
           await assert.rejects(store.getXorbSize(xorb.hash), (err: unknown) => {
@@ -319,7 +296,7 @@ describe("PostgresMetadataStore specifics", () => {
           await assert.rejects(store.getXorbs([xorb.hash]), CorruptRecordError, "a chunk table that is not whole records");
 
           const repo = await store.createRepo("model", "alice/damaged");
-          const file = makeFile("damaged", xorb, 2);
+          const file = fileRecord("damaged", xorb, { terms: 2 });
           await store.registerShard({ shardHash: hashOf("damaged shard"), repoId: repo.id, files: [file], dedupEntries: [] });
           await sql.query("ALTER TABLE files DROP CONSTRAINT files_terms_check");
           await sql.query("UPDATE files SET terms = substring(terms FROM 2)");

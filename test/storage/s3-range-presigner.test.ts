@@ -5,11 +5,10 @@
  * the URLs is tested in test/scaleout (the S3 contract suite and presigned.test.ts).
  */
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
 import { describe, it } from "node:test";
 import { GetObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
-import { hashToHex, type Hash } from "../../src/format/hash.js";
+import { hashToHex } from "../../src/format/hash.js";
 import {
   blobKey,
   isBlobStoreError,
@@ -19,14 +18,11 @@ import {
   type ByteSpan,
 } from "../../src/storage/blob-store.js";
 import { S3RangePresigner, type PresignableStore } from "../../src/storage/s3/range-presigner.js";
+import { hashOf } from "../helpers/fixtures.js";
 
 const BUCKET = "castor-bucket";
 /** 2025-10-09T08:53:20Z, a fixed instant so the SDK and castor sign at the same second. */
 const T0 = 1_760_000_000_000;
-
-function hashOf(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
-}
 
 interface StaticCredentials {
   accessKeyId: string;
