@@ -64,9 +64,9 @@ export interface FileReaderOptions {
    */
   maxSpanBytes?: number;
   /**
-   * Decoded bytes a stream buffers for a slow consumer before it stops decoding (default
-   * 64 KiB, about one chunk). Piped into a response, the bytes mostly go out as they are pushed;
-   * a consumer calling `read()` gets the buffered pieces concatenated, a copy that grows with it.
+   * Decoded bytes a `read()` stream buffers for a slow consumer before it stops decoding
+   * (default 64 KiB, about one chunk); a consumer calling `read()` on it gets the buffered
+   * pieces concatenated, a copy that grows with it. `body()` writes ~1 MiB batches instead.
    */
   highWaterMark?: number;
 }
