@@ -10,8 +10,8 @@
  *
  * Over HTTP (server in a worker thread, so the client's reading does not share its event loop;
  * one request in flight, keep-alive):
- * - FileReader: `GET /files/{hash}`, a route that sends `StoredFile.read()` as the body, as the
- *   `resolve` route will;
+ * - FileReader: `GET /files/{hash}`, a route that writes `StoredFile.body()` to the response,
+ *   as the `resolve` route does;
  * - raw: castor's real transfer route, one signed single-range GET per term, for exactly the
  *   stored spans the FileReader reads.
  * In process (no HTTP): the FileReader stream drained, against the blob store's positional
@@ -276,8 +276,17 @@ async function startServer(dir: string): Promise<void> {
   app.get<{ Params: { hash: string } }>("/files/:hash", async (request, reply) => {
     const file = await reader.open(hashFromHex(request.params.hash));
     if (file === null) throw new HttpError(404, "no such file");
-    reply.header("content-type", "application/octet-stream").header("content-length", String(file.size));
-    return reply.send(file.read());
+    // As the resolve route sends it: the first chunk verified, then written straight to the socket.
+    const body = await file.body();
+    reply.hijack();
+    const out = reply.raw;
+    out.writeHead(200, { "content-type": "application/octet-stream", "content-length": String(file.size) });
+    try {
+      await body.writeTo(out);
+      out.end();
+    } catch {
+      out.destroy();
+    }
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
   url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;

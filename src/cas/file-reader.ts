@@ -6,44 +6,47 @@
  *     const file = await reader.open(fileHash);      // null: no such file registered
  *     file.size;                                     // to check a Range header against
  *     file.read({ start, end });                     // a Readable of bytes start..end (inclusive)
+ *     const body = await file.body({ start, end });  // the same bytes for an HTTP response:
+ *     await body.writeTo(response);                  //   written straight to it
  *
  * A file is its terms in order, a term chunks [a, b) of one xorb (docs/protocol.md §8.3). The
  * reader walks the terms overlapping the requested bytes and cuts them into *spans*: runs of
  * whole chunks of one term holding at most `maxSpanBytes` of the stored xorb. Each span is one
  * ranged blob read, located through the xorb's chunk table (§5.5); only the chunks overlapping
- * the range are read, and the first and last are trimmed after decoding.
+ * the range are read, and the first and last are trimmed after decoding (file-spans.ts).
  *
  * Verification: a span's chunks are decoded (none / LZ4 / BG4+LZ4) one at a time just before
- * they are pushed, and each must have the header its chunk table entry implies and decode to
+ * they are sent, and each must have the header its chunk table entry implies and decode to
  * bytes that hash to the chunk hash recorded when the xorb was uploaded. A damaged or tampered
- * blob therefore destroys the stream with a `FileReadError` before any of its wrong bytes goes
- * out. (Bytes of the chunks before it may have been sent; an HTTP response is then cut short,
- * which clients detect against its Content-Length.)
+ * blob therefore fails the read with a `FileReadError` before any of its wrong bytes goes out.
+ * (Bytes of the chunks before it may have been sent; an HTTP response is then cut short, which
+ * clients detect against its Content-Length.)
  *
  * Memory is bounded whatever the file's size: `readAheadSpans` spans are read ahead of the one
- * being decoded — so the disk or S3 works while the CPU decodes — and decoded bytes are pushed
- * chunk by chunk under the stream's backpressure. A consumer that stops reading leaves at most
- * 1 + `readAheadSpans` spans requested; destroying the stream aborts the reads in progress,
- * and its 'close' event waits until every blob handle they opened is released. Chunk tables
- * are loaded as the walk reaches their xorbs (a few terms' worth per metadata query), and the
- * last few are kept for files whose terms come back to a xorb.
+ * being decoded — so the disk or S3 works while the CPU decodes — and decoded bytes go out
+ * under the consumer's backpressure. A consumer that stops reading leaves at most
+ * 1 + `readAheadSpans` spans requested; destroying the stream (or the response) aborts the reads
+ * in progress, and its 'close' (or `writeTo`) waits until every blob handle they opened is
+ * released. Chunk tables are loaded as the walk reaches their xorbs (a few terms' worth per
+ * metadata query), and the last few are kept for files whose terms come back to a xorb.
  *
- * Span buffers are reused, and a reader keeps a few idle ones: fresh multi-MiB buffers must be
- * faulted in by the kernel, which cost more than decoding them (the in-process FileReader
- * doubled its MB/s with reuse; src/http/buffer-pool.ts found the same for the transfer route).
- * So no pushed byte may point into a span buffer: an uncompressed chunk is copied out, as
- * decoded chunks are fresh memory anyway.
+ * Memory is also not copied: an uncompressed chunk goes out as a view into its span buffer
+ * (decoded chunks are fresh memory anyway). Span buffers are reused, because fresh multi-MiB
+ * buffers must be faulted in by the kernel, which costs more than decoding them, and a copy of
+ * each uncompressed chunk into fresh memory cost as much (docs/design.md §8.7). So a span buffer
+ * is given back only once nothing reads it any more: `writeTo` gives it back in the callback of
+ * the socket write of its last chunk; the `Readable`, which cannot know when its consumer is
+ * done with a piece, gives back only buffers none of whose bytes it pushed.
  *
  * Not here: who may read which file (the route checks the file belongs to the repository).
  */
-import { Readable, addAbortSignal } from "node:stream";
-import { decompressChunk } from "../format/compression.js";
-import { isFormatError } from "../format/errors.js";
-import { HASH_BYTES, chunkHash, hashToHex, type Hash } from "../format/hash.js";
-import { ChunkTable } from "../format/ranges.js";
-import { XORB_CHUNK_HEADER_BYTES, readChunkHeader } from "../format/xorb.js";
-import type { CasMetadataStore, FileRecord, XorbRecord } from "../metadata/cas.js";
-import { blobKey, isBlobStoreError, type BlobKey, type BlobStore, type ByteSpan } from "../storage/blob-store.js";
+import type { Writable } from "node:stream";
+import { Readable } from "node:stream";
+import { hashToHex, type Hash } from "../format/hash.js";
+import type { FileRecord } from "../metadata/cas.js";
+import { FileReadError, SpanBuffers, SpanFeed, SpanPlanner, XorbTables, type FileMetadata, type LoadedSpan, type SpanSource } from "./file-spans.js";
+
+export { FileReadError, type FileReadErrorCode, type FileMetadata, type SpanSource } from "./file-spans.js";
 
 // ---------------------------------------------------------------------------------------------
 // Options
@@ -61,22 +64,19 @@ export interface FileReaderOptions {
    */
   maxSpanBytes?: number;
   /**
-   * Decoded bytes a stream buffers for a slow consumer before it stops decoding (default
-   * 64 KiB, about one chunk). Piped into a response, the bytes mostly go out as they are pushed;
-   * a consumer calling `read()` gets the buffered pieces concatenated, a copy that grows with it.
+   * Decoded bytes a `read()` stream buffers for a slow consumer before it stops decoding
+   * (default 64 KiB, about one chunk); a consumer calling `read()` on it gets the buffered
+   * pieces concatenated, a copy that grows with it. `body()` writes ~1 MiB batches instead.
    */
   highWaterMark?: number;
 }
 
 export interface FileReaderDeps extends FileReaderOptions {
   /** Where file and xorb records come from; a caching wrapper may stand in for the store. */
-  metadata: Pick<CasMetadataStore, "getFile" | "getXorbs">;
+  metadata: FileMetadata;
   /** Where xorb bytes are stored (`xorbs/<hex>` keys); positional reads are used where offered. */
   blobs: SpanSource;
 }
-
-/** The part of a `BlobStore` the reader uses. */
-export type SpanSource = Pick<BlobStore, "read" | "openSpan">;
 
 /**
  * Tried with `npm run bench -- file-read` on the shared 2-core machine: 1 or 4 spans of read-ahead,
@@ -85,42 +85,6 @@ export type SpanSource = Pick<BlobStore, "read" | "openSpan">;
 export const DEFAULT_READ_AHEAD_SPANS = 2;
 export const DEFAULT_MAX_SPAN_BYTES = 4 * 1024 * 1024;
 export const DEFAULT_HIGH_WATER_MARK = 64 * 1024;
-
-/**
- * Bytes of idle span buffers a reader keeps (at least one buffer): the read-ahead of a few
- * concurrent downloads with the defaults. More are allocated when needed and left to the GC.
- */
-const IDLE_SPAN_BUFFER_BYTES = 32 * 1024 * 1024;
-
-/** Terms looked ahead when a chunk table is missing: their missing xorbs come in the same query. */
-const TABLE_LOOKAHEAD_TERMS = 8;
-/** Chunk tables a stream keeps for terms that return to a xorb (≤ ~400 KiB each, typically ~50 KiB). */
-const KEPT_TABLES = 16;
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-
-export type FileReadErrorCode =
-  /** A term's xorb has no record, or its blob is not stored. */
-  | "missing_xorb"
-  /** A stored xorb's bytes disagree with its record: too short, a bad header, undecodable, or a wrong hash. */
-  | "corrupt_xorb"
-  /** The file's records disagree with each other (terms vs size, a term vs its xorb's chunk table). */
-  | "inconsistent_records";
-
-/**
- * Why a file cannot be served. Never the downloader's fault: every code means lost or damaged
- * data on the server, which an operator has to repair (re-upload the xorb, restore a backup).
- */
-export class FileReadError extends Error {
-  override readonly name = "FileReadError";
-  constructor(
-    readonly code: FileReadErrorCode,
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The reader and its files
@@ -132,7 +96,7 @@ export interface FileByteRange {
 }
 
 export class FileReader {
-  private readonly metadata: FileReaderDeps["metadata"];
+  private readonly metadata: FileMetadata;
   private readonly blobs: SpanSource;
   private readonly options: Required<FileReaderOptions>;
   private readonly spanBuffers: SpanBuffers;
@@ -161,7 +125,7 @@ export class FileReader {
 
 /** What the streams of one `FileReader` share. */
 interface ReaderContext {
-  readonly metadata: FileReaderDeps["metadata"];
+  readonly metadata: FileMetadata;
   readonly blobs: SpanSource;
   readonly spanBuffers: SpanBuffers;
   readonly options: Required<FileReaderOptions>;
@@ -190,13 +154,35 @@ export class StoredFile {
    * it with a `FileReadError` (or the blob store's own error for I/O failures).
    */
   read(range?: FileByteRange): Readable {
+    return new FileByteStream(this.feed(range), this.context.options.highWaterMark);
+  }
+
+  /**
+   * The same bytes as `read`, for an HTTP response: resolves once the first chunk is read and
+   * verified (rejecting as `read`'s stream would fail, before anything was sent, so the caller
+   * can still answer with an error), with a `FileBody` to write to the response.
+   */
+  async body(range?: FileByteRange): Promise<FileBody> {
+    const feed = this.feed(range);
+    try {
+      const span = await feed.next();
+      // The range holds at least one byte (or the file is empty), so a first span exists unless the file is empty.
+      const first = span === null ? null : feed.take(span);
+      return new FileBody(feed, span, first);
+    } catch (error) {
+      await feed.close();
+      throw error;
+    }
+  }
+
+  private feed(range: FileByteRange | undefined): SpanFeed {
     const { start, end } = range ?? { start: 0, end: this.size - 1 };
     if (range !== undefined && !(Number.isSafeInteger(start) && Number.isSafeInteger(end) && 0 <= start && start <= end && end < this.size)) {
       throw new RangeError(`bytes ${start}-${end} are not a range within file ${hashToHex(this.hash)} of ${this.size} bytes`);
     }
-    const { metadata, options } = this.context;
+    const { metadata, options, blobs, spanBuffers } = this.context;
     const planner = new SpanPlanner(this.record, this.termOffsets, new XorbTables(metadata, this.record), start, end + 1, options.maxSpanBytes);
-    return new FileByteStream(planner, this.context, start, end + 1);
+    return new SpanFeed(planner, { blobs, spanBuffers, readAheadSpans: options.readAheadSpans }, start, end + 1);
   }
 }
 
@@ -218,47 +204,29 @@ function checkedInteger(value: number, min: number, name: string): number {
 // ---------------------------------------------------------------------------------------------
 // The stream
 
-/** A span whose bytes are in memory, and how far its chunks have been pushed. */
-interface LoadedSpan {
-  readonly plan: SpanPlan;
-  /** The span's stored bytes: chunks `plan.firstChunk` .. `plan.endChunk - 1`, headers included. */
-  readonly bytes: Uint8Array;
-  /** The next chunk to decode and push. */
-  chunk: number;
-  /** File offset of that chunk's first byte. */
-  fileOffset: number;
-}
-
 /**
- * Pushes the decoded bytes of planned spans in order, with `readAheadSpans` span reads running
- * ahead of the span being pushed.
+ * Pushes the verified chunks of the feed's spans in order.
  *
  * Flow: `_read` runs `pump`, which pushes chunks of the current span until `push` says the
- * consumer has enough (then the next `_read` resumes it) or the span is spent; it then takes
- * the next span from `loads`, topping the read-ahead back up first, and waits for it if it is
- * still being read. Spans are planned one after another (`planning` chains them, since each
- * continues where the last one ended) and read as soon as they are planned.
+ * consumer has enough (then the next `_read` resumes it) or the span is spent; it then waits
+ * for the feed's next span.
+ *
+ * Uncompressed chunks are pushed as views into their span buffer, which is then not given back
+ * for reuse (the consumer may hold the piece indefinitely): a span buffer is reused only when
+ * all its chunks were decoded into fresh memory.
  */
 class FileByteStream extends Readable {
-  /** Spans planned and being read or read, in file order; the first is the next to push. */
-  private readonly loads: Promise<LoadedSpan | null>[] = [];
-  /** Every span read not yet settled, so that destroy can wait for their handles to close. */
-  private readonly unsettled = new Set<Promise<unknown>>();
-  private readonly abort = new AbortController();
-  private planning: Promise<SpanPlan | null> = Promise.resolve(null);
-  private planEnded = false;
   private current: LoadedSpan | null = null;
+  /** Whether a piece of `current`'s buffer was pushed. */
+  private lent = false;
   /** Set while the pump waits for a span read: `_read` calls then have nothing to add. */
   private waiting = false;
 
   constructor(
-    private readonly planner: SpanPlanner,
-    private readonly context: ReaderContext,
-    /** The requested bytes of the file, END EXCLUSIVE. */
-    private readonly rangeStart: number,
-    private readonly rangeEnd: number,
+    private readonly feed: SpanFeed,
+    highWaterMark: number,
   ) {
-    super({ highWaterMark: context.options.highWaterMark });
+    super({ highWaterMark });
   }
 
   override _read(): void {
@@ -266,18 +234,16 @@ class FileByteStream extends Readable {
   }
 
   override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
-    this.abort.abort();
     // 'close' only once every read has let go of its blob handle or stream.
-    Promise.allSettled([...this.unsettled]).then(() => callback(error));
+    this.feed.close().then(() => callback(error));
   }
 
   private pump(): void {
     try {
       // Pushing either spends the current span (which clears it) or fills the consumer's buffer.
       if (this.current !== null && !this.pushChunks(this.current)) return;
-      this.topUpReadAhead();
       this.waiting = true;
-      this.loads.shift()!.then(
+      this.feed.next().then(
         (loaded) => {
           this.waiting = false;
           if (this.destroyed) return;
@@ -286,6 +252,7 @@ class FileByteStream extends Readable {
             return;
           }
           this.current = loaded;
+          this.lent = false;
           this.pump();
         },
         (error: unknown) => {
@@ -298,355 +265,117 @@ class FileByteStream extends Readable {
     }
   }
 
-  /**
-   * Decodes, verifies, trims and pushes the span's remaining chunks; once the last one is out,
-   * gives the span's buffer back and clears `current`. False when the consumer has enough for now.
-   */
+  /** Pushes the span's remaining chunks; clears `current` once it is spent. False when the consumer has enough for now. */
   private pushChunks(span: LoadedSpan): boolean {
-    const { plan, bytes } = span;
     let wanted = true;
-    while (wanted && span.chunk < plan.endChunk) {
-      const data = decodeVerifiedChunk(plan, bytes, span.chunk);
-      const from = Math.max(0, this.rangeStart - span.fileOffset);
-      const to = Math.min(data.length, this.rangeEnd - span.fileOffset);
-      span.chunk++;
-      span.fileOffset += data.length;
-      if (to > from) {
-        // An uncompressed chunk is a view into the span buffer, which is about to be reused.
-        const kept = data.buffer === bytes.buffer ? data.slice(from, to) : data.subarray(from, to);
-        const piece = Buffer.from(kept.buffer, kept.byteOffset, kept.length);
-        wanted = this.push(piece);
+    while (wanted && !this.feed.spent(span)) {
+      const piece = this.feed.take(span);
+      if (piece.length > 0) {
+        if (piece.buffer === span.bytes.buffer) this.lent = true;
+        wanted = this.push(Buffer.from(piece.buffer, piece.byteOffset, piece.length));
       }
     }
-    if (span.chunk === plan.endChunk) {
+    if (this.feed.spent(span)) {
       this.current = null;
-      this.context.spanBuffers.give(bytes);
+      if (!this.lent) this.feed.release(span);
     }
     return wanted;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer for responses
+
+/**
+ * Verified chunks written per batch: the writes of a batch go out corked, as one `writev`, and
+ * the next batch is decoded once the response has taken them (backpressure). About the
+ * transfer route's 1 MiB reads, so both routes make the same system calls per byte.
+ */
+const WRITE_BATCH_BYTES = 1024 * 1024;
+
+/**
+ * A file's bytes ready to be written to an HTTP response (`StoredFile.body`), its first chunk
+ * already verified. `writeTo` must be called once, or `close` if the body is not sent after all.
+ *
+ * Writes go straight to the response, views into span buffers included, each batch corked;
+ * a span's buffer is given back in the callback of the write of its last chunk, which Node calls
+ * once the socket has the bytes (writes complete in order, so the earlier ones too).
+ */
+export class FileBody {
+  private started = false;
+
+  /** @internal built by `StoredFile.body` */
+  constructor(
+    private readonly feed: SpanFeed,
+    /** The first span, its first chunk taken (null for an empty file). */
+    private readonly first: LoadedSpan | null,
+    /** That chunk, verified and trimmed. */
+    private readonly firstPiece: Uint8Array | null,
+  ) {}
 
   /**
-   * Plans and starts span reads until `readAheadSpans` + 1 are queued (the next one and those
-   * ahead of it). Once a plan turned out to be the last, no more are queued; a few plans queued
-   * before that was known simply resolve to null too.
+   * Writes the bytes to `out` (not ending it) under its backpressure. Resolves once all are
+   * written, or early if `out` is destroyed (the client went away); rejects with the first
+   * failure, after which `out` has received a correct prefix of the bytes. Either way every blob
+   * handle is released first.
+   *
+   * `out` must be a socket or an HTTP response: a write's callback must mean that nothing reads
+   * its buffer any more.
    */
-  private topUpReadAhead(): void {
-    while (this.loads.length <= this.context.options.readAheadSpans && !this.planEnded) {
-      const plan = this.planning.then(() => (this.abort.signal.aborted ? null : this.planner.next()));
-      this.planning = plan;
-      const load = plan.then((planned) => {
-        if (planned === null) {
-          this.planEnded = true;
-          return null;
+  async writeTo(out: Writable): Promise<void> {
+    if (this.started) throw new Error("a FileBody is written once");
+    this.started = true;
+    // A client that goes away stops the reads at once, not when the next write finds out.
+    const stop = () => void this.feed.close();
+    out.once("close", stop);
+    try {
+      let span = this.first;
+      let pending = this.firstPiece;
+      while (span !== null && !out.destroyed) {
+        let batch = 0;
+        let flowing = true;
+        out.cork();
+        try {
+          while (batch < WRITE_BATCH_BYTES) {
+            const piece = pending ?? this.feed.take(span);
+            pending = null;
+            if (this.feed.spent(span)) {
+              // Nothing reads the buffer once this write is done (an empty last piece: never given back).
+              const done = span;
+              if (piece.length > 0) flowing = out.write(piece, () => this.feed.release(done));
+              break;
+            }
+            if (piece.length > 0) flowing = out.write(piece);
+            batch += piece.length;
+          }
+        } finally {
+          out.uncork();
         }
-        return this.load(planned);
-      });
-      // Awaited in order by the pump; a failure it never reaches (destroyed first) must not
-      // count as an unhandled rejection.
-      load.catch(() => undefined);
-      this.unsettled.add(load);
-      load.finally(() => this.unsettled.delete(load)).catch(() => undefined);
-      this.loads.push(load);
+        if (!flowing) await drainedOrClosed(out);
+        if (this.feed.spent(span)) span = await this.feed.next();
+      }
+    } catch (error) {
+      // Closing the feed when `out` closed aborts the read in progress: not a failure.
+      if (!out.destroyed) throw error;
+    } finally {
+      out.off("close", stop);
+      await this.feed.close();
     }
   }
 
-  private async load(plan: SpanPlan): Promise<LoadedSpan> {
-    const bytes = await readSpan(this.context, plan.xorb, plan.bytes, this.abort.signal);
-    return { plan, bytes, chunk: plan.firstChunk, fileOffset: plan.fileOffset };
+  /** Gives up without writing: stops the reads and releases their handles. */
+  close(): Promise<void> {
+    this.started = true;
+    return this.feed.close();
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Planning: terms → spans
-
-/** Chunks `firstChunk` .. `endChunk - 1` of one term's xorb, read with one blob read. */
-interface SpanPlan {
-  readonly xorb: XorbTable;
-  readonly firstChunk: number;
-  readonly endChunk: number;
-  /** The stored bytes holding exactly those chunks. */
-  readonly bytes: ByteSpan;
-  /** File offset of the first chunk's first byte (before the requested start, for a trimmed first chunk). */
-  readonly fileOffset: number;
-}
-
-/**
- * Walks the terms overlapping [rangeStart, rangeEnd) and cuts them into spans: the first term
- * from the chunk holding rangeStart, the last through the chunk holding rangeEnd − 1, both
- * found by binary search in the xorb's chunk table. `next()` calls must not overlap.
- */
-class SpanPlanner {
-  /** The term being cut. */
-  private term: number;
-  /** Its xorb's table, once the term is entered; null before. */
-  private xorb: XorbTable | null = null;
-  /** Within an entered term: the next chunk to plan, and the end of the term's chunks to read. */
-  private chunk = 0;
-  private chunkEnd = 0;
-  /** File offset of the next byte to plan: a term's start until the term is entered. */
-  private offset: number;
-
-  constructor(
-    private readonly file: FileRecord,
-    private readonly termOffsets: Float64Array,
-    private readonly tables: XorbTables,
-    private readonly rangeStart: number,
-    private readonly rangeEnd: number,
-    private readonly maxSpanBytes: number,
-  ) {
-    this.term = firstIndexAbove(termOffsets, 1, file.terms.length + 1, rangeStart) - 1;
-    this.offset = termOffsets[this.term];
-  }
-
-  /** The next span, or null once the range is covered. */
-  async next(): Promise<SpanPlan | null> {
-    if (this.offset >= this.rangeEnd) return null;
-    const xorb = this.xorb ?? (await this.enterTerm());
-    const offsets = xorb.chunks.serializedOffsets;
-    const first = this.chunk;
-    let end = first + 1;
-    while (end < this.chunkEnd && offsets[end + 1] - offsets[first] <= this.maxSpanBytes) end++;
-    const plan: SpanPlan = {
-      xorb,
-      firstChunk: first,
-      endChunk: end,
-      bytes: { offset: offsets[first], length: offsets[end] - offsets[first] },
-      fileOffset: this.offset,
+function drainedOrClosed(out: Writable): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      out.off("drain", done).off("close", done);
+      resolve();
     };
-    this.offset += xorb.chunks.unpackedLength(first, end);
-    if (end === this.chunkEnd) {
-      this.term++;
-      this.xorb = null;
-    } else {
-      this.chunk = end;
-    }
-    return plan;
-  }
-
-  private async enterTerm(): Promise<XorbTable> {
-    const term = this.file.terms[this.term];
-    const xorb = await this.tables.forTerm(this.term);
-    const table = xorb.chunks;
-    // Offsets in the table count from the xorb's first chunk; `base` is where the term starts.
-    const base = table.unpackedOffsets[term.chunkStart];
-    const termStart = this.termOffsets[this.term];
-    const termEnd = this.termOffsets[this.term + 1];
-    let first = term.chunkStart;
-    if (termStart < this.rangeStart) first = table.chunkHoldingUnpackedByte(base + this.rangeStart - termStart, term.chunkStart, term.chunkEnd);
-    let end = term.chunkEnd;
-    if (termEnd > this.rangeEnd) end = table.chunkHoldingUnpackedByte(base + this.rangeEnd - 1 - termStart, first, term.chunkEnd) + 1;
-    this.xorb = xorb;
-    this.chunk = first;
-    this.chunkEnd = end;
-    this.offset = termStart + table.unpackedOffsets[first] - base;
-    return xorb;
-  }
-}
-
-/** Smallest i in [lo, hi) with values[i] > limit, or hi. */
-function firstIndexAbove(values: Float64Array, lo: number, hi: number, limit: number): number {
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (values[mid] > limit) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Chunk tables
-
-/** What a stream keeps of a xorb record: the chunk table and the chunk hashes, packed. */
-class XorbTable {
-  private constructor(
-    readonly hex: string,
-    readonly key: BlobKey,
-    readonly chunks: ChunkTable,
-    /** Chunk i's hash at bytes [32 i, 32 i + 32). */
-    readonly chunkHashes: Uint8Array,
-  ) {}
-
-  /** Checks what the reader relies on: every chunk leaves room for its header. */
-  static of(record: XorbRecord, hex: string): XorbTable {
-    const count = record.chunks.length;
-    const hashes = new Uint8Array(count * HASH_BYTES);
-    let previousEnd = 0;
-    for (let i = 0; i < count; i++) {
-      const chunk = record.chunks[i];
-      if (!(chunk.serializedEnd >= previousEnd + XORB_CHUNK_HEADER_BYTES)) {
-        throw new FileReadError("inconsistent_records", `the chunk table of xorb ${hex} leaves no room for chunk ${i}'s header: the metadata database is damaged`);
-      }
-      previousEnd = chunk.serializedEnd;
-      hashes.set(chunk.hash, i * HASH_BYTES);
-    }
-    return new XorbTable(hex, blobKey("xorbs", record.hash), ChunkTable.of(record.chunks), hashes);
-  }
-}
-
-/**
- * The chunk tables of one stream's xorbs, loaded as terms need them: a missing table is
- * fetched together with those of the next few terms (one metadata query, not one per term),
- * and the last `KEPT_TABLES` used are kept.
- */
-class XorbTables {
-  /** By hex; Map order is least recently used first. */
-  private readonly kept = new Map<string, XorbTable>();
-
-  constructor(
-    private readonly metadata: FileReaderDeps["metadata"],
-    private readonly file: FileRecord,
-  ) {}
-
-  /** The table of term `k`'s xorb, checked to hold the term. */
-  async forTerm(k: number): Promise<XorbTable> {
-    const term = this.file.terms[k];
-    const hex = hashToHex(term.xorbHash);
-    if (!this.kept.has(hex)) await this.loadFrom(k);
-    const xorb = this.kept.get(hex);
-    if (xorb === undefined) {
-      throw new FileReadError("missing_xorb", `term ${k} of file ${hashToHex(this.file.hash)} uses xorb ${hex}, which has no record`);
-    }
-    this.kept.delete(hex);
-    this.kept.set(hex, xorb);
-    const { chunkStart: a, chunkEnd: b } = term;
-    const where = `term ${k} of file ${hashToHex(this.file.hash)}`;
-    if (!(a < b && b <= xorb.chunks.chunkCount)) {
-      throw new FileReadError("inconsistent_records", `${where} covers chunks [${a}, ${b}) outside xorb ${hex} (${xorb.chunks.chunkCount} chunks): the metadata database is damaged`);
-    }
-    const length = xorb.chunks.unpackedLength(a, b);
-    if (length !== term.unpackedLength) {
-      throw new FileReadError("inconsistent_records", `${where} records ${term.unpackedLength} bytes but chunks [${a}, ${b}) of xorb ${hex} hold ${length}: the metadata database is damaged`);
-    }
-    return xorb;
-  }
-
-  private async loadFrom(k: number): Promise<void> {
-    const wanted = new Map<string, Hash>();
-    const stop = Math.min(this.file.terms.length, k + TABLE_LOOKAHEAD_TERMS);
-    for (let i = k; i < stop; i++) {
-      const hash = this.file.terms[i].xorbHash;
-      const hex = hashToHex(hash);
-      if (!this.kept.has(hex)) wanted.set(hex, hash);
-    }
-    const records = await this.metadata.getXorbs([...wanted.values()]);
-    for (const [hex, record] of records) {
-      this.kept.set(hex, XorbTable.of(record, hex));
-      // TABLE_LOOKAHEAD_TERMS < KEPT_TABLES, so this never evicts a table just loaded.
-      if (this.kept.size > KEPT_TABLES) this.kept.delete(this.kept.keys().next().value!);
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Bytes: reading spans, decoding chunks
-
-/**
- * Span buffers, reused: `take` one of at least a span's length, `give` it back once nothing
- * reads it any more. A buffer never given back (its stream was destroyed) is left to the GC.
- */
-class SpanBuffers {
-  private readonly idle: Buffer[] = [];
-  private readonly maxIdle: number;
-
-  constructor(private readonly bufferBytes: number) {
-    this.maxIdle = Math.max(1, Math.floor(IDLE_SPAN_BUFFER_BYTES / bufferBytes));
-  }
-
-  /** Uninitialised: the caller fills it before reading it. */
-  take(length: number): Uint8Array {
-    // A span longer than the buffers is a single chunk bigger than maxSpanBytes: a one-off.
-    const buffer = length > this.bufferBytes ? Buffer.allocUnsafeSlow(length) : (this.idle.pop() ?? Buffer.allocUnsafeSlow(this.bufferBytes));
-    return new Uint8Array(buffer.buffer, buffer.byteOffset, length);
-  }
-
-  give(bytes: Uint8Array): void {
-    if (bytes.buffer.byteLength !== this.bufferBytes || this.idle.length >= this.maxIdle) return;
-    this.idle.push(Buffer.from(bytes.buffer, 0, this.bufferBytes));
-  }
-}
-
-/**
- * The stored bytes of `span` of the xorb, read into a span buffer: by positional reads where
- * the store offers them (fs: no intermediate buffers), else from its range stream (S3).
- * Aborting stops the read and releases the handle or stream before the promise settles.
- */
-async function readSpan(context: ReaderContext, xorb: XorbTable, span: ByteSpan, signal: AbortSignal): Promise<Uint8Array> {
-  signal.throwIfAborted();
-  const { blobs } = context;
-  const bytes = context.spanBuffers.take(span.length);
-  let filled = 0;
-  try {
-    if (blobs.openSpan) {
-      const reader = await blobs.openSpan(xorb.key, span);
-      try {
-        while (filled < span.length) {
-          signal.throwIfAborted();
-          const n = await reader.read(bytes.subarray(filled), filled);
-          if (n === 0) break;
-          filled += n;
-        }
-      } finally {
-        await reader.close();
-      }
-    } else {
-      // Aborting destroys the stream (at once if already aborted), which ends the loop with an
-      // AbortError; leaving the loop any other way destroys it too.
-      const stream = addAbortSignal(signal, await blobs.read(xorb.key, span));
-      for await (const piece of stream) {
-        const part = piece as Uint8Array;
-        if (filled + part.length > span.length) {
-          throw new FileReadError("corrupt_xorb", `the blob store returned more than the ${span.length} bytes asked of xorb ${xorb.hex}`);
-        }
-        bytes.set(part, filled);
-        filled += part.length;
-      }
-    }
-  } catch (error) {
-    if (isBlobStoreError(error, "not_found")) {
-      throw new FileReadError("missing_xorb", `xorb ${xorb.hex} has a record but its blob is not stored: restore it or have a client upload it again`);
-    }
-    if (isBlobStoreError(error, "range_not_satisfiable")) {
-      throw new FileReadError("corrupt_xorb", `the stored xorb ${xorb.hex} is shorter than its record says (bytes ${span.offset}-${span.offset + span.length - 1} are not all there): it is damaged`);
-    }
-    throw error;
-  }
-  if (filled !== span.length) {
-    throw new FileReadError("corrupt_xorb", `the stored xorb ${xorb.hex} ended after ${filled} of the ${span.length} bytes at ${span.offset}: it is damaged`);
-  }
-  return bytes;
-}
-
-/**
- * Chunk `index` of the span, decoded and checked: its header must declare the sizes its chunk
- * table entry implies, its payload must decode, and the result must hash to the recorded chunk
- * hash. The result is a view into `bytes` for an uncompressed chunk.
- */
-function decodeVerifiedChunk(plan: SpanPlan, bytes: Uint8Array, index: number): Uint8Array {
-  const { xorb } = plan;
-  const offsets = xorb.chunks.serializedOffsets;
-  const start = offsets[index] - plan.bytes.offset;
-  const end = offsets[index + 1] - plan.bytes.offset;
-  const expectedLength = xorb.chunks.unpackedLength(index, index + 1);
-  const damaged = (detail: string) =>
-    new FileReadError("corrupt_xorb", `the stored xorb ${xorb.hex} is damaged: chunk ${index} (bytes ${offsets[index]}-${offsets[index + 1] - 1}) ${detail}`);
-
-  const header = readChunkHeader(bytes, start);
-  if (header.version !== 0 || header.compressedSize !== end - start - XORB_CHUNK_HEADER_BYTES || header.uncompressedSize !== expectedLength) {
-    throw damaged(
-      `has header version ${header.version}, ${header.compressedSize} payload bytes and ${header.uncompressedSize} uncompressed, where its record implies version 0, ${end - start - XORB_CHUNK_HEADER_BYTES} and ${expectedLength}`,
-    );
-  }
-  let data: Uint8Array;
-  try {
-    data = decompressChunk(header.scheme, bytes.subarray(start + XORB_CHUNK_HEADER_BYTES, end), header.uncompressedSize);
-  } catch (error) {
-    if (isFormatError(error)) throw damaged(`does not decode: ${error.message}`);
-    throw error;
-  }
-  const hash = chunkHash(data);
-  const recorded = index * HASH_BYTES;
-  for (let i = 0; i < HASH_BYTES; i++) {
-    if (hash[i] !== xorb.chunkHashes[recorded + i]) throw damaged("decodes to bytes whose hash differs from the one recorded at upload");
-  }
-  return data;
+    out.on("drain", done).on("close", done);
+  });
 }

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { once } from "node:events";
-import type { Readable } from "node:stream";
+import { Writable, type Readable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { beforeEach, describe, it } from "node:test";
 import fc from "fast-check";
@@ -527,5 +527,208 @@ describe("FileReader: bounded reading", () => {
     stream.destroy();
     await once(stream, "close");
     assert.equal(log.requested.length, 0);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The writer for responses
+
+/**
+ * A Writable standing in for a socket: it keeps the buffers written to it without copying them
+ * and copies them only when `flush()` completes their writes (a socket's bytes leave the
+ * buffer when the kernel takes them), so a buffer given back for reuse too early shows up as
+ * wrong bytes. With `auto`, every write completes on the next turn of the event loop.
+ */
+class DeferredSink extends Writable {
+  readonly parts: Buffer[] = [];
+  private queued: { chunks: Buffer[]; callback: (error?: Error | null) => void }[] = [];
+  writes = 0;
+
+  constructor(
+    private readonly auto: boolean,
+    highWaterMark = 1,
+  ) {
+    super({ highWaterMark });
+  }
+
+  override _writev(chunks: { chunk: Buffer }[], callback: (error?: Error | null) => void): void {
+    this.writes++;
+    this.queued.push({ chunks: chunks.map((c) => c.chunk), callback });
+    if (this.auto) setImmediate(() => this.flush());
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    this._writev([{ chunk }], callback);
+  }
+
+  /** Completes writes until none are left. */
+  async flushAll(): Promise<void> {
+    while (this.queued.length > 0 || this.writableLength > 0) {
+      this.flush();
+      await sleep(0);
+    }
+  }
+
+  /** Completes the writes queued so far. */
+  flush(): void {
+    const queued = this.queued;
+    this.queued = [];
+    for (const { chunks, callback } of queued) {
+      for (const chunk of chunks) this.parts.push(Buffer.from(chunk));
+      callback();
+    }
+  }
+
+  get bytes(): Uint8Array {
+    return new Uint8Array(Buffer.concat(this.parts));
+  }
+}
+
+async function writeBody(reader: FileReader, hash: Hash, range?: FileByteRange): Promise<Uint8Array> {
+  const file = await reader.open(hash);
+  assert.ok(file, `file ${hashToHex(hash)} is registered`);
+  const sink = new DeferredSink(true);
+  await (await file.body(range)).writeTo(sink);
+  return sink.bytes;
+}
+
+describe("FileReader: bodies written to responses", () => {
+  for (const shape of SHAPES) {
+    it(`${shape.name}: whole file and random ranges are byte-exact`, async () => {
+      const { file } = await mixedFile();
+      const { source, log } = instrumented(blobs, shape.positional);
+      const reader = new FileReader({ metadata, blobs: source, ...shape.options });
+      const size = file.bytes.length;
+      assertBytes(await writeBody(reader, file.hash), file.bytes, "whole file");
+      await fc.assert(
+        fc.asyncProperty(fc.nat(size - 1), fc.nat(size - 1), async (x, y) => {
+          const range = { start: Math.min(x, y), end: Math.max(x, y) };
+          assertBytes(await writeBody(reader, file.hash, range), file.bytes.subarray(range.start, range.end + 1), `bytes ${range.start}-${range.end}`);
+        }),
+        { numRuns: 25 },
+      );
+      assert.equal(log.open, 0, "every handle released");
+    });
+  }
+
+  it("span buffers are reused only once their writes completed", async () => {
+    const { file } = await mixedFile();
+    const reader = new FileReader({ metadata, blobs, maxSpanBytes: 24_000, readAheadSpans: 1 });
+    const stored = (await reader.open(file.hash))!;
+    // Writes are accepted (no backpressure) but complete only at the end: a span buffer given
+    // back before would be refilled by later spans while the sink still points into it.
+    const size = file.bytes.length;
+    const ranges = [
+      { start: 0, end: size - 1 },
+      { start: 13, end: size - 14 },
+      { start: 70_000, end: 150_000 },
+    ];
+    for (const range of ranges) {
+      const sink = new DeferredSink(false, 1 << 30);
+      await (await stored.body(range)).writeTo(sink);
+      await sink.flushAll();
+      assertBytes(sink.bytes, file.bytes.subarray(range.start, range.end + 1), `bytes ${range.start}-${range.end}`);
+    }
+    // And concurrently, completing as they go.
+    const results = await Promise.all(ranges.map((range) => writeBody(reader, file.hash, range)));
+    ranges.forEach((range, i) => assertBytes(results[i], file.bytes.subarray(range.start, range.end + 1), `body ${i}`));
+  });
+
+  it("writes a span's chunks corked, as one write", async () => {
+    const x = await storeXorb(Array.from({ length: 8 }, (_, i) => ({ data: random(10_000, 300 + i), scheme: CompressionScheme.None })));
+    const file = await registerFile([{ of: x, start: 0, end: 8 }]);
+    const stored = (await new FileReader({ metadata, blobs }).open(file.hash))!;
+    const sink = new DeferredSink(true);
+    await (await stored.body()).writeTo(sink);
+    assertBytes(sink.bytes, file.bytes, "whole file");
+    assert.equal(sink.writes, 1);
+  });
+
+  it("an empty file writes nothing", async () => {
+    await registerFile([], { hash: ZERO_HASH });
+    const stored = (await new FileReader({ metadata, blobs }).open(ZERO_HASH))!;
+    const sink = new DeferredSink(true);
+    await (await stored.body()).writeTo(sink);
+    assert.equal(sink.bytes.length, 0);
+  });
+
+  it("damage in the first chunk rejects body() before anything is written; later damage rejects writeTo after a correct prefix", async () => {
+    const { file, xorbs } = await mixedFile();
+    const a = xorbs[0];
+    const key = blobKey("xorbs", a.xorb.info.hash);
+    const damaged = new Uint8Array(a.xorb.bytes);
+    const chunk1 = a.xorb.info.chunks[0].serializedEnd;
+    damaged[chunk1 + XORB_CHUNK_HEADER_BYTES + 500] ^= 0x01;
+    await blobs.delete(key);
+    await blobs.putIfAbsent(key, damaged);
+    const { source, log } = instrumented(blobs, true);
+    const stored = (await new FileReader({ metadata, blobs: source, maxSpanBytes: 1 }).open(file.hash))!;
+
+    // Chunk 1 of xorb a is bytes 20,000.. of the file.
+    await assert.rejects(stored.body({ start: 20_500, end: 30_000 }), isReadError("corrupt_xorb", /chunk 1 .*hash differs/));
+    assert.equal(log.open, 0, "every handle released");
+
+    const sink = new DeferredSink(true);
+    const body = await stored.body();
+    await assert.rejects(body.writeTo(sink), isReadError("corrupt_xorb", /chunk 1 .*hash differs/));
+    sink.flush();
+    assert.ok(sink.bytes.length <= 20_000, `wrote ${sink.bytes.length} bytes, more than the 20,000 before the damage`);
+    assertBytes(sink.bytes, file.bytes.subarray(0, sink.bytes.length), "what was written is a correct prefix");
+    assert.equal(log.open, 0, "every handle released");
+  });
+
+  for (const readAheadSpans of [0, 2]) {
+    it(`a response that takes nothing leaves at most 1 + readAheadSpans (${readAheadSpans}) spans requested`, async () => {
+      const x = await storeXorb(Array.from({ length: 10 }, (_, i) => ({ data: random(8_000, 400 + i) })));
+      const file = await registerFile([{ of: x, start: 0, end: 10 }]);
+      const { source, log } = instrumented(blobs, true);
+      const stored = (await new FileReader({ metadata, blobs: source, maxSpanBytes: 1, readAheadSpans }).open(file.hash))!;
+      const sink = new DeferredSink(false);
+      const writing = (await stored.body()).writeTo(sink);
+      await sleep(50);
+      assert.equal(log.requested.length, 1 + readAheadSpans, "spans requested while the response takes nothing");
+      // Completing writes one by one lets it through to the end.
+      let done = false;
+      void writing.then(() => (done = true));
+      while (!done) {
+        sink.flush();
+        await sleep(1);
+      }
+      assertBytes(sink.bytes, file.bytes, "the whole file");
+      assert.equal(log.requested.length, 10);
+      assert.equal(log.open, 0);
+    });
+  }
+
+  it("a response destroyed mid-file stops the reads: writeTo resolves once every handle is released", async () => {
+    const x = await storeXorb(Array.from({ length: 10 }, (_, i) => ({ data: random(8_000, 500 + i) })));
+    const file = await registerFile([{ of: x, start: 0, end: 10 }]);
+    const { source, log } = instrumented(blobs, true);
+    const stored = (await new FileReader({ metadata, blobs: source, maxSpanBytes: 1, readAheadSpans: 3 }).open(file.hash))!;
+    const sink = new DeferredSink(false);
+    const writing = (await stored.body()).writeTo(sink);
+    await sleep(20);
+    log.hold();
+    sink.flush();
+    await sleep(20);
+    const requestedBefore = log.requested.length;
+    assert.equal(log.held, 1, "the newest read is held before it opens anything");
+    sink.destroy();
+    log.release();
+    await writing;
+    assert.equal(log.held, 0);
+    assert.equal(log.open, 0, "every handle released when writeTo resolves");
+    await sleep(50);
+    assert.equal(log.requested.length, requestedBefore, "nothing requested after the response closed");
+  });
+
+  it("a body given up without writing releases its reads", async () => {
+    const { file } = await mixedFile();
+    const { source, log } = instrumented(blobs, true);
+    const stored = (await new FileReader({ metadata, blobs: source, maxSpanBytes: 1, readAheadSpans: 2 }).open(file.hash))!;
+    const body = await stored.body();
+    await body.close();
+    assert.equal(log.open, 0);
+    await assert.rejects(body.writeTo(new DeferredSink(true)), /written once/);
   });
 });
