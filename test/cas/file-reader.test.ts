@@ -631,7 +631,9 @@ describe("FileReader: bodies written to responses", () => {
     }
     // And concurrently, completing as they go.
     const results = await Promise.all(ranges.map((range) => writeBody(reader, file.hash, range)));
-    ranges.forEach((range, i) => assertBytes(results[i], file.bytes.subarray(range.start, range.end + 1), `body ${i}`));
+    ranges.forEach((range, i) => {
+      assertBytes(results[i], file.bytes.subarray(range.start, range.end + 1), `body ${i}`);
+    });
   });
 
   it("writes a span's chunks corked, as one write", async () => {
