@@ -153,7 +153,12 @@ function report(rates: Rates, serverCpu: ServerCpu, rounds: number): BenchRow[] 
       const values = serverCpu[setup][transfer];
       if (values.length === 0) continue;
       // The least CPU is the best; the median is shown next to it as for the rates.
-      rows.push(benchRow(GROUP, `${setup} ${transfer}: server CPU`, Math.min(...values), "s", { median: median(values), note: "CPU seconds the server spent on one 256 MiB transfer" }));
+      rows.push(
+        benchRow(GROUP, `${setup} ${transfer}: server CPU`, Math.min(...values), "s", {
+          median: median(values),
+          note: "CPU seconds the server spent on one 256 MiB transfer",
+        }),
+      );
     }
   }
   const ratioRow = (metric: string, numerators: readonly number[], denominators: readonly number[], atLeast: number, note: string) =>
@@ -216,13 +221,7 @@ function ownCpuSeconds(): number {
   return (user + system) / 1e6;
 }
 
-function hfXetContender(
-  setup: Setup,
-  hfXet: TimedHfXet,
-  source: string,
-  tokens: XetTokenSource,
-  serverCpuSeconds: () => number | null,
-): Contender {
+function hfXetContender(setup: Setup, hfXet: TimedHfXet, source: string, tokens: XetTokenSource, serverCpuSeconds: () => number | null): Contender {
   return {
     setup,
     serverCpuSeconds,

@@ -7,14 +7,7 @@ import { CompressionScheme } from "../src/format/compression.js";
 import { ChunkBoundaryScanner, Chunker, chunkBoundaries, splitIntoChunks } from "../src/format/chunker.js";
 import { chunkHash } from "../src/format/hash.js";
 import { MAX_XORB_UNCOMPRESSED_BYTES, XorbValidator, serializeXorb, validateXorb, type XorbChunkSource } from "../src/format/xorb.js";
-import {
-  benchRow,
-  deterministicRandomBytes,
-  megabytesPerSecond,
-  timeRepeated,
-  type BenchRow,
-  type Timing,
-} from "./lib.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, timeRepeated, type BenchRow, type Timing } from "./lib.js";
 
 const GROUP = "format";
 const DATA_BYTES = 64 * 1024 * 1024;
@@ -147,8 +140,7 @@ async function benchXorbValidation(blake3MegabytesPerSecond: number): Promise<Be
 
   const wholeMBs = megabytesPerSecond(uncompressed, whole.best);
   const streamedMBs = megabytesPerSecond(uncompressed, streamed.best);
-  const shape = (xorb: ReturnType<typeof serializeXorb>) =>
-    `${xorb.info.chunks.length} chunks, body ${(xorb.bytes.length / 1024 / 1024).toFixed(1)} MiB`;
+  const shape = (xorb: ReturnType<typeof serializeXorb>) => `${xorb.info.chunks.length} chunks, body ${(xorb.bytes.length / 1024 / 1024).toFixed(1)} MiB`;
   return [
     benchRow(GROUP, "xorb validateXorb, 64 MiB raw+LZ4 mix (uncompressed MB/s)", wholeMBs, "MB/s", {
       ...throughputOptions(uncompressed, whole),

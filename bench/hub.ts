@@ -71,16 +71,27 @@ export async function run(): Promise<BenchRow[]> {
     const tree = Array.from({ length: TREE_FOLDERS * FILES_PER_FOLDER }, (_, i) =>
       JSON.stringify({
         key: "file",
-        value: { path: `d${Math.floor(i / FILES_PER_FOLDER)}/f${i % FILES_PER_FOLDER}.txt`, encoding: "base64", content: Buffer.from(`${i}`).toString("base64") },
+        value: {
+          path: `d${Math.floor(i / FILES_PER_FOLDER)}/f${i % FILES_PER_FOLDER}.txt`,
+          encoding: "base64",
+          content: Buffer.from(`${i}`).toString("base64"),
+        },
       }),
     );
     const treeCommitSeconds = await timed(() => commit(server, token, "bench/hub", tree));
     rows.push(benchRow(GROUP, `commit of ${tree.length} inline files`, treeCommitSeconds * 1000, "ms"));
     const headers = { authorization: `Bearer ${token}` };
     rows.push(
-      benchRow(GROUP, "tree, recursive page of 1,000 entries (11,000-file repo)", await requestsPerSecond(agent, `${server.url}/api/models/bench/hub/tree/main?recursive=true`, headers), "req/s"),
+      benchRow(
+        GROUP,
+        "tree, recursive page of 1,000 entries (11,000-file repo)",
+        await requestsPerSecond(agent, `${server.url}/api/models/bench/hub/tree/main?recursive=true`, headers),
+        "req/s",
+      ),
     );
-    rows.push(benchRow(GROUP, "tree, one folder of 100 files", await requestsPerSecond(agent, `${server.url}/api/models/bench/hub/tree/main/d42`, headers), "req/s"));
+    rows.push(
+      benchRow(GROUP, "tree, one folder of 100 files", await requestsPerSecond(agent, `${server.url}/api/models/bench/hub/tree/main/d42`, headers), "req/s"),
+    );
     return rows;
   } finally {
     agent.destroy();

@@ -129,9 +129,7 @@ function report(rates: Record<Mode, Rates>, load: Record<Mode, LoadResult>): Ben
       }),
     );
   }
-  rows.push(
-    benchRow(GROUP, "reconstruction req/s: scale-out / embedded", load["scale-out"].requestsPerSecond / load.embedded.requestsPerSecond, "ratio"),
-  );
+  rows.push(benchRow(GROUP, "reconstruction req/s: scale-out / embedded", load["scale-out"].requestsPerSecond / load.embedded.requestsPerSecond, "ratio"));
   return rows;
 }
 
@@ -239,4 +237,3 @@ function getDiscardingBody(agent: Agent, url: URL, headers: Record<string, strin
     request.end();
   });
 }
-

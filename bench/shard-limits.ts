@@ -37,8 +37,7 @@ export async function run(): Promise<BenchRow[]> {
   try {
     const fixture = await hubFixture(server, { repoType: "model", repoName: "bench/limits" });
     const token = (await fixture.casToken("write")).accessToken;
-    const post = (path: string, body: Uint8Array) =>
-      fetch(`${server.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${token}` } });
+    const post = (path: string, body: Uint8Array) => fetch(`${server.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${token}` } });
 
     const tiny = serializeXorb(Array.from({ length: 8192 }, (_, i) => ({ data: Uint8Array.of(i >> 8, i & 0xff) })));
     await expectOk(await post(`/v1/xorbs/default/${hashToHex(tiny.info.hash)}`, tiny.bytes), "tiny-chunk xorb upload");

@@ -124,7 +124,11 @@ async function benchHttp(fixture: Fixture, root: string) {
     const { port } = app.server.address() as { port: number };
     return {
       run: async () => {
-        const response = await fetch(`http://127.0.0.1:${port}/v1/shards`, { method: "POST", body: fixture.shard, headers: { authorization: `Bearer ${token}` } });
+        const response = await fetch(`http://127.0.0.1:${port}/v1/shards`, {
+          method: "POST",
+          body: fixture.shard,
+          headers: { authorization: `Bearer ${token}` },
+        });
         const text = await response.text();
         if (text !== '{"result":1}') throw new Error(`POST /v1/shards answered ${response.status} ${text}`);
       },
@@ -189,7 +193,9 @@ function buildFixture(): Fixture {
       const slice = chunks.slice(start, start + CHUNKS_PER_FILE);
       files.push({
         fileHash: fileHash(slice.map((c) => ({ hash: c.hash, size: c.uncompressedLength }))),
-        terms: [{ xorbHash: hash, chunkStart: start, chunkEnd: start + CHUNKS_PER_FILE, unpackedBytes: slice.reduce((sum, c) => sum + c.uncompressedLength, 0) }],
+        terms: [
+          { xorbHash: hash, chunkStart: start, chunkEnd: start + CHUNKS_PER_FILE, unpackedBytes: slice.reduce((sum, c) => sum + c.uncompressedLength, 0) },
+        ],
         verificationHashes: [verificationHash(slice.map((c) => c.hash))],
         sha256: null,
       });

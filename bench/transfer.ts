@@ -86,7 +86,9 @@ export async function run(): Promise<BenchRow[]> {
           castorSamples.push(
             (await timeRepeated(() => fetchAll(agent, (i) => ({ url: urls.sign(XORB, rangesOf(i)), ranges: rangesOf(i) })), 1, repetition === 0 ? 1 : 0)).best,
           );
-          bareSamples.push((await timeRepeated(() => fetchAll(agent, (i) => ({ url: `${addresses.bare}/xorb`, ranges: rangesOf(i) })), 1, repetition === 0 ? 1 : 0)).best);
+          bareSamples.push(
+            (await timeRepeated(() => fetchAll(agent, (i) => ({ url: `${addresses.bare}/xorb`, ranges: rangesOf(i) })), 1, repetition === 0 ? 1 : 0)).best,
+          );
         }
         const castor = summarise(castorSamples);
         const bare = summarise(bareSamples);

@@ -116,12 +116,7 @@ async function uploadRound(url: string, headers: Record<string, string>, bodies:
 }
 
 /** The server's VmHWM (peak resident set) across RSS_CONCURRENCY simultaneous uploads. */
-async function measurePeakRss(
-  server: ChildProcess,
-  url: string,
-  headers: Record<string, string>,
-  bodies: XorbBodies,
-): Promise<{ mib: number; note: string }> {
+async function measurePeakRss(server: ChildProcess, url: string, headers: Record<string, string>, bodies: XorbBodies): Promise<{ mib: number; note: string }> {
   const procDir = `/proc/${server.pid}`;
   let note = `VmHWM of the server process over the ${RSS_CONCURRENCY} uploads`;
   try {

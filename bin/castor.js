@@ -1,5 +1,5 @@
 #!/bin/sh
-":" //; exec node --initial-old-space-size=64 "$0" "$@"
+":"; //; exec node --initial-old-space-size=64 "$0" "$@"
 // The `castor` command: a thin launcher for the compiled CLI in dist/.
 //
 // The first two lines are read by sh and skipped by Node (a hashbang and a string statement

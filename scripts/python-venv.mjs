@@ -67,7 +67,11 @@ function systemPythonVersion() {
 
 /** Requirement list in a canonical order (names compared case- and separator-insensitively). */
 function canonical(requirements) {
-  const key = (requirement) => requirement.trim().toLowerCase().replace(/[-_.]+/g, "-");
+  const key = (requirement) =>
+    requirement
+      .trim()
+      .toLowerCase()
+      .replace(/[-_.]+/g, "-");
   return [...new Set(requirements.map((requirement) => requirement.trim()))].filter(Boolean).sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
 }
 
@@ -173,10 +177,15 @@ function build(dir, requirements, pythonVersion, log) {
     }
     const installed = run(pythonIn(buildDir), ["-m", "pip", "install", "--quiet", ...canonical(requirements)], { stdio: ["ignore", "pipe", "pipe"] });
     if (installed.status !== 0) {
-      fail(`pip could not install ${canonical(requirements).join(" ")} (is a package index or wheel mirror reachable?)\n${installed.stderr}${installed.stdout}`.trim());
+      fail(
+        `pip could not install ${canonical(requirements).join(" ")} (is a package index or wheel mirror reachable?)\n${installed.stderr}${installed.stdout}`.trim(),
+      );
     }
     retarget(join(buildDir, "bin"), buildDir, dir);
-    writeFileSync(join(buildDir, MARKER), `${JSON.stringify({ requirements: canonical(requirements), python: pythonVersion, builtAt: new Date().toISOString() }, null, 2)}\n`);
+    writeFileSync(
+      join(buildDir, MARKER),
+      `${JSON.stringify({ requirements: canonical(requirements), python: pythonVersion, builtAt: new Date().toISOString() }, null, 2)}\n`,
+    );
     try {
       renameSync(buildDir, dir);
     } catch (error) {

@@ -39,9 +39,7 @@ if (files.length === 0) {
   process.exit(1);
 }
 const reporter = process.env.CASTOR_TEST_REPORTER ?? "spec";
-const result = spawnSync(
-  process.execPath,
-  ["--import", "tsx", "--test", `--test-reporter=${reporter}`, "--test-concurrency=2", ...files],
-  { stdio: "inherit" },
-);
+const result = spawnSync(process.execPath, ["--import", "tsx", "--test", `--test-reporter=${reporter}`, "--test-concurrency=2", ...files], {
+  stdio: "inherit",
+});
 process.exit(result.status ?? 1);

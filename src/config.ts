@@ -217,15 +217,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
       lingerBytes: positiveInt("CASTOR_LINGER_BYTES", get("CASTOR_LINGER_BYTES") ?? String(DEFAULT_CONNECTION_LIMITS.lingerBytes)),
     },
     shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
-    logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", [
-      "fatal",
-      "error",
-      "warn",
-      "info",
-      "debug",
-      "trace",
-      "silent",
-    ] as const),
+    logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
   };
 }
 

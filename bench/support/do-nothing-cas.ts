@@ -174,7 +174,10 @@ export async function startDoNothingCas(): Promise<DoNothingCas> {
     const match = SINGLE_RANGE.exec(rangeHeader ?? "");
     if (match === null) {
       // hf_xet sends one range per request unless HF_XET_CLIENT_ENABLE_MULTIRANGE_FETCHING is on.
-      throw new HttpFailure(416, `send exactly one Range: bytes=START-END (got ${JSON.stringify(rangeHeader ?? null)}); the do-nothing CAS serves nothing else`);
+      throw new HttpFailure(
+        416,
+        `send exactly one Range: bytes=START-END (got ${JSON.stringify(rangeHeader ?? null)}); the do-nothing CAS serves nothing else`,
+      );
     }
     const start = Number(match[1]);
     const end = Number(match[2]);

@@ -64,7 +64,9 @@ export class TimedHfXet {
       const env = { ...process.env, HF_HOME: join(home, "hf-home"), HF_XET_CACHE: cache };
       const { code, stdout, stderr } = await runChild(this.python, [TIMED_DRIVER], input, env, RUN_TIMEOUT_MS);
       if (code !== 0) {
-        throw new Error(`hf_xet ${String(request.op)} against ${token.casUrl} failed (exit ${code}):\n${stderr}\n--- hf_xet log (tail) ---\n${await logTail(join(cache, "logs"), 20)}`);
+        throw new Error(
+          `hf_xet ${String(request.op)} against ${token.casUrl} failed (exit ${code}):\n${stderr}\n--- hf_xet log (tail) ---\n${await logTail(join(cache, "logs"), 20)}`,
+        );
       }
       return JSON.parse(stdout) as TimedRun<T>;
     } finally {

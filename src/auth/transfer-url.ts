@@ -114,7 +114,9 @@ export class HmacTransferUrls implements TransferUrlSigner, TransferUrlVerifier 
 
   constructor(options: HmacTransferUrlOptions) {
     if (options.key.byteLength < MIN_URL_KEY_BYTES) {
-      throw new TypeError(`the transfer-URL key has ${options.key.byteLength} bytes; it needs at least ${MIN_URL_KEY_BYTES} (set CASTOR_URL_KEY to 32+ characters or let castor generate one)`);
+      throw new TypeError(
+        `the transfer-URL key has ${options.key.byteLength} bytes; it needs at least ${MIN_URL_KEY_BYTES} (set CASTOR_URL_KEY to 32+ characters or let castor generate one)`,
+      );
     }
     if (!Number.isSafeInteger(options.ttlSeconds) || options.ttlSeconds < 1) {
       throw new TypeError(`the transfer-URL lifetime must be a whole number of seconds ≥ 1, got ${String(options.ttlSeconds)}`);
@@ -188,10 +190,7 @@ export class HmacTransferUrls implements TransferUrlSigner, TransferUrlVerifier 
 }
 
 function malformed(why: string): TransferUrlError {
-  return new TransferUrlError(
-    "malformed",
-    `This is not a valid castor transfer URL (${why}; expected /v1/transfer/<xorb hash>?x=…&r=…&s=…): ${REFRESH_HINT}`,
-  );
+  return new TransferUrlError("malformed", `This is not a valid castor transfer URL (${why}; expected /v1/transfer/<xorb hash>?x=…&r=…&s=…): ${REFRESH_HINT}`);
 }
 
 /** `{gap}.{length}` per range in base 36, joined by `,`. Validates what `sign` promises to callers. */

@@ -39,7 +39,11 @@ export function utcDay(when: Date): string {
 export function deriveDedupKey(seed: Uint8Array, day: string): Hash {
   if (seed.length === 0) throw new RangeError("the dedup key seed is empty");
   if (!/^\d{4}-\d{2}-\d{2}$/.test(day)) throw new RangeError(`a day is written YYYY-MM-DD, got ${JSON.stringify(day)}`);
-  let key: Hash = new Uint8Array(createHmac("sha256", seed).update(KEY_DERIVATION_LABEL + day).digest());
+  let key: Hash = new Uint8Array(
+    createHmac("sha256", seed)
+      .update(KEY_DERIVATION_LABEL + day)
+      .digest(),
+  );
   for (let attempt = 1; isZeroHash(key); attempt++) {
     key = new Uint8Array(createHmac("sha256", seed).update(`${KEY_DERIVATION_LABEL}${day} retry ${attempt}`).digest());
   }

@@ -191,7 +191,10 @@ function termOffsetsOf(record: FileRecord): Float64Array {
   for (let k = 0; k < record.terms.length; k++) offsets[k + 1] = offsets[k] + record.terms[k].unpackedLength;
   const total = offsets[record.terms.length];
   if (total !== record.size) {
-    throw new FileReadError("inconsistent_records", `file ${hashToHex(record.hash)} records ${record.size} bytes but its terms hold ${total}: the metadata database is damaged`);
+    throw new FileReadError(
+      "inconsistent_records",
+      `file ${hashToHex(record.hash)} records ${record.size} bytes but its terms hold ${total}: the metadata database is damaged`,
+    );
   }
   return offsets;
 }

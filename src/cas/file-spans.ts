@@ -287,7 +287,10 @@ export class XorbTable {
     for (let i = 0; i < count; i++) {
       const chunk = record.chunks[i];
       if (!(chunk.serializedEnd >= previousEnd + XORB_CHUNK_HEADER_BYTES)) {
-        throw new FileReadError("inconsistent_records", `the chunk table of xorb ${hex} leaves no room for chunk ${i}'s header: the metadata database is damaged`);
+        throw new FileReadError(
+          "inconsistent_records",
+          `the chunk table of xorb ${hex} leaves no room for chunk ${i}'s header: the metadata database is damaged`,
+        );
       }
       previousEnd = chunk.serializedEnd;
       hashes.set(chunk.hash, i * HASH_BYTES);
@@ -324,11 +327,17 @@ export class XorbTables {
     const { chunkStart: a, chunkEnd: b } = term;
     const where = `term ${k} of file ${hashToHex(this.file.hash)}`;
     if (!(a < b && b <= xorb.chunks.chunkCount)) {
-      throw new FileReadError("inconsistent_records", `${where} covers chunks [${a}, ${b}) outside xorb ${hex} (${xorb.chunks.chunkCount} chunks): the metadata database is damaged`);
+      throw new FileReadError(
+        "inconsistent_records",
+        `${where} covers chunks [${a}, ${b}) outside xorb ${hex} (${xorb.chunks.chunkCount} chunks): the metadata database is damaged`,
+      );
     }
     const length = xorb.chunks.unpackedLength(a, b);
     if (length !== term.unpackedLength) {
-      throw new FileReadError("inconsistent_records", `${where} records ${term.unpackedLength} bytes but chunks [${a}, ${b}) of xorb ${hex} hold ${length}: the metadata database is damaged`);
+      throw new FileReadError(
+        "inconsistent_records",
+        `${where} records ${term.unpackedLength} bytes but chunks [${a}, ${b}) of xorb ${hex} hold ${length}: the metadata database is damaged`,
+      );
     }
     return xorb;
   }
@@ -419,7 +428,10 @@ async function readSpan(context: SpanFeedContext, xorb: XorbTable, span: ByteSpa
       throw new FileReadError("missing_xorb", `xorb ${xorb.hex} has a record but its blob is not stored: restore it or have a client upload it again`);
     }
     if (isBlobStoreError(error, "range_not_satisfiable")) {
-      throw new FileReadError("corrupt_xorb", `the stored xorb ${xorb.hex} is shorter than its record says (bytes ${span.offset}-${span.offset + span.length - 1} are not all there): it is damaged`);
+      throw new FileReadError(
+        "corrupt_xorb",
+        `the stored xorb ${xorb.hex} is shorter than its record says (bytes ${span.offset}-${span.offset + span.length - 1} are not all there): it is damaged`,
+      );
     }
     throw error;
   }

@@ -114,7 +114,10 @@ class EntryWriter {
         end++;
       }
       const group = ranges.slice(first, end);
-      const url = this.signer.sign(xorb.hash, group.map((range) => range.bytes));
+      const url = this.signer.sign(
+        xorb.hash,
+        group.map((range) => range.bytes),
+      );
       if (url.length > this.limits.maxUrlChars && group.length > 1) {
         this.rangeBudget = Math.min(chars - 1, Math.floor((chars * this.limits.maxUrlChars * 0.95) / url.length));
         continue;

@@ -19,16 +19,7 @@ import { createHash } from "node:crypto";
 import { DEFAULT_MAX_SHARD_CHUNK_REFS } from "../config.js";
 import { FormatError } from "../format/errors.js";
 import { ChunkTable } from "../format/ranges.js";
-import {
-  KeyedHasher,
-  MerkleTreeBuilder,
-  fileHashOf,
-  hashEquals,
-  hashToHex,
-  isGlobalDedupEligible,
-  verificationHashOf,
-  type Hash,
-} from "../format/hash.js";
+import { KeyedHasher, MerkleTreeBuilder, fileHashOf, hashEquals, hashToHex, isGlobalDedupEligible, verificationHashOf, type Hash } from "../format/hash.js";
 import {
   canonicalizeFileBlock,
   canonicalizeShardHeader,
@@ -436,7 +427,12 @@ class ValidationRun {
       }
       const count = term.chunkEnd - term.chunkStart;
       // requireVerification guarantees the entries of every file with terms.
-      if (!hashEquals(verificationHashOf(count, (i) => chunks[term.chunkStart + i].hash), file.verificationHashes![t])) {
+      if (
+        !hashEquals(
+          verificationHashOf(count, (i) => chunks[term.chunkStart + i].hash),
+          file.verificationHashes![t],
+        )
+      ) {
         throw new ShardRejectedError(
           "verification_mismatch",
           `verification entry ${t} of ${where()} does not match chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex}: it must be the verification hash of the chunk hashes of that range`,
@@ -549,10 +545,7 @@ function chunkTableOf(xorb: LoadedXorb): ChunkTable {
  */
 function checkXorbBlock(block: ShardXorb, record: XorbRecord, where: string): void {
   if (block.chunks.length !== record.chunks.length) {
-    throw new ShardRejectedError(
-      "xorb_block_mismatch",
-      `${where} lists ${block.chunks.length} chunks, but the stored xorb has ${record.chunks.length}`,
-    );
+    throw new ShardRejectedError("xorb_block_mismatch", `${where} lists ${block.chunks.length} chunks, but the stored xorb has ${record.chunks.length}`);
   }
   for (let c = 0; c < record.chunks.length; c++) {
     const listed = block.chunks[c];

@@ -125,12 +125,7 @@ export class XorbIngestService {
     }
   }
 
-  private async validateInto(
-    body: AsyncIterable<Uint8Array>,
-    validator: XorbValidator,
-    chunkStream: ChunkStreamEnd,
-    staged: StagedPut,
-  ): Promise<XorbInfo> {
+  private async validateInto(body: AsyncIterable<Uint8Array>, validator: XorbValidator, chunkStream: ChunkStreamEnd, staged: StagedPut): Promise<XorbInfo> {
     const { writable } = staged;
     for await (const piece of body) {
       rejectingInvalid(() => validator.push(piece));
@@ -156,10 +151,7 @@ export class XorbIngestService {
     for await (const piece of body) {
       received += piece.length;
       if (received > this.maxBodyBytes) {
-        throw new XorbRejectedError(
-          "xorb_too_large",
-          `xorb body exceeds the limit of ${this.maxBodyBytes} bytes (${received} bytes received so far)`,
-        );
+        throw new XorbRejectedError("xorb_too_large", `xorb body exceeds the limit of ${this.maxBodyBytes} bytes (${received} bytes received so far)`);
       }
     }
   }
@@ -175,12 +167,16 @@ export class XorbIngestService {
     } catch (error) {
       stored.destroy();
       if (error instanceof FormatError) {
-        throw new StoredXorbCorruptError(`the stored blob of xorb ${hashToHex(hash)} does not validate (${error.message}); it must be inspected and removed by an operator`);
+        throw new StoredXorbCorruptError(
+          `the stored blob of xorb ${hashToHex(hash)} does not validate (${error.message}); it must be inspected and removed by an operator`,
+        );
       }
       throw error;
     }
     if (info.hasFooter) {
-      throw new StoredXorbCorruptError(`the stored blob of xorb ${hashToHex(hash)} carries a footer, which castor never stores; it must be inspected by an operator`);
+      throw new StoredXorbCorruptError(
+        `the stored blob of xorb ${hashToHex(hash)} carries a footer, which castor never stores; it must be inspected by an operator`,
+      );
     }
     return recordOf(info);
   }

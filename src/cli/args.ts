@@ -18,9 +18,7 @@ export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
 type OptionsConfig = NonNullable<ParseArgsConfig["options"]>;
-type ValuesOf<O extends OptionsConfig> = ReturnType<
-  typeof parseArgs<{ options: O; strict: true; allowPositionals: true }>
->["values"];
+type ValuesOf<O extends OptionsConfig> = ReturnType<typeof parseArgs<{ options: O; strict: true; allowPositionals: true }>>["values"];
 
 const CONFIG_FLAGS: ReadonlySet<string> = new Set(SETTINGS.map(flagNameOf));
 const CONFIG_OPTIONS: OptionsConfig = Object.fromEntries([...CONFIG_FLAGS].map((flag) => [flag, { type: "string" }]));
@@ -123,9 +121,7 @@ export async function runSubcommand(
   const handler = sub === undefined ? undefined : Object.hasOwn(subcommands, sub) ? subcommands[sub] : undefined;
   if (handler === undefined) {
     const what = sub === undefined ? "a subcommand is required" : `unknown subcommand ${JSON.stringify(sub)}`;
-    process.stderr.write(
-      `castor ${group}: ${what} (one of ${Object.keys(subcommands).join(", ")}).\nRun 'castor ${group} --help' for usage.\n`,
-    );
+    process.stderr.write(`castor ${group}: ${what} (one of ${Object.keys(subcommands).join(", ")}).\nRun 'castor ${group} --help' for usage.\n`);
     return EXIT_USAGE;
   }
   return handler(rest);

@@ -63,7 +63,8 @@ export function run(argv: string[]): Promise<number> {
 
     const path = hash === undefined ? target.replace(/^(\.\/)+/, "") : undefined;
     const outputName = values.output ?? basename(path!);
-    if (outputName === "" || outputName === "." || outputName === "..") throw new UsageError(`cannot name the output after ${JSON.stringify(target)}: give -o OUT`);
+    if (outputName === "" || outputName === "." || outputName === "..")
+      throw new UsageError(`cannot name the output after ${JSON.stringify(target)}: give -o OUT`);
     const toStdout = outputName === "-";
     const output = toStdout ? process.stdout : outputName;
     const shown = toStdout ? "(stdout)" : outputName;

@@ -4,9 +4,7 @@
  */
 import { readFileSync } from "node:fs";
 
-export const VERSION: string = JSON.parse(
-  readFileSync(new URL("../../package.json", import.meta.url), "utf8"),
-).version;
+export const VERSION: string = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")).version;
 
 const USAGE = `castor ${VERSION} — self-hosted Xet-compatible content-addressable storage
 

@@ -125,11 +125,14 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
   step("repositories", repos.length, reposCopied);
   const mapRepo = (id: number): number => {
     const mapped = repoIds.get(id);
-    if (mapped === undefined) throw new MigrationSourceError(`a row of the source names repository id ${id}, which the source does not list: the data dir's database is damaged`);
+    if (mapped === undefined)
+      throw new MigrationSourceError(`a row of the source names repository id ${id}, which the source does not list: the data dir's database is damaged`);
     return mapped;
   };
 
-  const tokens = (await source.metadata.listHubTokens()).map((token): HubToken => ({ ...token, repos: token.repos === "all" ? "all" : token.repos.map(mapRepo) }));
+  const tokens = (await source.metadata.listHubTokens()).map(
+    (token): HubToken => ({ ...token, repos: token.repos === "all" ? "all" : token.repos.map(mapRepo) }),
+  );
   let tokensCopied = 0;
   for (let at = 0; at < tokens.length; at += TOKEN_BATCH) tokensCopied += await target.metadata.importHubTokens(tokens.slice(at, at + TOKEN_BATCH));
   step("hub tokens (secret hashes)", tokens.length, tokensCopied);
@@ -139,7 +142,10 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
   const sourceXorbs = new Set<string>();
   for (const kind of BLOB_KINDS) {
     const name = OBJECT_STEPS[kind];
-    const { keys, copied } = source.blobs === null ? { keys: [], copied: 0 } : await copyObjects(kind, source.blobs, target.blobs, concurrency, (done, total) => progress.tick(name, done, total));
+    const { keys, copied } =
+      source.blobs === null
+        ? { keys: [], copied: 0 }
+        : await copyObjects(kind, source.blobs, target.blobs, concurrency, (done, total) => progress.tick(name, done, total));
     if (kind === "xorbs") for (const key of keys) sourceXorbs.add(key);
     step(name, keys.length, copied);
   }
@@ -164,39 +170,69 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
     step(name, inSource, copied);
   };
 
-  await copyPages("xorbs (chunk tables)", LARGE_ROW_PAGE, (a, n) => source.metadata.exportXorbs(a, n), async (xorbs) => {
-    for (const xorb of xorbs) {
-      const key = blobKey("xorbs", xorb.hash);
-      const size = sourceXorbs.has(key) ? await source.blobs!.size(key) : null;
-      if (size !== xorb.serializedLength) {
-        throw new MigrationSourceError(
-          size === null
-            ? `xorb ${hashToHex(xorb.hash)} is recorded in the source's database but its object is missing from the data dir's blobs/: the data dir is damaged (restore blobs/ from a backup)`
-            : `the object of xorb ${hashToHex(xorb.hash)} has ${size} bytes but its record says ${xorb.serializedLength}: the data dir is damaged`,
-        );
+  await copyPages(
+    "xorbs (chunk tables)",
+    LARGE_ROW_PAGE,
+    (a, n) => source.metadata.exportXorbs(a, n),
+    async (xorbs) => {
+      for (const xorb of xorbs) {
+        const key = blobKey("xorbs", xorb.hash);
+        const size = sourceXorbs.has(key) ? await source.blobs!.size(key) : null;
+        if (size !== xorb.serializedLength) {
+          throw new MigrationSourceError(
+            size === null
+              ? `xorb ${hashToHex(xorb.hash)} is recorded in the source's database but its object is missing from the data dir's blobs/: the data dir is damaged (restore blobs/ from a backup)`
+              : `the object of xorb ${hashToHex(xorb.hash)} has ${size} bytes but its record says ${xorb.serializedLength}: the data dir is damaged`,
+          );
+        }
       }
-    }
-    return target.metadata.importXorbs(xorbs);
-  });
-  await copyPages("files", LARGE_ROW_PAGE, (a, n) => source.metadata.exportFiles(a, n), (files) => target.metadata.importFiles(files));
-  await copyPages("file ↔ repository links", SMALL_ROW_PAGE, (a, n) => source.metadata.exportFileRepoLinks(a, n), (links) =>
-    target.metadata.importFileRepoLinks(links.map((link) => ({ ...link, repoId: mapRepo(link.repoId) }))),
+      return target.metadata.importXorbs(xorbs);
+    },
   );
-  await copyPages("SHA-256 index entries", SMALL_ROW_PAGE, (a, n) => source.metadata.exportSha256Index(a, n), (entries) =>
-    target.metadata.importSha256Index(entries.map((entry) => ({ ...entry, repoId: mapRepo(entry.repoId) }))),
+  await copyPages(
+    "files",
+    LARGE_ROW_PAGE,
+    (a, n) => source.metadata.exportFiles(a, n),
+    (files) => target.metadata.importFiles(files),
   );
-  await copyPages("registered shards", SMALL_ROW_PAGE, (a, n) => source.metadata.exportShards(a, n), (shards) => target.metadata.importShards(shards));
-  await copyPages("dedup index entries", SMALL_ROW_PAGE, (a, n) => source.metadata.exportDedupEntries(a, n), (entries) =>
-    target.metadata.importDedupEntries(entries),
+  await copyPages(
+    "file ↔ repository links",
+    SMALL_ROW_PAGE,
+    (a, n) => source.metadata.exportFileRepoLinks(a, n),
+    (links) => target.metadata.importFileRepoLinks(links.map((link) => ({ ...link, repoId: mapRepo(link.repoId) }))),
+  );
+  await copyPages(
+    "SHA-256 index entries",
+    SMALL_ROW_PAGE,
+    (a, n) => source.metadata.exportSha256Index(a, n),
+    (entries) => target.metadata.importSha256Index(entries.map((entry) => ({ ...entry, repoId: mapRepo(entry.repoId) }))),
+  );
+  await copyPages(
+    "registered shards",
+    SMALL_ROW_PAGE,
+    (a, n) => source.metadata.exportShards(a, n),
+    (shards) => target.metadata.importShards(shards),
+  );
+  await copyPages(
+    "dedup index entries",
+    SMALL_ROW_PAGE,
+    (a, n) => source.metadata.exportDedupEntries(a, n),
+    (entries) => target.metadata.importDedupEntries(entries),
   );
 
   // Histories: trees (naming files and inline objects), commits (naming trees), then the
   // revisions that point at commits.
-  await copyPages("trees", TREE_PAGE, (a, n) => source.metadata.exportTrees(a, n), (trees) =>
-    target.metadata.importTrees(trees.map((tree) => ({ ...tree, repoId: mapRepo(tree.repoId) }))),
+  await copyPages(
+    "trees",
+    TREE_PAGE,
+    (a, n) => source.metadata.exportTrees(a, n),
+    (trees) => target.metadata.importTrees(trees.map((tree) => ({ ...tree, repoId: mapRepo(tree.repoId) }))),
   );
-  await copyPages("commits", SMALL_ROW_PAGE, (a, n) => source.metadata.exportCommits(a, n), (commits) =>
-    target.metadata.importCommits(commits.map((commit) => ({ ...commit, repoId: mapRepo(commit.repoId) }))),
+  await copyPages(
+    "commits",
+    SMALL_ROW_PAGE,
+    (a, n) => source.metadata.exportCommits(a, n),
+    (commits) => target.metadata.importCommits(commits.map((commit) => ({ ...commit, repoId: mapRepo(commit.repoId) }))),
   );
   let revisionCount = 0;
   let revisionsCopied = 0;
@@ -302,7 +338,9 @@ export async function run(argv: string[]): Promise<number> {
       ),
     );
     process.stdout.write(
-      copied === 0 ? "Nothing new to copy: the target already holds everything of the source.\n" : `Copied ${copied} objects and rows; running again copies nothing more.\n`,
+      copied === 0
+        ? "Nothing new to copy: the target already holds everything of the source.\n"
+        : `Copied ${copied} objects and rows; running again copies nothing more.\n`,
     );
     process.stdout.write(await keysAdvice(from, config));
     return EXIT_OK;
@@ -315,7 +353,12 @@ async function checkSource(from: string): Promise<void> {
     throw new UsageError(`--from ${from} does not exist or is not a folder: give the embedded server's data dir (its CASTOR_DATA_DIR)`);
   }
   const database = join(from, METADATA_FILE_NAME);
-  if (!(await access(database, fsConstants.R_OK).then(() => true, () => false))) {
+  if (
+    !(await access(database, fsConstants.R_OK).then(
+      () => true,
+      () => false,
+    ))
+  ) {
     throw new UsageError(`${from} is not a castor data dir: it has no readable ${METADATA_FILE_NAME}`);
   }
 }
@@ -382,7 +425,11 @@ async function withStores<T>(config: CastorConfig, from: string, work: (source: 
  */
 async function keysAdvice(from: string, config: CastorConfig): Promise<string> {
   const dir = keysDir(from);
-  const read = (name: string) => readFile(join(dir, name), "utf8").then((text) => text.trim(), () => null);
+  const read = (name: string) =>
+    readFile(join(dir, name), "utf8").then(
+      (text) => text.trim(),
+      () => null,
+    );
   const signingKey = await read(SIGNING_KEY_FILE_NAME);
   const urlKey = await read(URL_KEY_FILE_NAME);
   const dedupSeed = await read(DEDUP_KEY_SEED_FILE_NAME);
@@ -397,8 +444,15 @@ async function keysAdvice(from: string, config: CastorConfig): Promise<string> {
   const warnings: string[] = [];
   if (signingKey !== null) {
     lines.push(`  CASTOR_SIGNING_KEY_FILE=${join(dir, SIGNING_KEY_FILE_NAME)}   (copy this file to each node and point the setting at the copy)`);
-    const configured = config.signingKeyFile === null ? null : await readFile(config.signingKeyFile, "utf8").then((text) => text.trim(), () => "");
-    if (configured !== null && configured !== signingKey) warnings.push("CASTOR_SIGNING_KEY_FILE here names another key: CAS access tokens of the old server would be refused");
+    const configured =
+      config.signingKeyFile === null
+        ? null
+        : await readFile(config.signingKeyFile, "utf8").then(
+            (text) => text.trim(),
+            () => "",
+          );
+    if (configured !== null && configured !== signingKey)
+      warnings.push("CASTOR_SIGNING_KEY_FILE here names another key: CAS access tokens of the old server would be refused");
   }
   if (urlKey !== null) {
     lines.push(`  CASTOR_URL_KEY="$(cat ${join(dir, URL_KEY_FILE_NAME)})"`);
@@ -406,7 +460,8 @@ async function keysAdvice(from: string, config: CastorConfig): Promise<string> {
   }
   if (dedupSeed !== null) {
     lines.push(`  CASTOR_DEDUP_KEY_SEED="$(cat ${join(dir, DEDUP_KEY_SEED_FILE_NAME)})"`);
-    if (config.dedupKeySeed !== null && config.dedupKeySeed !== dedupSeed) warnings.push("CASTOR_DEDUP_KEY_SEED here differs: dedup answers clients cached would no longer match");
+    if (config.dedupKeySeed !== null && config.dedupKeySeed !== dedupSeed)
+      warnings.push("CASTOR_DEDUP_KEY_SEED here differs: dedup answers clients cached would no longer match");
   }
   lines.push("Keep CASTOR_PUBLIC_URL as it was, or put the nodes behind the same path, for old transfer URLs to reach them.");
   for (const warning of warnings) lines.push(`Warning: ${warning}.`);

@@ -6,16 +6,7 @@ import { DEFAULT_ENDPOINT } from "../client/index.js";
 import { loadConfig } from "../config.js";
 import { formatRepoRef, requireRepoName, requireRepoType } from "../hub/names.js";
 import { withHub } from "../hub/open.js";
-import {
-  CONFIG_FLAGS_HELP,
-  EXIT_OK,
-  expectPositionals,
-  formatTable,
-  formatTime,
-  parseCommandLine,
-  runCommand,
-  runSubcommand,
-} from "./args.js";
+import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, formatTime, parseCommandLine, runCommand, runSubcommand } from "./args.js";
 import { asUsageError, CLIENT_FLAGS, createClient } from "./client.js";
 
 const USAGE = `Usage: castor repo <create|list|ls|files> …
@@ -124,7 +115,12 @@ function files(argv: string[]): Promise<number> {
       process.stderr.write(`No files in ${where}.\n`);
       return EXIT_OK;
     }
-    process.stdout.write(formatTable(["PATH", "SIZE", "STORAGE"], listed.map((file) => [file.path, String(file.size), file.storage])));
+    process.stdout.write(
+      formatTable(
+        ["PATH", "SIZE", "STORAGE"],
+        listed.map((file) => [file.path, String(file.size), file.storage]),
+      ),
+    );
     const bytes = listed.reduce((sum, file) => sum + file.size, 0);
     process.stderr.write(`${listed.length} file${listed.length === 1 ? "" : "s"}, ${bytes} bytes, in ${where}.\n`);
     return EXIT_OK;

@@ -87,7 +87,9 @@ export function run(argv: string[]): Promise<number> {
       throw asUsageError(error);
     }
     result.files.forEach((file, i) => {
-      process.stdout.write(`${file.fileHash}  ${paths[i]}  (${formatBytes(file.size)}, ${formatBytes(file.newBytes)} new / ${formatBytes(file.dedupedBytes)} deduplicated)\n`);
+      process.stdout.write(
+        `${file.fileHash}  ${paths[i]}  (${formatBytes(file.size)}, ${formatBytes(file.newBytes)} new / ${formatBytes(file.dedupedBytes)} deduplicated)\n`,
+      );
     });
     process.stderr.write(`${summarize(result)}\n`);
     if (!commit) return EXIT_OK;

@@ -103,7 +103,9 @@ export class ChunkStreamDecoder {
       const uncompressedSize = bytes[at + 5] | (bytes[at + 6] << 8) | (bytes[at + 7] << 16);
       if (version !== 0) throw this.bad(`chunk ${index} at byte ${at} has header version ${version}, expected 0`);
       if (compressedSize > MAX_CHUNK_COMPRESSED_BYTES || uncompressedSize > MAX_CHUNK_UNCOMPRESSED_BYTES) {
-        throw this.bad(`chunk ${index} at byte ${at} declares ${compressedSize} compressed / ${uncompressedSize} uncompressed bytes, beyond the protocol limits`);
+        throw this.bad(
+          `chunk ${index} at byte ${at} declares ${compressedSize} compressed / ${uncompressedSize} uncompressed bytes, beyond the protocol limits`,
+        );
       }
       const payloadStart = at + XORB_CHUNK_HEADER_BYTES;
       if (bytes.length - payloadStart < compressedSize) {

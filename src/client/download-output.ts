@@ -73,9 +73,11 @@ export async function fileSink(path: string): Promise<Sink> {
       }
       if (unsynced >= SYNC_EVERY_BYTES) {
         unsynced = 0;
-        syncing = syncing.then(() => handle.datasync()).catch((error: unknown) => {
-          syncFailure ??= new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
-        });
+        syncing = syncing
+          .then(() => handle.datasync())
+          .catch((error: unknown) => {
+            syncFailure ??= new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
+          });
       }
     },
     async commit() {

@@ -236,10 +236,12 @@ export class DownloadRun {
           if (ahead > cursor && held + bytes > this.bufferBytes && cache.size > MIN_RANGES_AHEAD) break;
           const buffer = this.buffers.take(bytes);
           const decoder = new ChunkStreamDecoder(buffer, span.chunks.end - span.chunks.start, describeSpan(span));
-          const done = this.limiter.run(() => window.fetchSpan(span, (url) => this.fetchDecoded(span, url, decoder))).catch((error: unknown) => {
-            decoder.fail(error);
-            throw error;
-          });
+          const done = this.limiter
+            .run(() => window.fetchSpan(span, (url) => this.fetchDecoded(span, url, decoder)))
+            .catch((error: unknown) => {
+              decoder.fail(error);
+              throw error;
+            });
           // Waited on through the decoder; this only keeps an early failure from being "unhandled".
           done.catch(() => undefined);
           cache.set(key, { buffer, decoder, done, uses: 1, bytes });

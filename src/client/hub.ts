@@ -180,7 +180,12 @@ export function encodeCommit(request: CommitRequest): Uint8Array {
 export function nextLink(header: string | null): string | null {
   if (header === null) return null;
   for (const match of header.matchAll(/<([^>]*)>([^,]*)/g)) {
-    const params = match[2].split(";").map((param) => param.trim().toLowerCase().replace(/\s*=\s*/, "="));
+    const params = match[2].split(";").map((param) =>
+      param
+        .trim()
+        .toLowerCase()
+        .replace(/\s*=\s*/, "="),
+    );
     if (params.some((param) => param === 'rel="next"' || param === "rel=next")) return match[1];
   }
   return null;
@@ -198,7 +203,10 @@ function nothingSent(error: unknown): boolean {
 
 function unquoteEtag(value: string | null): string | null {
   if (value === null) return null;
-  return value.trim().replace(/^W\//, "").replace(/^"(.*)"$/, "$1");
+  return value
+    .trim()
+    .replace(/^W\//, "")
+    .replace(/^"(.*)"$/, "$1");
 }
 
 export class HubClient {
@@ -287,7 +295,9 @@ export class HubClient {
     const path = (options.path ?? "").replace(/^\/+|\/+$/g, "");
     const recursive = options.recursive ?? true;
     const what = `listing the files of ${formatRepoRef(this.repo)} at ${JSON.stringify(revision)}${path === "" ? "" : ` below ${JSON.stringify(path)}`}`;
-    let url: string | null = this.apiUrl(`/tree/${encodeURIComponent(revision)}${path === "" ? "" : `/${encodeRepoPath(path)}`}?recursive=${recursive}&expand=false`);
+    let url: string | null = this.apiUrl(
+      `/tree/${encodeURIComponent(revision)}${path === "" ? "" : `/${encodeRepoPath(path)}`}?recursive=${recursive}&expand=false`,
+    );
     for (let pages = 1; url !== null; pages++) {
       if (pages > MAX_TREE_PAGES) throw new CastorClientError("protocol", `${what}: more than ${MAX_TREE_PAGES} pages`);
       const response = await this.send({ what, url, method: "GET" });
@@ -385,7 +395,8 @@ function treeEntryOf(item: unknown, what: string): RepoTreeEntry {
   if (type === "directory") return { type, path, oid };
   if (type !== "file") throw bad(`${JSON.stringify(path)} has the unknown type ${JSON.stringify(type)}`);
   if (!Number.isSafeInteger(size) || (size as number) < 0) throw bad(`${JSON.stringify(path)} has no "size"`);
-  if (xetHash !== undefined && xetHash !== null && (typeof xetHash !== "string" || !HEX64.test(xetHash))) throw bad(`${JSON.stringify(path)} has a malformed "xetHash"`);
+  if (xetHash !== undefined && xetHash !== null && (typeof xetHash !== "string" || !HEX64.test(xetHash)))
+    throw bad(`${JSON.stringify(path)} has a malformed "xetHash"`);
   const sha256 = (lfs as { oid?: unknown } | undefined)?.oid;
   const isXet = typeof xetHash === "string";
   return {

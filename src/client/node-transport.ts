@@ -197,6 +197,8 @@ export function readMessageInto(message: IncomingMessage, into: Uint8Array, over
     message.on("data", onData);
     message.once("end", () => settle(() => resolve(filled)));
     message.once("error", (error) => settle(() => reject(new NodeTransportError(error))));
-    message.once("close", () => settle(() => reject(new NodeTransportError(Object.assign(new Error("the connection closed mid-body"), { code: "ECONNRESET" })))));
+    message.once("close", () =>
+      settle(() => reject(new NodeTransportError(Object.assign(new Error("the connection closed mid-body"), { code: "ECONNRESET" })))),
+    );
   });
 }

@@ -177,7 +177,10 @@ class Connection {
       } else if (name === "transfer-encoding") {
         chunked = true;
       } else if (name === "connection") {
-        const tokens = value.toLowerCase().split(",").map((token) => token.trim());
+        const tokens = value
+          .toLowerCase()
+          .split(",")
+          .map((token) => token.trim());
         if (tokens.includes("close")) keepAlive = false;
         if (tokens.includes("keep-alive")) keepAlive = true;
       }

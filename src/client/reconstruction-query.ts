@@ -175,12 +175,19 @@ export class ReconstructionWindow {
       const generation = this.generation;
       const url = this.urls.get(spanKey(span));
       if (url === undefined) {
-        throw new CastorClientError("protocol", `the refreshed reconstruction no longer lists chunks ${span.chunks.start}..${span.chunks.end} of xorb ${span.xorbHex}`);
+        throw new CastorClientError(
+          "protocol",
+          `the refreshed reconstruction no longer lists chunks ${span.chunks.start}..${span.chunks.end} of xorb ${span.xorbHex}`,
+        );
       }
       const result = await fetch(url);
       if (result !== "expired") return;
       if (refreshes >= maxRefreshes) {
-        throw new HttpStatusError(403, null, `downloading chunks of xorb ${span.xorbHex}: the transfer URL was refused (403) even after ${maxRefreshes} fresh reconstructions`);
+        throw new HttpStatusError(
+          403,
+          null,
+          `downloading chunks of xorb ${span.xorbHex}: the transfer URL was refused (403) even after ${maxRefreshes} fresh reconstructions`,
+        );
       }
       await this.refresh(generation);
     }
@@ -192,7 +199,8 @@ export class ReconstructionWindow {
     this.refreshing ??= (async () => {
       try {
         const { reconstruction } = await this.queries.query(this.start, this.end);
-        if (reconstruction === null) throw new CastorClientError("protocol", `the reconstruction of bytes ${this.start}-${this.end} vanished (416) while downloading`);
+        if (reconstruction === null)
+          throw new CastorClientError("protocol", `the reconstruction of bytes ${this.start}-${this.end} vanished (416) while downloading`);
         this.remember(reconstruction);
         this.generation++;
       } finally {

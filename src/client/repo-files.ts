@@ -48,7 +48,10 @@ export function repoPathsFor(localPaths: readonly string[], pathInRepo?: string)
   paths.forEach((path, i) => {
     const earlier = seen.get(path);
     if (earlier !== undefined) {
-      throw new CastorClientError("usage", `${localPaths[i]} and ${earlier} would both be ${JSON.stringify(path)} in the repository: upload them separately with --path`);
+      throw new CastorClientError(
+        "usage",
+        `${localPaths[i]} and ${earlier} would both be ${JSON.stringify(path)} in the repository: upload them separately with --path`,
+      );
     }
     seen.set(path, localPaths[i]);
   });
@@ -98,7 +101,8 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
     if (!Number.isSafeInteger(start) || !Number.isSafeInteger(end) || start < 0 || end < start) {
       throw new CastorClientError("usage", `a byte range needs whole numbers 0 ≤ start ≤ end (end inclusive), got ${start}-${end}`);
     }
-    if (start >= size && !(start === 0 && size === 0)) throw new CastorClientError("usage", `the range starts at byte ${start}, past the end of the file (${size} bytes)`);
+    if (start >= size && !(start === 0 && size === 0))
+      throw new CastorClientError("usage", `the range starts at byte ${start}, past the end of the file (${size} bytes)`);
   }
   const checkable = GIT_BLOB_ID.test(info.etag);
   const sink = typeof options.output === "string" ? await fileSink(options.output) : streamSink(options.output, options.endOutput ?? true);
@@ -115,7 +119,8 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
         for (;;) {
           const { done, value } = await reader.read();
           if (done) break;
-          if (received + value.length > size) throw new CastorClientError("protocol", `${what}: the server sent more than the ${size} bytes its HEAD announced`);
+          if (received + value.length > size)
+            throw new CastorClientError("protocol", `${what}: the server sent more than the ${size} bytes its HEAD announced`);
           hash.update(value);
           const from = Math.max(first, received) - received;
           const to = Math.min(endExclusive, received + value.length) - received;
@@ -124,7 +129,13 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
             await sink.write([value.subarray(from, to)]);
             written += to - from;
           }
-          options.onProgress?.({ operation: "download", phase: "downloading", bytesDone: written, bytesTotal: endExclusive - first, transferredBytes: received });
+          options.onProgress?.({
+            operation: "download",
+            phase: "downloading",
+            bytesDone: written,
+            bytesTotal: endExclusive - first,
+            transferredBytes: received,
+          });
         }
       } catch (error) {
         await reader.cancel().catch(() => undefined);
@@ -136,7 +147,10 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
       const actual = hash.digest("hex");
       if (actual !== info.etag) {
         const output = typeof options.output === "string" ? "the output file was not kept" : "discard what was written to the output stream";
-        throw new CastorClientError("integrity", `${what}: the content's git blob id is ${actual}, not the ETag ${info.etag}: the server sent wrong data; ${output}`);
+        throw new CastorClientError(
+          "integrity",
+          `${what}: the content's git blob id is ${actual}, not the ETag ${info.etag}: the server sent wrong data; ${output}`,
+        );
       }
     }
     await sink.commit();
@@ -146,4 +160,3 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
     throw error;
   }
 }
-

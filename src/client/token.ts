@@ -13,7 +13,6 @@ import { REPO_TYPES, type RepoType } from "../format/repo.js";
 import { CastorClientError } from "./errors.js";
 import { type HttpClient, readJson } from "./http.js";
 
-
 export interface RepoRef {
   type: RepoType;
   /** `namespace/name`. */

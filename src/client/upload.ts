@@ -341,6 +341,14 @@ async function regularFileSize(path: string): Promise<number> {
 function ioError(path: string, error: unknown): CastorClientError {
   const code = (error as NodeJS.ErrnoException | null)?.code;
   const reason =
-    code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : code === "EISDIR" ? "it is a directory" : error instanceof Error ? error.message : String(error);
+    code === "ENOENT"
+      ? "no such file"
+      : code === "EACCES"
+        ? "permission denied"
+        : code === "EISDIR"
+          ? "it is a directory"
+          : error instanceof Error
+            ? error.message
+            : String(error);
   return new CastorClientError("io", `cannot read ${path}: ${reason}`, { cause: error });
 }

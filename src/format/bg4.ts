@@ -59,8 +59,7 @@ export function bg4Regroup(grouped: Uint8Array): Uint8Array {
     // One u32 store per 4 output bytes measured ~40% faster than four byte stores.
     const words = new Uint32Array(data.buffer, data.byteOffset, quarter);
     for (let j = 0; j < quarter; j++) {
-      words[j] =
-        grouped[j] | (grouped[start1 + j] << 8) | (grouped[start2 + j] << 16) | (grouped[start3 + j] << 24);
+      words[j] = grouped[j] | (grouped[start1 + j] << 8) | (grouped[start2 + j] << 16) | (grouped[start3 + j] << 24);
     }
   } else {
     for (let j = 0, i = 0; j < quarter; j++, i += 4) {

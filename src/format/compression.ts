@@ -21,10 +21,7 @@ export function isCompressionScheme(value: number): value is CompressionScheme {
 
 function checkUncompressedSize(size: number): void {
   if (!Number.isInteger(size) || size < 0 || size > MAX_CHUNK_UNCOMPRESSED_BYTES) {
-    throw new FormatError(
-      "chunk_too_large",
-      `a chunk's uncompressed size must be 0..${MAX_CHUNK_UNCOMPRESSED_BYTES} bytes, got ${size}`,
-    );
+    throw new FormatError("chunk_too_large", `a chunk's uncompressed size must be 0..${MAX_CHUNK_UNCOMPRESSED_BYTES} bytes, got ${size}`);
   }
 }
 
@@ -38,24 +35,15 @@ export function decompressChunk(scheme: number, payload: Uint8Array, uncompresse
   checkUncompressedSize(uncompressedSize);
   if (scheme === CompressionScheme.None) {
     if (payload.length !== uncompressedSize) {
-      throw new FormatError(
-        "decompressed_size_mismatch",
-        `uncompressed chunk has ${payload.length} bytes but its header declares ${uncompressedSize}`,
-      );
+      throw new FormatError("decompressed_size_mismatch", `uncompressed chunk has ${payload.length} bytes but its header declares ${uncompressedSize}`);
     }
     return payload;
   }
   if (scheme !== CompressionScheme.LZ4 && scheme !== CompressionScheme.ByteGrouping4LZ4) {
-    throw new FormatError(
-      "unknown_compression_scheme",
-      `compression scheme ${scheme} is not one of 0 (None), 1 (LZ4), 2 (ByteGrouping4LZ4)`,
-    );
+    throw new FormatError("unknown_compression_scheme", `compression scheme ${scheme} is not one of 0 (None), 1 (LZ4), 2 (ByteGrouping4LZ4)`);
   }
   if (payload.length > MAX_CHUNK_COMPRESSED_BYTES) {
-    throw new FormatError(
-      "chunk_too_large",
-      `a compressed chunk may have at most ${MAX_CHUNK_COMPRESSED_BYTES} bytes, got ${payload.length}`,
-    );
+    throw new FormatError("chunk_too_large", `a compressed chunk may have at most ${MAX_CHUNK_COMPRESSED_BYTES} bytes, got ${payload.length}`);
   }
   const decoded = decodeLz4Frame(payload, uncompressedSize);
   return scheme === CompressionScheme.LZ4 ? decoded : bg4Regroup(decoded);

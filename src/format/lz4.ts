@@ -161,10 +161,7 @@ type Overflow = "declared_size" | "block_max";
 
 function overflowError(kind: Overflow, blockIndex: number, room: number): FormatError {
   if (kind === "declared_size") {
-    return new FormatError(
-      "decompressed_size_mismatch",
-      `LZ4 block ${blockIndex} decodes past the declared uncompressed size (only ${room} bytes were left)`,
-    );
+    return new FormatError("decompressed_size_mismatch", `LZ4 block ${blockIndex} decodes past the declared uncompressed size (only ${room} bytes were left)`);
   }
   return badFrame(`block ${blockIndex} decodes to more than the frame's maximum block size of ${room} bytes`);
 }
@@ -319,14 +316,9 @@ export function decodeLz4Frame(frame: Uint8Array, expectedSize: number): Uint8Ar
     throw new RangeError(`expected size must be a non-negative integer, got ${expectedSize}`);
   }
   if (frame.length < 7) throw badFrame(`${frame.length} bytes is shorter than the smallest frame header (7)`);
-  if (
-    frame[0] !== FRAME_MAGIC[0] ||
-    frame[1] !== FRAME_MAGIC[1] ||
-    frame[2] !== FRAME_MAGIC[2] ||
-    frame[3] !== FRAME_MAGIC[3]
-  ) {
+  if (frame[0] !== FRAME_MAGIC[0] || frame[1] !== FRAME_MAGIC[1] || frame[2] !== FRAME_MAGIC[2] || frame[3] !== FRAME_MAGIC[3]) {
     const magic = readU32LE(frame, 0);
-    if (((magic & SKIPPABLE_MAGIC_MASK) >>> 0) === SKIPPABLE_MAGIC_BASE) {
+    if ((magic & SKIPPABLE_MAGIC_MASK) >>> 0 === SKIPPABLE_MAGIC_BASE) {
       throw badFrame("skippable frames are not accepted; the payload must be one LZ4 frame");
     }
     const found = magic.toString(16).padStart(8, "0");
@@ -367,7 +359,7 @@ export function decodeLz4Frame(frame: Uint8Array, expectedSize: number): Uint8Ar
   let out: Uint8Array | undefined;
   let produced = 0;
   let blockIndex = 0;
-  for (;; blockIndex++) {
+  for (; ; blockIndex++) {
     if (frame.length - at < 4) throw badFrame("the frame ends before its end mark");
     const word = readU32LE(frame, at);
     at += 4;
@@ -375,9 +367,7 @@ export function decodeLz4Frame(frame: Uint8Array, expectedSize: number): Uint8Ar
     const stored = (word & STORED_BLOCK_BIT) !== 0;
     const dataLength = word & BLOCK_SIZE_MASK;
     if (dataLength > blockMaxSize) {
-      throw badFrame(
-        `block ${blockIndex} is ${dataLength} bytes, more than the frame's maximum block size ${blockMaxSize}`,
-      );
+      throw badFrame(`block ${blockIndex} is ${dataLength} bytes, more than the frame's maximum block size ${blockMaxSize}`);
     }
     const dataStart = at;
     const dataEnd = at + dataLength;
@@ -405,10 +395,7 @@ export function decodeLz4Frame(frame: Uint8Array, expectedSize: number): Uint8Ar
       const limit = produced + room;
       produced = decodeBlockInto(frame, dataStart, dataEnd, out, produced, limit, windowStart, overflowKind, blockIndex);
     } else {
-      const dictionary =
-        linked && produced > 0 && out !== undefined
-          ? out.subarray(Math.max(0, produced - LINKED_WINDOW_BYTES), produced)
-          : undefined;
+      const dictionary = linked && produced > 0 && out !== undefined ? out.subarray(Math.max(0, produced - LINKED_WINDOW_BYTES), produced) : undefined;
       const decoded = decodeBlockNative(frame, dataStart, dataLength, room, dictionary, overflowKind, blockIndex);
       const isOnlyBlock = out === undefined && frame.length - at >= 4 && readU32LE(frame, at) === 0;
       if (isOnlyBlock && decoded.length === expectedSize) {
@@ -432,10 +419,7 @@ export function decodeLz4Frame(frame: Uint8Array, expectedSize: number): Uint8Ar
     throw badFrame(`${frame.length - at} unexpected bytes follow the end of the frame`);
   }
   if (produced !== expectedSize) {
-    throw new FormatError(
-      "decompressed_size_mismatch",
-      `the LZ4 frame decodes to ${produced} bytes but the chunk header declares ${expectedSize}`,
-    );
+    throw new FormatError("decompressed_size_mismatch", `the LZ4 frame decodes to ${produced} bytes but the chunk header declares ${expectedSize}`);
   }
   return out ?? new Uint8Array(0);
 }
@@ -470,10 +454,7 @@ export function encodeLz4Frame(data: Uint8Array, options: Lz4FrameOptions = {}):
   const blocks: { bytes: Uint8Array; stored: boolean }[] = [];
   for (let start = 0; start < source.length; start += blockMaxSize) {
     const raw = source.subarray(start, Math.min(source.length, start + blockMaxSize));
-    const compressed =
-      linked && start > 0
-        ? compressSync(raw, source.subarray(Math.max(0, start - LINKED_WINDOW_BYTES), start))
-        : compressSync(raw);
+    const compressed = linked && start > 0 ? compressSync(raw, source.subarray(Math.max(0, start - LINKED_WINDOW_BYTES), start)) : compressSync(raw);
     const body = compressed.subarray(4);
     blocks.push(body.length < raw.length ? { bytes: body, stored: false } : { bytes: raw, stored: true });
   }

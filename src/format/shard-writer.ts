@@ -90,11 +90,7 @@ interface FooterFields {
 }
 
 /** Header, both sections and (when `footerFor` is given) the footer, in one allocation. */
-function writeShard(
-  content: ShardContent,
-  chunkHasher: KeyedHasher | null,
-  footerFor: ((layout: SectionLayout) => FooterFields) | null,
-): Uint8Array {
+function writeShard(content: ShardContent, chunkHasher: KeyedHasher | null, footerFor: ((layout: SectionLayout) => FooterFields) | null): Uint8Array {
   const fileSectionBytes = checkFilesAndMeasure(content.files);
   const xorbSectionBytes = checkXorbsAndMeasure(content.xorbs);
   const xorbSectionOffset = SHARD_HEADER_BYTES + fileSectionBytes;
@@ -108,9 +104,7 @@ function writeShard(
 
   let at = SHARD_HEADER_BYTES;
   for (const file of content.files) {
-    const flags =
-      (file.verificationHashes !== null ? FILE_FLAG_WITH_VERIFICATION : 0) +
-      (file.sha256 !== null ? FILE_FLAG_WITH_METADATA_EXT : 0); // `|` would make bit 31 negative
+    const flags = (file.verificationHashes !== null ? FILE_FLAG_WITH_VERIFICATION : 0) + (file.sha256 !== null ? FILE_FLAG_WITH_METADATA_EXT : 0); // `|` would make bit 31 negative
     out.set(file.fileHash, at);
     view.setUint32(at + 32, flags, true);
     view.setUint32(at + 36, file.terms.length, true);

@@ -20,8 +20,8 @@ import { runToEnd } from "./steps.js";
 
 /** "HFRepoMetaData", NUL, then 17 fixed magic bytes; real clients compare all 32 (§6.2). */
 export const SHARD_TAG: Uint8Array = Uint8Array.from([
-  0x48, 0x46, 0x52, 0x65, 0x70, 0x6f, 0x4d, 0x65, 0x74, 0x61, 0x44, 0x61, 0x74, 0x61, 0x00, 0x55,
-  0x69, 0x67, 0x45, 0x6a, 0x7b, 0x81, 0x57, 0x83, 0xa5, 0xbd, 0xd9, 0x5c, 0xcd, 0xd1, 0x4a, 0xa9,
+  0x48, 0x46, 0x52, 0x65, 0x70, 0x6f, 0x4d, 0x65, 0x74, 0x61, 0x44, 0x61, 0x74, 0x61, 0x00, 0x55, 0x69, 0x67, 0x45, 0x6a, 0x7b, 0x81, 0x57, 0x83, 0xa5, 0xbd,
+  0xd9, 0x5c, 0xcd, 0xd1, 0x4a, 0xa9,
 ]);
 export const SHARD_HEADER_VERSION = 2;
 export const SHARD_FOOTER_VERSION = 1;
@@ -195,7 +195,6 @@ export function* parseUploadShardInSteps(bytes: Uint8Array): Generator<void, Par
   return { declaredFooterSize, ...sections };
 }
 
-
 /** Counts records read and says when a step is complete. */
 class StepCounter {
   private records = 0;
@@ -249,7 +248,12 @@ export function parseFullShard(bytes: Uint8Array): ParsedFullShard {
   const fileLookupEnd = BigInt(sections.sectionsEnd) + footer.fileLookupCount * FILE_LOOKUP_ENTRY_BYTES;
   const xorbLookupEnd = footer.xorbLookupOffset + footer.xorbLookupCount * XORB_LOOKUP_ENTRY_BYTES;
   const chunkLookupEnd = footer.chunkLookupOffset + footer.chunkLookupCount * CHUNK_LOOKUP_ENTRY_BYTES;
-  expectFooterOffset("file_lookup_offset", footer.fileLookupOffset, BigInt(sections.sectionsEnd), "the lookup tables start right after the xorb section's bookend");
+  expectFooterOffset(
+    "file_lookup_offset",
+    footer.fileLookupOffset,
+    BigInt(sections.sectionsEnd),
+    "the lookup tables start right after the xorb section's bookend",
+  );
   expectFooterOffset("xorb_lookup_offset", footer.xorbLookupOffset, fileLookupEnd, `the file lookup table of ${footer.fileLookupCount} entries ends there`);
   expectFooterOffset("chunk_lookup_offset", footer.chunkLookupOffset, xorbLookupEnd, `the xorb lookup table of ${footer.xorbLookupCount} entries ends there`);
   if (chunkLookupEnd !== at) {
@@ -314,10 +318,7 @@ function readHeader(bytes: Uint8Array, view: DataView): bigint {
   const comparable = Math.min(bytes.length, SHARD_TAG.length);
   for (let i = 0; i < comparable; i++) {
     if (bytes[i] !== SHARD_TAG[i]) {
-      throw new FormatError(
-        "bad_shard_header",
-        "not a shard: it must start with the 32-byte shard tag ('HFRepoMetaData', NUL, 17 magic bytes)",
-      );
+      throw new FormatError("bad_shard_header", "not a shard: it must start with the 32-byte shard tag ('HFRepoMetaData', NUL, 17 magic bytes)");
     }
   }
   if (bytes.length < SHARD_HEADER_BYTES) {
@@ -325,10 +326,7 @@ function readHeader(bytes: Uint8Array, view: DataView): bigint {
   }
   const version = view.getBigUint64(32, true);
   if (version !== BigInt(SHARD_HEADER_VERSION)) {
-    throw new FormatError(
-      "bad_shard_header",
-      `unsupported shard header version ${version}; only version ${SHARD_HEADER_VERSION} is accepted`,
-    );
+    throw new FormatError("bad_shard_header", `unsupported shard header version ${version}; only version ${SHARD_HEADER_VERSION} is accepted`);
   }
   return view.getBigUint64(40, true);
 }
@@ -345,10 +343,7 @@ export function isBookend(bytes: Uint8Array, at: number): boolean {
  */
 function rejectBookendInBlock(bytes: Uint8Array, at: number, block: string): void {
   if (isBookend(bytes, at)) {
-    throw new FormatError(
-      "bad_shard",
-      `${block} declares more records than it has: a section bookend appears at byte ${at} inside it`,
-    );
+    throw new FormatError("bad_shard", `${block} declares more records than it has: a section bookend appears at byte ${at} inside it`);
   }
 }
 
@@ -372,10 +367,7 @@ function* readFileSection(
   let sectionHasVerification: boolean | null = null;
   for (;;) {
     if (end - offset < SHARD_RECORD_BYTES) {
-      throw new FormatError(
-        "truncated",
-        `the shard ends at byte ${end} inside the file info section, before its bookend (after ${files.length} file blocks)`,
-      );
+      throw new FormatError("truncated", `the shard ends at byte ${end} inside the file info section, before its bookend (after ${files.length} file blocks)`);
     }
     if (isBookend(bytes, offset)) return offset + SHARD_RECORD_BYTES;
 
@@ -460,10 +452,7 @@ function* readXorbSection(
 ): Generator<void, number, void> {
   for (;;) {
     if (end - offset < SHARD_RECORD_BYTES) {
-      throw new FormatError(
-        "truncated",
-        `the shard ends at byte ${end} inside the xorb info section, before its bookend (after ${xorbs.length} xorb blocks)`,
-      );
+      throw new FormatError("truncated", `the shard ends at byte ${end} inside the xorb info section, before its bookend (after ${xorbs.length} xorb blocks)`);
     }
     if (isBookend(bytes, offset)) return offset + SHARD_RECORD_BYTES;
 
@@ -475,10 +464,7 @@ function* readXorbSection(
     const numBytesOnDisk = view.getUint32(offset + 44, true);
     offset += SHARD_RECORD_BYTES;
     if (chunkCount * SHARD_RECORD_BYTES > end - offset) {
-      throw new FormatError(
-        "truncated",
-        `${block} declares ${chunkCount} chunks of ${SHARD_RECORD_BYTES} bytes each, but only ${end - offset} bytes remain`,
-      );
+      throw new FormatError("truncated", `${block} declares ${chunkCount} chunks of ${SHARD_RECORD_BYTES} bytes each, but only ${end - offset} bytes remain`);
     }
 
     const chunks: ShardChunk[] = [];

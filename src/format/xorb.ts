@@ -193,10 +193,7 @@ export class XorbValidator {
     try {
       this.received += piece.length;
       if (this.received > this.maxBodyBytes) {
-        throw new FormatError(
-          "xorb_too_large",
-          `xorb body exceeds the limit of ${this.maxBodyBytes} bytes (${this.received} bytes received so far)`,
-        );
+        throw new FormatError("xorb_too_large", `xorb body exceeds the limit of ${this.maxBodyBytes} bytes (${this.received} bytes received so far)`);
       }
       this.consume(piece);
     } catch (err) {
@@ -301,16 +298,10 @@ export class XorbValidator {
       );
     }
     if (index >= this.limits.maxChunks) {
-      throw new FormatError(
-        "too_many_chunks",
-        `${where}: a xorb may hold at most ${this.limits.maxChunks} chunks; split the data into more xorbs`,
-      );
+      throw new FormatError("too_many_chunks", `${where}: a xorb may hold at most ${this.limits.maxChunks} chunks; split the data into more xorbs`);
     }
     if (!isCompressionScheme(scheme)) {
-      throw new FormatError(
-        "unknown_compression_scheme",
-        `${where}: unknown compression scheme ${scheme} (expected 0 None, 1 LZ4 or 2 ByteGrouping4LZ4)`,
-      );
+      throw new FormatError("unknown_compression_scheme", `${where}: unknown compression scheme ${scheme} (expected 0 None, 1 LZ4 or 2 ByteGrouping4LZ4)`);
     }
     if (uncompressedSize > this.limits.maxChunkUncompressedBytes) {
       throw new FormatError(
@@ -319,10 +310,7 @@ export class XorbValidator {
       );
     }
     if (compressedSize > this.limits.maxChunkCompressedBytes) {
-      throw new FormatError(
-        "chunk_too_large",
-        `${where}: compressed size ${compressedSize} exceeds the limit of ${this.limits.maxChunkCompressedBytes} bytes`,
-      );
+      throw new FormatError("chunk_too_large", `${where}: compressed size ${compressedSize} exceeds the limit of ${this.limits.maxChunkCompressedBytes} bytes`);
     }
     if (scheme === CompressionScheme.None && compressedSize !== uncompressedSize) {
       throw new FormatError(
@@ -406,10 +394,7 @@ export class XorbValidator {
     if (this.phase === Phase.Header && this.headerFill > 0) {
       const partial = this.headerBytes.subarray(0, this.headerFill);
       const what = startsLikeFooter(partial) ? "a footer" : `chunk ${index}'s 8-byte header`;
-      throw new FormatError(
-        "truncated",
-        `xorb body is truncated: it ends ${this.headerFill} byte(s) into ${what} at byte ${this.chunkStart}`,
-      );
+      throw new FormatError("truncated", `xorb body is truncated: it ends ${this.headerFill} byte(s) into ${what} at byte ${this.chunkStart}`);
     }
     if (this.phase === Phase.Payload) {
       throw new FormatError(
@@ -427,10 +412,7 @@ export class XorbValidator {
       checkFooterAgainst(footer, this.chunks, hash, this.chunkStart);
     }
     if (this.expectedHash !== undefined && !hashEquals(hash, this.expectedHash)) {
-      throw new FormatError(
-        "hash_mismatch",
-        `xorb hash of the uploaded chunks is ${hashToHex(hash)}, but the upload names ${hashToHex(this.expectedHash)}`,
-      );
+      throw new FormatError("hash_mismatch", `xorb hash of the uploaded chunks is ${hashToHex(hash)}, but the upload names ${hashToHex(this.expectedHash)}`);
     }
     return {
       hash,
@@ -590,8 +572,7 @@ export function parseXorbFooter(region: Uint8Array, maxChunks: number = MAX_XORB
 }
 
 function checkFooterAgainst(footer: XorbFooter, chunks: readonly XorbChunkInfo[], hash: Hash, footerStart: number): void {
-  const bad = (detail: string) =>
-    new FormatError("bad_footer", `xorb footer at byte ${footerStart} does not match the chunks: ${detail}`);
+  const bad = (detail: string) => new FormatError("bad_footer", `xorb footer at byte ${footerStart} does not match the chunks: ${detail}`);
   if (footer.chunkHashes.length !== chunks.length) {
     throw bad(`it lists ${footer.chunkHashes.length} chunks, the body has ${chunks.length}`);
   }
@@ -785,21 +766,13 @@ function checkChunkRange(ends: ArrayLike<number>, start: number, end: number): v
  * Serialized byte range `[start, end)` (end exclusive) holding chunks `[startChunk, endChunk)`,
  * given E[] (`serializedEnds`). The HTTP inclusive form is `start`–`end - 1`.
  */
-export function chunkRangeToByteRange(
-  serializedEnds: ArrayLike<number>,
-  startChunk: number,
-  endChunk: number,
-): { start: number; end: number } {
+export function chunkRangeToByteRange(serializedEnds: ArrayLike<number>, startChunk: number, endChunk: number): { start: number; end: number } {
   checkChunkRange(serializedEnds, startChunk, endChunk);
   return { start: startChunk === 0 ? 0 : serializedEnds[startChunk - 1], end: serializedEnds[endChunk - 1] };
 }
 
 /** Uncompressed length of chunks `[startChunk, endChunk)`, given U[] (`uncompressedEnds`). */
-export function chunkRangeUncompressedLength(
-  uncompressedEnds: ArrayLike<number>,
-  startChunk: number,
-  endChunk: number,
-): number {
+export function chunkRangeUncompressedLength(uncompressedEnds: ArrayLike<number>, startChunk: number, endChunk: number): number {
   checkChunkRange(uncompressedEnds, startChunk, endChunk);
   return uncompressedEnds[endChunk - 1] - (startChunk === 0 ? 0 : uncompressedEnds[startChunk - 1]);
 }

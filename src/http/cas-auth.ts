@@ -43,7 +43,10 @@ export function registerCasAuth(app: FastifyInstance, verifier: CasTokenVerifier
 
     const token = bearerToken(request.headers.authorization);
     if (token === undefined) {
-      throw unauthorized(request, "Missing access token: send `Authorization: Bearer <accessToken>` with a token from the hub's cas-read-token or cas-write-token operation");
+      throw unauthorized(
+        request,
+        "Missing access token: send `Authorization: Bearer <accessToken>` with a token from the hub's cas-read-token or cas-write-token operation",
+      );
     }
     if (token === null) {
       throw unauthorized(request, "Malformed Authorization header: expected `Bearer <accessToken>` with a token from the hub's token operation");

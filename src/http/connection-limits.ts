@@ -191,9 +191,13 @@ function watchRequestBody(request: IncomingMessage, response: ServerResponse, li
       return;
     }
     cut.abort(
-      new HttpError(408, `The request body of ${request.method} ${pathOf(request.url ?? "")} was cut because ${why}: check the connection and send the request again`, {
-        connection: "close",
-      }),
+      new HttpError(
+        408,
+        `The request body of ${request.method} ${pathOf(request.url ?? "")} was cut because ${why}: check the connection and send the request again`,
+        {
+          connection: "close",
+        },
+      ),
     );
     // A route reading with bodyPieces answers the 408 now; anything else (a route not reading,
     // fastify's own body parser) gets no say: the connection goes once the linger bound passed.
@@ -237,4 +241,3 @@ function lingerAfterAnswer(request: IncomingMessage, limits: ConnectionLimits): 
     request.resume();
   };
 }
-

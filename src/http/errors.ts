@@ -69,15 +69,16 @@ export function installErrorHandlers(app: FastifyInstance): void {
     if (headers) reply.headers(headers);
     // Hugging Face clients show this header's text to the user (and break on non-ASCII in it).
     reply.header("x-error-message", asciiHeaderText(message));
-    return reply.code(statusCode).type("application/json; charset=utf-8").send({ error: message } satisfies ErrorBody);
+    return reply
+      .code(statusCode)
+      .type("application/json; charset=utf-8")
+      .send({ error: message } satisfies ErrorBody);
   });
 
   app.setNotFoundHandler((request, reply) => {
-    return reply
-      .code(404)
-      .send({
-        error: `No endpoint answers ${request.method} ${clip(pathOf(request.url))}: check the method and the path (castor serves /v1/…, /v2/… and /api/{type}s/{namespace}/{name}/cas-{read|write}-token/{revision})`,
-      } satisfies ErrorBody);
+    return reply.code(404).send({
+      error: `No endpoint answers ${request.method} ${clip(pathOf(request.url))}: check the method and the path (castor serves /v1/…, /v2/… and /api/{type}s/{namespace}/{name}/cas-{read|write}-token/{revision})`,
+    } satisfies ErrorBody);
   });
 }
 
@@ -115,7 +116,10 @@ export function storageFullAnswer(log: FastifyBaseLogger, error: unknown): strin
  * per failed request, by whoever answers it.
  */
 function logStorageFull(log: FastifyBaseLogger, error: unknown, full: StorageFull): void {
-  log.error({ err: error, storage: full.storage, code: full.code }, `storage full (${full.storage}, ${full.code}): request refused with ${INSUFFICIENT_STORAGE}`);
+  log.error(
+    { err: error, storage: full.storage, code: full.code },
+    `storage full (${full.storage}, ${full.code}): request refused with ${INSUFFICIENT_STORAGE}`,
+  );
 }
 
 /** How an error is answered. */
@@ -188,7 +192,10 @@ function hubErrorHeaders(error: HubError): Record<string, string> {
 
 /** Printable ASCII only, at most 500 characters: what every client accepts in a header value. */
 export function asciiHeaderText(text: string): string {
-  const ascii = text.replace(/…/g, "...").replace(/[–—]/g, "-").replace(/[^\x20-\x7e]/g, "?");
+  const ascii = text
+    .replace(/…/g, "...")
+    .replace(/[–—]/g, "-")
+    .replace(/[^\x20-\x7e]/g, "?");
   return ascii.length > 500 ? `${ascii.slice(0, 497)}...` : ascii;
 }
 

@@ -48,7 +48,10 @@ export const healthRoutes: FastifyPluginAsync<ReadinessDeps> = async (app, deps)
       await withTimeout(deps.store.ping(), READINESS_TIMEOUT_MS);
     } catch (error) {
       request.log.warn({ err: error }, "readiness probe: metadata store unreachable");
-      throw new HttpError(503, "The metadata store does not answer: check the database (CASTOR_DATABASE_URL, or the SQLite file in CASTOR_DATA_DIR) and the server log");
+      throw new HttpError(
+        503,
+        "The metadata store does not answer: check the database (CASTOR_DATABASE_URL, or the SQLite file in CASTOR_DATA_DIR) and the server log",
+      );
     }
 
     let space;
@@ -56,17 +59,27 @@ export const healthRoutes: FastifyPluginAsync<ReadinessDeps> = async (app, deps)
       space = await withTimeout(freeSpaceOf(deps.dataDir), READINESS_TIMEOUT_MS);
     } catch (error) {
       request.log.warn({ err: error, dataDir: deps.dataDir }, "readiness probe: cannot read the data dir's free space");
-      throw new HttpError(503, "castor cannot read the free space of its data dir (CASTOR_DATA_DIR): check that the folder exists and its volume is mounted, and the server log");
+      throw new HttpError(
+        503,
+        "castor cannot read the free space of its data dir (CASTOR_DATA_DIR): check that the folder exists and its volume is mounted, and the server log",
+      );
     }
     if (isDiskFull(space, deps.minFreeBytes)) {
       request.log.warn({ dataDir: deps.dataDir, ...space, minFreeBytes: deps.minFreeBytes }, "readiness probe: the data disk is full");
-      const what = space.freeInodes === 0 ? "no free inode" : `${space.availableBytes} bytes available, not more than CASTOR_MIN_FREE_BYTES=${deps.minFreeBytes}`;
-      throw new HttpError(503, `castor's data disk (CASTOR_DATA_DIR) is full (${what}): free space or grow the volume; uploads fail until then (downloads still work)`);
+      const what =
+        space.freeInodes === 0 ? "no free inode" : `${space.availableBytes} bytes available, not more than CASTOR_MIN_FREE_BYTES=${deps.minFreeBytes}`;
+      throw new HttpError(
+        503,
+        `castor's data disk (CASTOR_DATA_DIR) is full (${what}): free space or grow the volume; uploads fail until then (downloads still work)`,
+      );
     }
 
     const full = deps.storageFull.current();
     if (full !== null) {
-      throw new HttpError(503, `${storageFullReason(full.storage)}; an upload failed for lack of space and none has stored anything since (downloads still work)`);
+      throw new HttpError(
+        503,
+        `${storageFullReason(full.storage)}; an upload failed for lack of space and none has stored anything since (downloads still work)`,
+      );
     }
     return { status: "ok" };
   });

@@ -70,10 +70,7 @@ export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> =
   const v2 = handler(2);
   app.get<{ Params: FileParams }>(V2_PATH, options, async (request, reply) => {
     if (deps.v2Reconstruction === "501") {
-      throw new HttpError(
-        501,
-        "V2 reconstruction is turned off on this server (CASTOR_V2_RECONSTRUCTION=501): use GET /v1/reconstructions/{file_id}",
-      );
+      throw new HttpError(501, "V2 reconstruction is turned off on this server (CASTOR_V2_RECONSTRUCTION=501): use GET /v1/reconstructions/{file_id}");
     }
     return v2(request, reply);
   });

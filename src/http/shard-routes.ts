@@ -128,12 +128,7 @@ export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps)
         },
       );
     // Streamed as written, never compressed: clients read frame by frame.
-    return reply
-      .code(200)
-      .type(NDJSON_CONTENT_TYPE)
-      .header("cache-control", "no-cache")
-      .header("x-accel-buffering", "no")
-      .send(frames.stream);
+    return reply.code(200).type(NDJSON_CONTENT_TYPE).header("cache-control", "no-cache").header("x-accel-buffering", "no").send(frames.stream);
   });
 };
 
@@ -157,7 +152,10 @@ async function uploadRepoId(request: FastifyRequest, deps: ShardRouteDeps): Prom
   const record = await deps.repos.getRepo(repo.type, repo.id);
   // Not 404: on 404 xet-core silently retries /v2/shards as /v1/shards.
   if (record === null) {
-    throw new HttpError(403, `The access token names the repository ${repo.type}:${repo.id}, which does not exist on this server (any more): create it or get a token for another repository`);
+    throw new HttpError(
+      403,
+      `The access token names the repository ${repo.type}:${repo.id}, which does not exist on this server (any more): create it or get a token for another repository`,
+    );
   }
   return record.id;
 }

@@ -192,9 +192,13 @@ function drainedOrClosed(out: ServerResponse): Promise<void> {
 
 /** The store's `not_found` in words for the client (404, errors.ts). */
 function notStored(xorbHex: string, cause?: unknown): BlobStoreError {
-  return new BlobStoreError("not_found", `Xorb ${xorbHex} is not stored on this server: its file may have been removed; request fresh URLs from the reconstruction API`, {
-    cause,
-  });
+  return new BlobStoreError(
+    "not_found",
+    `Xorb ${xorbHex} is not stored on this server: its file may have been removed; request fresh URLs from the reconstruction API`,
+    {
+      cause,
+    },
+  );
 }
 
 /** The store's `range_not_satisfiable` in words for the client (416 naming the stored size, errors.ts). */

@@ -48,7 +48,11 @@ export function repoNotFound(caller: Caller, repo: Pick<Repo, "type" | "name">):
   const ref = formatRepoRef(repo);
   // Anonymous callers get 401, as on the Hub: "send a token" is the useful hint for them.
   return caller.token === null
-    ? new HubError(401, `a hub token is required: repository ${ref} is private or does not exist; send Authorization: Bearer hf_… (HF_TOKEN) with a token that covers it`, "RepoNotFound")
+    ? new HubError(
+        401,
+        `a hub token is required: repository ${ref} is private or does not exist; send Authorization: Bearer hf_… (HF_TOKEN) with a token that covers it`,
+        "RepoNotFound",
+      )
     : new HubError(404, `repository ${ref} not found (or this hub token does not cover it)`, "RepoNotFound");
 }
 
@@ -60,11 +64,18 @@ export function requireReadable(caller: Caller, repo: Repo | null, wanted: Pick<
 
 /** HubError unless the caller may write to `repo`: 401 anonymous, 404 unseen, 403 read-only. */
 export function requireWritable(caller: Caller, repo: Repo | null, wanted: Pick<Repo, "type" | "name">): Repo {
-  if (caller.token === null) throw new HubError(401, "a hub token is required to write: send Authorization: Bearer hf_… (HF_TOKEN) with a write token from `castor token create --access write`");
+  if (caller.token === null)
+    throw new HubError(
+      401,
+      "a hub token is required to write: send Authorization: Bearer hf_… (HF_TOKEN) with a write token from `castor token create --access write`",
+    );
   const token = caller.token;
   if (repo === null || !covers(token, repo)) {
     if (repo === null || repo.private) throw repoNotFound(caller, wanted);
-    throw new HubError(403, `this hub token does not cover ${formatRepoRef(repo)}, which is public: anyone may read it, only covering write tokens may change it`);
+    throw new HubError(
+      403,
+      `this hub token does not cover ${formatRepoRef(repo)}, which is public: anyone may read it, only covering write tokens may change it`,
+    );
   }
   if (token.access !== "write") {
     throw new HubError(403, `this hub token is read-only: writing to ${formatRepoRef(repo)} needs a write token (castor token create --access write)`);

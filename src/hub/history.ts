@@ -10,16 +10,7 @@
  * gets 412, as on the Hub. A refused operation leaves the branch where it was.
  */
 import { createHash } from "node:crypto";
-import {
-  commitMessage,
-  compareTreeItems,
-  gitBlobId,
-  gitCommitBody,
-  gitObjectId,
-  gitTreeId,
-  lfsPointer,
-  userSignature,
-} from "../format/git.js";
+import { commitMessage, compareTreeItems, gitBlobId, gitCommitBody, gitObjectId, gitTreeId, lfsPointer, userSignature } from "../format/git.js";
 import { hashToHex } from "../format/hash.js";
 import type { CommitRecord, MetadataStore, Repo, TreeEntry, TreeFileEntry, TreeRecord } from "../metadata/store.js";
 import { HubError } from "./errors.js";
@@ -111,7 +102,10 @@ export class HistoryWriter {
       if (revision.kind !== "branch") throw new HubError(400, `${quote(branch)} is a tag: commits go to branches`);
       const head = revision.commitOid;
       if (request.parentCommit !== undefined && request.parentCommit !== head) {
-        throw new HubError(412, `the branch ${quote(branch)} is at ${head ?? "no commit"}, not at the parent commit ${request.parentCommit} this commit was built on: fetch it again and retry`);
+        throw new HubError(
+          412,
+          `the branch ${quote(branch)} is at ${head ?? "no commit"}, not at the parent commit ${request.parentCommit} this commit was built on: fetch it again and retry`,
+        );
       }
 
       const reader = new TreeReader(this.store, repo.id);
@@ -149,13 +143,19 @@ export class HistoryWriter {
       const fileHash = await this.store.findFileBySha256(repo.id, Buffer.from(op.sha256, "hex"));
       const file = fileHash === null ? null : await this.store.getFile(fileHash);
       if (fileHash === null || file === null) {
-        throw new HubError(400, `lfsFile ${quote(op.path)}: no content with SHA-256 ${op.sha256} was uploaded to ${repo.type}:${repo.name} (upload it through Xet with this repository's write token first)`);
+        throw new HubError(
+          400,
+          `lfsFile ${quote(op.path)}: no content with SHA-256 ${op.sha256} was uploaded to ${repo.type}:${repo.name} (upload it through Xet with this repository's write token first)`,
+        );
       }
       found.set(op.sha256, { size: file.size, xetHash: hashToHex(fileHash) });
     }
     for (const op of operations) {
       if (op.kind === "lfsFile" && op.size !== undefined && op.size !== found.get(op.sha256)!.size) {
-        throw new HubError(400, `lfsFile ${quote(op.path)}: size ${op.size} does not match the ${found.get(op.sha256)!.size} bytes uploaded with SHA-256 ${op.sha256}`);
+        throw new HubError(
+          400,
+          `lfsFile ${quote(op.path)}: size ${op.size} does not match the ${found.get(op.sha256)!.size} bytes uploaded with SHA-256 ${op.sha256}`,
+        );
       }
     }
     return found;
@@ -200,9 +200,10 @@ export class HistoryWriter {
   ): Promise<void> {
     const segments = op.path.split("/");
     const name = segments.pop()!;
-    const markDirty = (chain: EditableFolder[]) => chain.forEach((folder) => {
-      folder.dirty = true;
-    });
+    const markDirty = (chain: EditableFolder[]) =>
+      chain.forEach((folder) => {
+        folder.dirty = true;
+      });
     const missing = () => new HubError(404, `${quote(op.path)} does not exist in the branch's head commit`, "EntryNotFound", head ?? undefined);
 
     if (op.kind === "file" || op.kind === "lfsFile") {

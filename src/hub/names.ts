@@ -20,9 +20,7 @@ export function quote(value: string): string {
 }
 
 export function repoTypeProblem(type: string): string | null {
-  return (REPO_TYPES as readonly string[]).includes(type)
-    ? null
-    : `repository type must be one of ${REPO_TYPES.join(", ")}; got ${quote(type)}`;
+  return (REPO_TYPES as readonly string[]).includes(type) ? null : `repository type must be one of ${REPO_TYPES.join(", ")}; got ${quote(type)}`;
 }
 
 export function repoNameProblem(name: string): string | null {

@@ -4,7 +4,16 @@
  * `Caller` and enforces what it may do (access.ts); the HTTP layer only translates.
  */
 import { isGitOid } from "../format/git.js";
-import { AlreadyExistsError, type CommitRecord, type MetadataStore, type Repo, type RepoType, type Revision, type TreeEntry, type TreeFileEntry } from "../metadata/store.js";
+import {
+  AlreadyExistsError,
+  type CommitRecord,
+  type MetadataStore,
+  type Repo,
+  type RepoType,
+  type Revision,
+  type TreeEntry,
+  type TreeFileEntry,
+} from "../metadata/store.js";
 import { callerOf, canRead, namespaceOf, requireReadable, requireWritable, type Caller } from "./access.js";
 import { HubError } from "./errors.js";
 import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js";
@@ -230,7 +239,14 @@ export class HubRepositories {
    * Entries below `path` (the root for ""), `offset` onwards, at most `limit`; 404 EntryNotFound
    * when `path` is not a folder. `more` says whether entries follow.
    */
-  async listTree(repo: Repo, commit: CommitRecord, path: string, recursive: boolean, offset: number, limit: number): Promise<{ entries: ListedEntry[]; more: boolean }> {
+  async listTree(
+    repo: Repo,
+    commit: CommitRecord,
+    path: string,
+    recursive: boolean,
+    offset: number,
+    limit: number,
+  ): Promise<{ entries: ListedEntry[]; more: boolean }> {
     const reader = new TreeReader(this.store, repo.id);
     const folder = await reader.entryAt(commit.treeOid, path);
     if (folder === null || folder.type !== "directory") throw entryNotFound(path, commit);

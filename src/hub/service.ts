@@ -149,7 +149,8 @@ export class HubService {
     if (opts.repos === "all") {
       repos = "all";
     } else {
-      if (opts.repos.length === 0 && namespaces.length === 0) throw new HubError(400, "a token needs at least one repository or namespace (or all repositories)");
+      if (opts.repos.length === 0 && namespaces.length === 0)
+        throw new HubError(400, "a token needs at least one repository or namespace (or all repositories)");
       if (opts.repos.length > MAX_REPOS_PER_TOKEN) {
         throw new HubError(400, `a token may list at most ${MAX_REPOS_PER_TOKEN} repositories; use all repositories instead`);
       }
@@ -212,7 +213,9 @@ export class HubService {
       (req.access === "read" || req.access === "write" ? null : `token type must be read or write; got ${quote(String(req.access))}`);
     if (problem !== null) {
       // No public repository has an invalid name: without a token, the missing token is the answer (the interface's 401 before 400).
-      return caller.token === null ? deny(401, "a hub token is required: send Authorization: Bearer hf_… with a token from `castor token create`") : deny(400, problem);
+      return caller.token === null
+        ? deny(401, "a hub token is required: send Authorization: Bearer hf_… with a token from `castor token create`")
+        : deny(400, problem);
     }
 
     const type = req.repoType as RepoType;

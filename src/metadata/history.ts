@@ -55,7 +55,9 @@ export function treeEntriesFromBytes(bytes: Uint8Array, repoId: number, oid: str
 }
 
 function corruptTree(repoId: number, oid: string): CorruptRecordError {
-  return new CorruptRecordError(`the stored entries of tree ${oid} in repository #${repoId} do not decode: the metadata database is damaged (restore it from a backup)`);
+  return new CorruptRecordError(
+    `the stored entries of tree ${oid} in repository #${repoId} do not decode: the metadata database is damaged (restore it from a backup)`,
+  );
 }
 
 /** The entries of a stored tree; CorruptRecordError when `text` is not what `encodeTreeEntries` writes. */

@@ -7,17 +7,7 @@
  */
 import type { Hash } from "../format/hash.js";
 import type { CasMetadataStore, FileRecord, ShardRegistration, XorbRecord } from "./cas.js";
-import type {
-  DatedFile,
-  DatedXorb,
-  DedupEntry,
-  FileRepoLink,
-  MetadataMigration,
-  RepoCommit,
-  RepoTree,
-  Sha256IndexEntry,
-  ShardRow,
-} from "./migration.js";
+import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, MetadataMigration, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "./migration.js";
 import type {
   BranchAdvance,
   BranchAdvanceOutcome,
@@ -37,7 +27,16 @@ import type {
 /** Repositories and their revisions. */
 export type RepoRecords = Pick<
   HubMetadataStore,
-  "createRepo" | "getRepo" | "getRepoById" | "listRepos" | "setRepoPrivate" | "deleteRepo" | "createRevision" | "deleteRevision" | "getRevision" | "listRevisions"
+  | "createRepo"
+  | "getRepo"
+  | "getRepoById"
+  | "listRepos"
+  | "setRepoPrivate"
+  | "deleteRepo"
+  | "createRevision"
+  | "deleteRevision"
+  | "getRevision"
+  | "listRevisions"
 >;
 /** Hub tokens with their repository links. */
 export type TokenRecords = Pick<HubMetadataStore, "createHubToken" | "findHubTokenBySecretHash" | "listHubTokens" | "revokeHubToken">;

@@ -141,10 +141,7 @@ export function checkByteSpan(key: BlobKey, span: ByteSpan, size: number): void 
     );
   }
   if (offset + length > size) {
-    throw new BlobStoreError(
-      "range_not_satisfiable",
-      `byte range ${offset}-${offset + length - 1} lies outside ${key}, which has ${size} bytes`,
-    );
+    throw new BlobStoreError("range_not_satisfiable", `byte range ${offset}-${offset + length - 1} lies outside ${key}, which has ${size} bytes`);
   }
 }
 
@@ -274,10 +271,7 @@ export abstract class StagedPutBase<W extends Writable = Writable> implements St
       const { writable } = this;
       if (writable.errored) throw writable.errored;
       if (!writable.writableEnded) {
-        throw new BlobStoreError(
-          "invalid_state",
-          `commit of ${this.key} before its body was complete: end the writable (or await the pipeline into it) first`,
-        );
+        throw new BlobStoreError("invalid_state", `commit of ${this.key} before its body was complete: end the writable (or await the pipeline into it) first`);
       }
       await finished(writable);
       return await this.publishStaged();

@@ -314,10 +314,7 @@ export class FsBlobStore implements BlobStore {
       for (const fanout of fanouts) {
         // Stray names (not a hash, or in the wrong fan-out folder) are never reported as keys.
         const names = (await readdirQuietly(join(this.root, kind, fanout)))
-          .filter(
-            (entry) =>
-              entry.isFile() && HEX64_RE.test(entry.name) && entry.name.startsWith(fanout) && entry.name.startsWith(hexPrefix),
-          )
+          .filter((entry) => entry.isFile() && HEX64_RE.test(entry.name) && entry.name.startsWith(fanout) && entry.name.startsWith(hexPrefix))
           .map((entry) => entry.name)
           .sort();
         for (const name of names) yield `${kind}/${name}` as BlobKey;

@@ -119,7 +119,10 @@ describe("loadOrCreateKeys", () => {
   });
 
   it("refuses a signing key file that is missing, not PEM, or not Ed25519", async () => {
-    await rejectsWithConfigError(loadOrCreateKeys(freshConfig({ signingKeyFile: join(root, "absent.pem") })), /CASTOR_SIGNING_KEY_FILE names .*cannot be read \(ENOENT\)/);
+    await rejectsWithConfigError(
+      loadOrCreateKeys(freshConfig({ signingKeyFile: join(root, "absent.pem") })),
+      /CASTOR_SIGNING_KEY_FILE names .*cannot be read \(ENOENT\)/,
+    );
 
     const garbage = join(root, `garbage-${counter++}.pem`);
     await writeFile(garbage, "not a key");

@@ -18,12 +18,7 @@ const OTHER_KEY = Buffer.from("q".repeat(43));
 const XORB_HEX = "0123456789abcdeffedcba98765432100123456789abcdeffedcba9876543210";
 const XORB = hashFromHex(XORB_HEX);
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
-const RANGES: ByteRange[] = [
-  byteRange(0, 1397),
-  byteRange(5000, 9999),
-  byteRange(10_000, 10_000),
-  byteRange(65_000_000, 67_108_863),
-];
+const RANGES: ByteRange[] = [byteRange(0, 1397), byteRange(5000, 9999), byteRange(10_000, 10_000), byteRange(65_000_000, 67_108_863)];
 
 function authority(options: { key?: Buffer; publicUrl?: string; ttlSeconds?: number; clock?: { now: number } } = {}) {
   const clock = options.clock ?? { now: T0 };
@@ -66,16 +61,14 @@ describe("HmacTransferUrls.sign / verify", () => {
 
   it("round-trips any ascending, disjoint range list", () => {
     const urls = authority();
-    const rangeLists = fc
-      .array(fc.tuple(fc.nat({ max: 5_000_000 }), fc.integer({ min: 1, max: 5_000_000 })), { minLength: 1, maxLength: 40 })
-      .map((pieces) => {
-        let next = 0;
-        return pieces.map(([gap, length]) => {
-          const start = next + gap;
-          next = start + length;
-          return byteRange(start, start + length - 1);
-        });
+    const rangeLists = fc.array(fc.tuple(fc.nat({ max: 5_000_000 }), fc.integer({ min: 1, max: 5_000_000 })), { minLength: 1, maxLength: 40 }).map((pieces) => {
+      let next = 0;
+      return pieces.map(([gap, length]) => {
+        const start = next + gap;
+        next = start + length;
+        return byteRange(start, start + length - 1);
       });
+    });
     fc.assert(
       fc.property(rangeLists, (ranges) => {
         assert.deepEqual(urls.verify(targetOf(urls.sign(XORB, ranges))).ranges, ranges);
@@ -115,19 +108,46 @@ describe("HmacTransferUrls.sign / verify", () => {
     const urls = authority();
     const target = targetOf(urls.sign(XORB, RANGES));
     const signatureAt = target.lastIndexOf("&s=");
-    assert.equal(rejection(() => urls.verify(`${target.slice(0, signatureAt)}&download=1${target.slice(signatureAt)}`)), "bad_signature");
-    assert.equal(rejection(() => urls.verify(`${target}&s=${"A".repeat(43)}`)), "bad_signature");
-    assert.equal(rejection(() => urls.verify(`${target}&extra=1`)), "bad_signature");
-    assert.equal(rejection(() => urls.verify(target.slice(0, signatureAt))), "malformed");
-    assert.equal(rejection(() => urls.verify(`${TRANSFER_PATH_PREFIX}${XORB_HEX}`)), "malformed");
-    assert.equal(rejection(() => urls.verify(target.replace(TRANSFER_PATH_PREFIX, "/v1/xorbs/"))), "malformed");
-    assert.equal(rejection(() => urls.verify(`${target.slice(0, signatureAt)}&s=${target.slice(signatureAt + 3, -1)}`)), "bad_signature");
-    assert.equal(rejection(() => urls.verify(`${target}${"0".repeat(MAX_TRANSFER_TARGET_CHARS)}`)), "malformed");
+    assert.equal(
+      rejection(() => urls.verify(`${target.slice(0, signatureAt)}&download=1${target.slice(signatureAt)}`)),
+      "bad_signature",
+    );
+    assert.equal(
+      rejection(() => urls.verify(`${target}&s=${"A".repeat(43)}`)),
+      "bad_signature",
+    );
+    assert.equal(
+      rejection(() => urls.verify(`${target}&extra=1`)),
+      "bad_signature",
+    );
+    assert.equal(
+      rejection(() => urls.verify(target.slice(0, signatureAt))),
+      "malformed",
+    );
+    assert.equal(
+      rejection(() => urls.verify(`${TRANSFER_PATH_PREFIX}${XORB_HEX}`)),
+      "malformed",
+    );
+    assert.equal(
+      rejection(() => urls.verify(target.replace(TRANSFER_PATH_PREFIX, "/v1/xorbs/"))),
+      "malformed",
+    );
+    assert.equal(
+      rejection(() => urls.verify(`${target.slice(0, signatureAt)}&s=${target.slice(signatureAt + 3, -1)}`)),
+      "bad_signature",
+    );
+    assert.equal(
+      rejection(() => urls.verify(`${target}${"0".repeat(MAX_TRANSFER_TARGET_CHARS)}`)),
+      "malformed",
+    );
   });
 
   it("refuses a URL signed with another key", () => {
     const target = targetOf(authority({ key: OTHER_KEY }).sign(XORB, RANGES));
-    assert.equal(rejection(() => authority().verify(target)), "bad_signature");
+    assert.equal(
+      rejection(() => authority().verify(target)),
+      "bad_signature",
+    );
   });
 
   it("expires exactly ttl seconds after signing, to the millisecond, independent of anything else", () => {
@@ -156,7 +176,10 @@ describe("HmacTransferUrls.sign / verify", () => {
     const target = targetOf(urls.sign(XORB, RANGES));
     clock.now = T0 + 5000;
     const extended = target.replace(/x=(\d+)/, (_, expiry: string) => `x=${Number(expiry) + 3_600_000}`);
-    assert.equal(rejection(() => urls.verify(extended)), "bad_signature");
+    assert.equal(
+      rejection(() => urls.verify(extended)),
+      "bad_signature",
+    );
   });
 
   it("signs the path relative to the public URL: a path prefix or another host does not matter", () => {
@@ -167,7 +190,10 @@ describe("HmacTransferUrls.sign / verify", () => {
     const otherNode = authority({ publicUrl: "http://10.0.0.7:8080" });
     assert.deepEqual(otherNode.verify(targetOf(url, "https://example.com/cas")).ranges, RANGES);
     // The prefix itself is not part of what castor verifies.
-    assert.equal(rejection(() => otherNode.verify(new URL(url).pathname + new URL(url).search)), "malformed");
+    assert.equal(
+      rejection(() => otherNode.verify(new URL(url).pathname + new URL(url).search)),
+      "malformed",
+    );
   });
 
   it("reads a public URL given as a function on every call (known only after binding)", () => {
@@ -248,21 +274,42 @@ describe("selectRequestedRanges", () => {
       "bytes=99999999999999999-99999999999999999",
     ];
     for (const value of refused) {
-      assert.equal(rejection(() => selectRequestedRanges(RANGES, value)), "range_not_signed", value);
+      assert.equal(
+        rejection(() => selectRequestedRanges(RANGES, value)),
+        "range_not_signed",
+        value,
+      );
     }
   });
 
   it("tolerates optional whitespace around list elements (HTTP list syntax), nothing else", () => {
-    assert.deepEqual(selectRequestedRanges(RANGES, RANGES.map((r) => `${r.start}-${r.end}`).join(" , ").replace(/^/, "bytes=")), RANGES);
+    assert.deepEqual(
+      selectRequestedRanges(
+        RANGES,
+        RANGES.map((r) => `${r.start}-${r.end}`)
+          .join(" , ")
+          .replace(/^/, "bytes="),
+      ),
+      RANGES,
+    );
     assert.deepEqual(selectRequestedRanges(RANGES, `bytes=0-1397,\t5000-9999, 10000-10000,65000000-67108863`), RANGES);
     assert.deepEqual(selectRequestedRanges(RANGES, "  bytes=5000-9999  "), [RANGES[1]]);
     assert.deepEqual(selectRequestedRanges(RANGES, "bytes= 5000-9999"), [RANGES[1]]);
   });
 
   it("requires a Range header", () => {
-    assert.equal(rejection(() => selectRequestedRanges(RANGES, undefined)), "range_missing");
-    assert.equal(rejection(() => selectRequestedRanges(RANGES, "")), "range_missing");
-    assert.equal(rejection(() => selectRequestedRanges(RANGES, "   ")), "range_missing");
+    assert.equal(
+      rejection(() => selectRequestedRanges(RANGES, undefined)),
+      "range_missing",
+    );
+    assert.equal(
+      rejection(() => selectRequestedRanges(RANGES, "")),
+      "range_missing",
+    );
+    assert.equal(
+      rejection(() => selectRequestedRanges(RANGES, "   ")),
+      "range_missing",
+    );
   });
 
   it("quotes at most 80 characters of a refused header in its message", () => {

@@ -152,12 +152,21 @@ describe("dedup query", () => {
 
     it("lists every xorb holding it, oldest registration first, with all of their chunks", async () => {
       const answer = parseFullShard((await service().query(sharedChunk))!);
-      assert.deepEqual(answer.xorbs.map((x) => hashToHex(x.xorbHash)), xorbs.map((x) => hashToHex(x.info.hash)));
+      assert.deepEqual(
+        answer.xorbs.map((x) => hashToHex(x.xorbHash)),
+        xorbs.map((x) => hashToHex(x.info.hash)),
+      );
       answer.xorbs.forEach((block, b) => {
         const stored = xorbs[b].info;
         assert.equal(block.numBytesInXorb, stored.uncompressedLength);
-        assert.deepEqual(block.chunks.map((c) => c.unpackedBytes), stored.chunks.map((c) => c.uncompressedLength));
-        assert.deepEqual(block.chunks.map((c) => c.byteRangeStart), stored.chunks.map((c) => c.uncompressedEnd - c.uncompressedLength));
+        assert.deepEqual(
+          block.chunks.map((c) => c.unpackedBytes),
+          stored.chunks.map((c) => c.uncompressedLength),
+        );
+        assert.deepEqual(
+          block.chunks.map((c) => c.byteRangeStart),
+          stored.chunks.map((c) => c.uncompressedEnd - c.uncompressedLength),
+        );
       });
       assert.equal(answer.footer.storedBytes, BigInt(xorbs.reduce((sum, x) => sum + x.info.uncompressedLength, 0)));
       assert.deepEqual(clientFinds(answer, sharedChunk).length, 3);
@@ -170,7 +179,10 @@ describe("dedup query", () => {
       );
       // Room for the first block only; the first is always sent.
       const tight = parseFullShard((await service({ maxResponseBytes: 600 }).query(sharedChunk))!);
-      assert.deepEqual(tight.xorbs.map((x) => hashToHex(x.xorbHash)), [hashToHex(xorbs[0].info.hash)]);
+      assert.deepEqual(
+        tight.xorbs.map((x) => hashToHex(x.xorbHash)),
+        [hashToHex(xorbs[0].info.hash)],
+      );
     });
   });
 });

@@ -108,7 +108,10 @@ async function mixedFile(): Promise<{ file: RegisteredFile; xorbs: StoredXorb[] 
   ]);
   const c = await storeXorb([{ data: random(22_222, 12) }, { data: text(17, 13) }, { data: floats(30_000, 14) }]);
   for (const scheme of [CompressionScheme.None, CompressionScheme.LZ4, CompressionScheme.ByteGrouping4LZ4]) {
-    assert.ok([a, b, c].some((x) => x.xorb.info.chunks.some((chunk) => chunk.scheme === scheme)), `scheme ${scheme} is exercised`);
+    assert.ok(
+      [a, b, c].some((x) => x.xorb.info.chunks.some((chunk) => chunk.scheme === scheme)),
+      `scheme ${scheme} is exercised`,
+    );
   }
   const file = await registerFile([
     { of: a, start: 0, end: 6 },
@@ -326,7 +329,9 @@ describe("FileReader: whole files and ranges", () => {
     const termEnd0 = 20_000 + 13_001 + 16_384 + 1 + 9_999 + 31_000;
     const at = termEnd0 + 12_345 + 100;
     assertBytes(await readFile(reader, file.hash, { start: at, end: at }), file.bytes.subarray(at, at + 1), "the byte");
-    assert.deepEqual(log.requested, [{ hex: hashToHex(b.hash), offset: b.chunks[1].serializedEnd, length: b.chunks[2].serializedEnd - b.chunks[1].serializedEnd }]);
+    assert.deepEqual(log.requested, [
+      { hex: hashToHex(b.hash), offset: b.chunks[1].serializedEnd, length: b.chunks[2].serializedEnd - b.chunks[1].serializedEnd },
+    ]);
   });
 
   it("reads an empty file as no bytes, and refuses a range in it", async () => {
@@ -409,7 +414,12 @@ describe("FileReader: damaged or missing data fails the stream, never emitting w
       return bytes;
     });
     const cStart = file.bytes.length - 4_096 - 1 - (22_222 + 17 + 30_000);
-    await assertFailsAfterPrefix(file, cStart + 22_222, "corrupt_xorb", /chunk 1 .*has header version 0, \d+ payload bytes and 16 uncompressed, where its record implies version 0, \d+ and 17/);
+    await assertFailsAfterPrefix(
+      file,
+      cStart + 22_222,
+      "corrupt_xorb",
+      /chunk 1 .*has header version 0, \d+ payload bytes and 16 uncompressed, where its record implies version 0, \d+ and 17/,
+    );
   });
 
   it("a truncated blob", async () => {
@@ -417,7 +427,12 @@ describe("FileReader: damaged or missing data fails the stream, never emitting w
     const b = xorbs[1];
     await replaceBlob(b, (bytes) => bytes.subarray(0, chunkStart(b, 3) + 10));
     const bStart = 20_000 + 13_001 + 16_384 + 1 + 9_999 + 31_000;
-    await assertFailsAfterPrefix(file, bStart + 12_345 + 8_192, "corrupt_xorb", new RegExp(`xorb ${hashToHex(b.xorb.info.hash)} is shorter than its record says`));
+    await assertFailsAfterPrefix(
+      file,
+      bStart + 12_345 + 8_192,
+      "corrupt_xorb",
+      new RegExp(`xorb ${hashToHex(b.xorb.info.hash)} is shorter than its record says`),
+    );
   });
 
   it("a missing blob", async () => {
@@ -434,7 +449,12 @@ describe("FileReader: damaged or missing data fails the stream, never emitting w
       { of: xorbs[0], start: 0, end: 1 },
       { of: { xorb: unrecorded, data: [text(1_000, 77)] }, start: 0, end: 1 },
     ]);
-    await assertFailsAfterPrefix(file, 20_000, "missing_xorb", new RegExp(`term 1 of file .* uses xorb ${hashToHex(unrecorded.info.hash)}, which has no record`));
+    await assertFailsAfterPrefix(
+      file,
+      20_000,
+      "missing_xorb",
+      new RegExp(`term 1 of file .* uses xorb ${hashToHex(unrecorded.info.hash)}, which has no record`),
+    );
   });
 
   it("records that disagree: a term longer than its chunks, a size that is not the terms' sum", async () => {
@@ -451,7 +471,10 @@ describe("FileReader: damaged or missing data fails the stream, never emitting w
     assert.equal(bytes.length, 0);
 
     const wrongSize = await registerFile([{ of: a, start: 0, end: 2 }], { hash: new Uint8Array(randomBytes(32)), size: 5 });
-    await assert.rejects(new FileReader({ metadata, blobs }).open(wrongSize.hash), isReadError("inconsistent_records", /records 5 bytes but its terms hold 33001/));
+    await assert.rejects(
+      new FileReader({ metadata, blobs }).open(wrongSize.hash),
+      isReadError("inconsistent_records", /records 5 bytes but its terms hold 33001/),
+    );
   });
 });
 

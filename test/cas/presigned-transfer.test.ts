@@ -85,7 +85,13 @@ describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
     { xorbHash: a.hash, chunkStart: 9, chunkEnd: 10, unpackedLength: 150 },
   ];
   const record: FileRecord = { hash: hashOf("file"), size: 900, terms, sha256: null };
-  const file = prepareFile(record, new Map([[a.hex, a], [b.hex, b]]));
+  const file = prepareFile(
+    record,
+    new Map([
+      [a.hex, a],
+      [b.hex, b],
+    ]),
+  );
 
   it("gives every range its own entry, signed for that range alone, and keeps terms and ranges unchanged", () => {
     const plan = planReconstruction(file, halfOpenByteRange(0, file.size));
@@ -112,12 +118,18 @@ describe("renderV2 with SINGLE_RANGE_V2_LIMITS", () => {
         assert.equal(entry.url, `https://s3.test/${hex}?r=${range.bytes.start}-${range.bytes.end}`);
       }
     }
-    assert.ok(singleSigner.calls.every((call) => call.length === 1), "only single ranges are ever signed");
-    assert.deepEqual(single.xorbs[a.hex].map((entry) => entry.ranges[0].bytes), [
-      { start: 0, end: 199 },
-      { start: 500, end: 699 },
-      { start: 900, end: 999 },
-    ]);
+    assert.ok(
+      singleSigner.calls.every((call) => call.length === 1),
+      "only single ranges are ever signed",
+    );
+    assert.deepEqual(
+      single.xorbs[a.hex].map((entry) => entry.ranges[0].bytes),
+      [
+        { start: 0, end: 199 },
+        { start: 500, end: 699 },
+        { start: 900, end: 999 },
+      ],
+    );
   });
 
   it("renders presigned URLs into V2 and V1 answers", () => {

@@ -167,7 +167,11 @@ describe("reconstruction.json vectors", () => {
       const v2 = JSON.parse(renderV2(plan, v2Signer));
       for (const [xorb, entries] of Object.entries(v2.xorbs) as [string, { url: string; ranges: { bytes: ByteRange }[] }[]][]) {
         for (const entry of entries) {
-          assert.deepEqual(rangesInUrl(entry.url), entry.ranges.map((r) => r.bytes), "the URL signs exactly the entry's byte ranges");
+          assert.deepEqual(
+            rangesInUrl(entry.url),
+            entry.ranges.map((r) => r.bytes),
+            "the URL signs exactly the entry's byte ranges",
+          );
           assert.ok(entry.url.includes(xorb));
           entry.url = "<signed url covering all ranges below>";
         }
@@ -258,7 +262,11 @@ describe("Range header parsing (http-formats.json range_header_parsing)", () => 
 
   it("refuses malformed headers with a message that shows the accepted forms", () => {
     for (const header of ["", "bytes=", "bytes=-", "bytes=a-b", "bytes=1-2-3", "bytes = 1-2", "bytes=1.5-2", "bytes=+1-2", "1-2", "bytes=0x10-20"]) {
-      assertRangeError(() => parseRangeHeader(header), "malformed_range", /: send one byte range: bytes=START-END \(END inclusive\), bytes=START- or bytes=-LENGTH$/);
+      assertRangeError(
+        () => parseRangeHeader(header),
+        "malformed_range",
+        /: send one byte range: bytes=START-END \(END inclusive\), bytes=START- or bytes=-LENGTH$/,
+      );
     }
     assertRangeError(() => parseRangeHeader("bytes=0-1,5-6"), "malformed_range", /several ranges in one request are not supported/);
     assertRangeError(() => parseRangeHeader(`bytes=0-${"9".repeat(41)}`), "malformed_range", /more than 40 digits/);
@@ -403,24 +411,69 @@ describe("fetch ranges (§8.4)", () => {
   const xorb = prepareXorb(X);
   /** E[i], the end of chunk i in the serialized xorb (§5.5). */
   const E = xorb.chunks.serializedOffsets.subarray(1);
-  const fileOf = (ranges: [number, number][]) =>
-    prepared(
-      syntheticFile(ranges.map(([start, end]) => ({ xorb: X, start, end }))),
-      [X],
-    );
+  const fileOf = (ranges: [number, number][]) => prepared(syntheticFile(ranges.map(([start, end]) => ({ xorb: X, start, end }))), [X]);
   const fetched = (ranges: [number, number][]) =>
     planFor(fileOf(ranges), undefined).fetches.map((f) => f.ranges.map((r) => [r.chunks.start, r.chunks.end, r.bytes.start, r.bytes.end]));
 
   it("never merges across a gap of even one chunk", () => {
-    assert.deepEqual(fetched([[0, 2], [3, 5]]), [[[0, 2, 0, E[1] - 1], [3, 5, E[2], E[4] - 1]]]);
-    assert.deepEqual(fetched([[6, 7], [0, 1], [3, 4]]), [[[0, 1, 0, E[0] - 1], [3, 4, E[2], E[3] - 1], [6, 7, E[5], E[6] - 1]]]);
+    assert.deepEqual(
+      fetched([
+        [0, 2],
+        [3, 5],
+      ]),
+      [
+        [
+          [0, 2, 0, E[1] - 1],
+          [3, 5, E[2], E[4] - 1],
+        ],
+      ],
+    );
+    assert.deepEqual(
+      fetched([
+        [6, 7],
+        [0, 1],
+        [3, 4],
+      ]),
+      [
+        [
+          [0, 1, 0, E[0] - 1],
+          [3, 4, E[2], E[3] - 1],
+          [6, 7, E[5], E[6] - 1],
+        ],
+      ],
+    );
   });
 
   it("merges adjacent, overlapping, nested and repeated ranges", () => {
-    assert.deepEqual(fetched([[2, 4], [0, 2]]), [[[0, 4, 0, E[3] - 1]]]);
-    assert.deepEqual(fetched([[0, 3], [1, 5]]), [[[0, 5, 0, E[4] - 1]]]);
-    assert.deepEqual(fetched([[0, 6], [2, 3]]), [[[0, 6, 0, E[5] - 1]]]);
-    assert.deepEqual(fetched([[4, 5], [4, 5], [4, 5]]), [[[4, 5, E[3], E[4] - 1]]]);
+    assert.deepEqual(
+      fetched([
+        [2, 4],
+        [0, 2],
+      ]),
+      [[[0, 4, 0, E[3] - 1]]],
+    );
+    assert.deepEqual(
+      fetched([
+        [0, 3],
+        [1, 5],
+      ]),
+      [[[0, 5, 0, E[4] - 1]]],
+    );
+    assert.deepEqual(
+      fetched([
+        [0, 6],
+        [2, 3],
+      ]),
+      [[[0, 6, 0, E[5] - 1]]],
+    );
+    assert.deepEqual(
+      fetched([
+        [4, 5],
+        [4, 5],
+        [4, 5],
+      ]),
+      [[[4, 5, E[3], E[4] - 1]]],
+    );
   });
 
   it("fetches only the chunks of the cut terms, one map entry per xorb in order of first use", () => {
@@ -450,10 +503,7 @@ describe("fetch ranges (§8.4)", () => {
 describe("V2 entry splitting (8 KiB)", () => {
   // 8,192 one-byte-apart chunks; the file takes every other chunk: 4,096 disjoint ranges.
   const X = syntheticXorb(Array.from({ length: 8192 }, (_, i) => 1000 + (i % 7)));
-  const file = prepared(
-    syntheticFile(Array.from({ length: 4096 }, (_, i) => ({ xorb: X, start: 2 * i, end: 2 * i + 1 }))),
-    [X],
-  );
+  const file = prepared(syntheticFile(Array.from({ length: 4096 }, (_, i) => ({ xorb: X, start: 2 * i, end: 2 * i + 1 }))), [X]);
   const plan = planFor(file, undefined);
 
   function checkEntries(body: string, signer: RecordingSigner) {
@@ -469,7 +519,10 @@ describe("V2 entry splitting (8 KiB)", () => {
       assert.ok(entry.url.length <= MAX_V2_URL_CHARS, `URL of ${entry.url.length} chars`);
       const header = `bytes=${entry.ranges.map((r) => `${r.bytes.start}-${r.bytes.end}`).join(",")}`;
       assert.ok(header.length <= MAX_V2_RANGE_HEADER_CHARS, `Range header of ${header.length} chars`);
-      assert.deepEqual(rangesInUrl(entry.url), entry.ranges.map((r) => r.bytes));
+      assert.deepEqual(
+        rangesInUrl(entry.url),
+        entry.ranges.map((r) => r.bytes),
+      );
     }
     assert.equal(signer.calls.length >= entries.length, true);
     return entries;
@@ -589,7 +642,10 @@ describe("prepared records", () => {
     const xorbs = new Map([[hashToHex(X.hash), prepareXorb(X)]]);
     assert.throws(() => prepareFile(good, new Map()), /references xorb [0-9a-f]{64}, which has no stored record/);
     assert.throws(() => prepareFile({ ...good, terms: [{ ...good.terms[0], chunkEnd: 3 }] }, xorbs), /covers chunks \[0, 3\) outside xorb/);
-    assert.throws(() => prepareFile({ ...good, terms: [{ ...good.terms[0], unpackedLength: 31 }] }, xorbs), /records 31 bytes but chunks \[0, 2\) of xorb [0-9a-f]{64} hold 30/);
+    assert.throws(
+      () => prepareFile({ ...good, terms: [{ ...good.terms[0], unpackedLength: 31 }] }, xorbs),
+      /records 31 bytes but chunks \[0, 2\) of xorb [0-9a-f]{64} hold 30/,
+    );
     assert.throws(() => prepareFile({ ...good, size: 29 }, xorbs), /records 29 bytes but its terms hold 30/);
     assert.throws(() => prepareXorb({ ...X, chunks: [X.chunks[1], X.chunks[0]] }), /not ascending at chunk 1/);
   });
@@ -665,7 +721,10 @@ describe("RecordCache", () => {
     const [first, second] = await Promise.all([cache.file(record.hash), cache.file(record.hash)]);
     assert.equal(first, second);
     assert.equal(first!.size, 65);
-    assert.deepEqual(first!.xorbs.map((x: PreparedXorb) => x.hex), [hashToHex(X.hash), hashToHex(Y.hash)]);
+    assert.deepEqual(
+      first!.xorbs.map((x: PreparedXorb) => x.hex),
+      [hashToHex(X.hash), hashToHex(Y.hash)],
+    );
     assert.deepEqual(store.calls, { getFile: 1, getXorbs: 1, xorbsAsked: 2 });
     assert.equal(await cache.file(record.hash), first);
     assert.equal(store.calls.getFile, 1);

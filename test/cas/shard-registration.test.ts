@@ -4,16 +4,7 @@ import { beforeEach, describe, it } from "node:test";
 import Database from "better-sqlite3";
 import { ShardRegistrationService, ShardRejectedError, type ShardProgress, type ShardRejectionCode } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
-import {
-  ZERO_HASH,
-  chunkHash,
-  fileHash,
-  hashFromHex,
-  hashToHex,
-  isGlobalDedupEligible,
-  verificationHash,
-  type Hash,
-} from "../../src/format/hash.js";
+import { ZERO_HASH, chunkHash, fileHash, hashFromHex, hashToHex, isGlobalDedupEligible, verificationHash, type Hash } from "../../src/format/hash.js";
 import { CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, shardSha256FromDigest, type ShardFile, type ShardXorb } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
@@ -28,8 +19,12 @@ const xorbVector = loadVector("xorb-small.json");
 const shardVector = loadVector("shard-upload-small.json");
 const VECTOR_XORB = hashFromHex(xorbVector.expected.xorb_hash);
 const VECTOR_CHUNKS: Hash[] = xorbVector.expected.chunks.map((c: { chunk_hash: string }) => hashFromHex(c.chunk_hash));
-const VECTOR_FILES: { file_hash: string; sha256_standard_hex: string; file_size: number; terms: { chunk_index_start: number; chunk_index_end: number; unpacked_segment_bytes: number }[] }[] =
-  shardVector.expected.file_info_section.files;
+const VECTOR_FILES: {
+  file_hash: string;
+  sha256_standard_hex: string;
+  file_size: number;
+  terms: { chunk_index_start: number; chunk_index_end: number; unpacked_segment_bytes: number }[];
+}[] = shardVector.expected.file_info_section.files;
 const FILE_A = hashFromHex(VECTOR_FILES[0].file_hash);
 const FILE_B = hashFromHex(VECTOR_FILES[1].file_hash);
 
@@ -251,11 +246,16 @@ describe("shard registration: rejections leave no trace", () => {
     const info = vectorXorbInfo();
     const absent = makeXorb(7).info;
     const good = fileOf([{ xorb: info, start: 0, end: 3 }]);
-    const bad = fileOf([{ xorb: info, start: 0, end: 1 }, { xorb: absent, start: 0, end: 2 }]);
+    const bad = fileOf([
+      { xorb: info, start: 0, end: 1 },
+      { xorb: absent, start: 0, end: 2 },
+    ]);
     await assertRejected(
       shardOf([good, bad]),
       "missing_xorb",
-      new RegExp(`^term 1 of file ${hashToHex(bad.fileHash)} \\(file block 1\\) references xorb ${hashToHex(absent.hash)}, which this server does not have: upload every xorb with POST /v1/xorbs/default/`),
+      new RegExp(
+        `^term 1 of file ${hashToHex(bad.fileHash)} \\(file block 1\\) references xorb ${hashToHex(absent.hash)}, which this server does not have: upload every xorb with POST /v1/xorbs/default/`,
+      ),
     );
     await assertNoTrace([good.fileHash, bad.fileHash]);
   });
@@ -277,7 +277,9 @@ describe("shard registration: rejections leave no trace", () => {
     await assertRejected(
       shardOf([file]),
       "term_out_of_range",
-      new RegExp(`^term 0 of file ${hashToHex(file.fileHash)} \\(file block 0\\) references chunks \\[1, 4\\) but xorb ${hashToHex(VECTOR_XORB)} has 3 chunks$`),
+      new RegExp(
+        `^term 0 of file ${hashToHex(file.fileHash)} \\(file block 0\\) references chunks \\[1, 4\\) but xorb ${hashToHex(VECTOR_XORB)} has 3 chunks$`,
+      ),
     );
     await assertNoTrace([file.fileHash]);
   });
@@ -296,13 +298,18 @@ describe("shard registration: rejections leave no trace", () => {
 
   it("refuses a wrong verification entry", async () => {
     const info = vectorXorbInfo();
-    const file = fileOf([{ xorb: info, start: 0, end: 1 }, { xorb: info, start: 1, end: 3 }]);
+    const file = fileOf([
+      { xorb: info, start: 0, end: 1 },
+      { xorb: info, start: 1, end: 3 },
+    ]);
     // The range hash of another range: a client that does not have these chunk hashes cannot do better.
     file.verificationHashes![1] = verificationHash([VECTOR_CHUNKS[1]]);
     await assertRejected(
       shardOf([file]),
       "verification_mismatch",
-      new RegExp(`^verification entry 1 of file ${hashToHex(file.fileHash)} \\(file block 0\\) does not match chunks \\[1, 3\\) of xorb ${hashToHex(VECTOR_XORB)}`),
+      new RegExp(
+        `^verification entry 1 of file ${hashToHex(file.fileHash)} \\(file block 0\\) does not match chunks \\[1, 3\\) of xorb ${hashToHex(VECTOR_XORB)}`,
+      ),
     );
     await assertNoTrace([file.fileHash]);
   });
@@ -316,7 +323,9 @@ describe("shard registration: rejections leave no trace", () => {
     await assertRejected(
       shardOf([file]),
       "file_hash_mismatch",
-      new RegExp(`^file ${hashToHex(FILE_B)} \\(file block 0\\): the file's chunks \\(3 chunks, 3565 bytes\\) hash to ${hashToHex(right)}, not to the file hash the shard gives$`),
+      new RegExp(
+        `^file ${hashToHex(FILE_B)} \\(file block 0\\): the file's chunks \\(3 chunks, 3565 bytes\\) hash to ${hashToHex(right)}, not to the file hash the shard gives$`,
+      ),
     );
     await assertNoTrace([FILE_B, right]);
   });
@@ -334,7 +343,9 @@ describe("shard registration: rejections leave no trace", () => {
     await assertRejected(
       shardOf([], [wrongHash]),
       "xorb_block_mismatch",
-      new RegExp(`^xorb block 0 \\(xorb ${hashToHex(VECTOR_XORB)}\\) lists chunk 2 with hash ${hashToHex(VECTOR_CHUNKS[0])}, but chunk 2 of the stored xorb is ${hashToHex(VECTOR_CHUNKS[2])}$`),
+      new RegExp(
+        `^xorb block 0 \\(xorb ${hashToHex(VECTOR_XORB)}\\) lists chunk 2 with hash ${hashToHex(VECTOR_CHUNKS[0])}, but chunk 2 of the stored xorb is ${hashToHex(VECTOR_CHUNKS[2])}$`,
+      ),
     );
 
     const wrongLength = xorbBlockOf(info);
@@ -383,7 +394,10 @@ describe("shard registration: rejections leave no trace", () => {
     await assert.rejects(capped.register(shardOf(files), { repoId: alice }), (error: unknown) => {
       assert.ok(error instanceof ShardRejectedError);
       assert.equal(error.code, "too_many_chunk_references");
-      assert.match(error.message, /reference more than 354 chunks in all \(this server's CASTOR_MAX_SHARD_CHUNK_REFS\), reached at file block 9: upload the files in several smaller shards/);
+      assert.match(
+        error.message,
+        /reference more than 354 chunks in all \(this server's CASTOR_MAX_SHARD_CHUNK_REFS\), reached at file block 9: upload the files in several smaller shards/,
+      );
       return true;
     });
     await assertNoTrace(files.map((f) => f.fileHash));
@@ -399,7 +413,10 @@ describe("shard registration: rejections leave no trace", () => {
     assert.deepEqual([outcome.files, outcome.inserted], [1, true]);
 
     // Same file hash, different terms with a wrong verification entry: refused, not skipped.
-    const other = fileOf([{ xorb: xorb.info, start: 0, end: 25 }, { xorb: xorb.info, start: 25, end: 50 }]);
+    const other = fileOf([
+      { xorb: xorb.info, start: 0, end: 25 },
+      { xorb: xorb.info, start: 25, end: 50 },
+    ]);
     const forged = { ...other, verificationHashes: [other.verificationHashes![0], ZERO_HASH] };
     await assertRejected(shardOf([file, forged]), "verification_mismatch", /^verification entry 1 of file .* \(file block 1\)/);
   });
@@ -427,14 +444,20 @@ describe("shard registration: contents", () => {
     const info = vectorXorbInfo();
     const whole = fileOf([{ xorb: info, start: 0, end: 3 }]);
     // The same file hash again, cut into different (equally valid) terms.
-    const cut = fileOf([{ xorb: info, start: 0, end: 2 }, { xorb: info, start: 2, end: 3 }]);
+    const cut = fileOf([
+      { xorb: info, start: 0, end: 2 },
+      { xorb: info, start: 2, end: 3 },
+    ]);
     assert.deepEqual(cut.fileHash, whole.fileHash);
     const emptySha = shardSha256FromDigest(createHash("sha256").digest());
     const empty: ShardFile = { fileHash: ZERO_HASH, terms: [], verificationHashes: [], sha256: emptySha };
 
     const outcome = await service.register(shardOf([whole, cut, empty]), { repoId: alice });
     assert.equal(outcome.files, 2);
-    assert.deepEqual((await metadata.getFile(whole.fileHash))?.terms.map((t) => [t.chunkStart, t.chunkEnd]), [[0, 3]]);
+    assert.deepEqual(
+      (await metadata.getFile(whole.fileHash))?.terms.map((t) => [t.chunkStart, t.chunkEnd]),
+      [[0, 3]],
+    );
     const stored = await metadata.getFile(ZERO_HASH);
     assert.deepEqual(stored && { size: stored.size, terms: stored.terms, sha256: toHex(stored.sha256!) }, {
       size: 0,
@@ -456,10 +479,7 @@ describe("shard registration: contents", () => {
     await upload(xorb);
     const [first, eligible, flagged, plain] = xorb.info.chunks.map((c) => c.hash);
 
-    const outcome = await service.register(
-      shardOf([], [xorbBlockOf(xorb.info, (i) => (i === 2 ? CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE : 0))]),
-      { repoId: alice },
-    );
+    const outcome = await service.register(shardOf([], [xorbBlockOf(xorb.info, (i) => (i === 2 ? CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE : 0))]), { repoId: alice });
     assert.equal(outcome.dedupEntries, 2);
     assert.deepEqual(await metadata.findDedupXorbs(eligible, 5), [xorb.info.hash]);
     assert.deepEqual(await metadata.findDedupXorbs(flagged, 5), [xorb.info.hash]);
@@ -490,7 +510,13 @@ describe("shard registration: contents", () => {
       registerShard: (registration) => metadata.registerShard(registration),
     };
     const tight = new ShardRegistrationService({ metadata: counting, blobs, maxShardBytes: 1024 * 1024, loadedChunkBudget: 4 });
-    const outcome = await tight.register(shardOf(files, xorbs.map((x) => xorbBlockOf(x.info))), { repoId: alice });
+    const outcome = await tight.register(
+      shardOf(
+        files,
+        xorbs.map((x) => xorbBlockOf(x.info)),
+      ),
+      { repoId: alice },
+    );
     assert.equal(outcome.files, 40);
     assert.ok(loaded > xorbs.length, `evicted xorbs are loaded again (${loaded} loads of ${xorbs.length} xorbs)`);
     for (const file of files) assert.equal(await metadata.isFileInRepo(file.fileHash, alice), true);

@@ -200,9 +200,7 @@ describe("XorbIngestService: accepted uploads", () => {
 
   it("lets exactly one of 16 concurrent uploads of one xorb report the insertion", async () => {
     const xorb = sampleXorb(7n);
-    const results = await Promise.all(
-      Array.from({ length: 16 }, (_, i) => service.ingest(xorb.info.hash, piecesOf(xorb.bytes, [1000 + 97 * i]))),
-    );
+    const results = await Promise.all(Array.from({ length: 16 }, (_, i) => service.ingest(xorb.info.hash, piecesOf(xorb.bytes, [1000 + 97 * i]))));
     assert.equal(results.filter((r) => r.wasInserted).length, 1);
     assert.deepEqual(await storedBytes(xorb.info.hash), xorb.bytes);
     assert.equal(await metadata.getXorbSize(xorb.info.hash), xorb.bytes.length);

@@ -66,7 +66,14 @@ describe("castor repo / revision / token (child processes)", () => {
     const listed = assertOk(await castor("repo", "list"));
     const lines = listed.stdout.trimEnd().split("\n");
     const rows = lines.map((line) => line.split(/\s{2,}/));
-    assert.deepEqual(rows.map((row) => row.slice(0, 3)), [["TYPE", "NAME", "VISIBILITY"], ["model", "alice/bert", "private"], ["dataset", "alice/bert", "private"]]);
+    assert.deepEqual(
+      rows.map((row) => row.slice(0, 3)),
+      [
+        ["TYPE", "NAME", "VISIBILITY"],
+        ["model", "alice/bert", "private"],
+        ["dataset", "alice/bert", "private"],
+      ],
+    );
     assert.equal(rows[0][3], "CREATED");
     assert.match(rows[1][3], /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     assert.equal(new Set(lines.map((line, i) => line.indexOf(rows[i][3]))).size, 1, "columns are aligned");
@@ -75,8 +82,8 @@ describe("castor repo / revision / token (child processes)", () => {
   });
 
   it("prints a hub token alone on stdout that the hub then honours", async () => {
-    await Promise.all([castor("repo", "create", "model", "alice/bert"), castor("repo", "create", "model", "alice/other")]).then(
-      (results) => results.forEach(assertOk),
+    await Promise.all([castor("repo", "create", "model", "alice/bert"), castor("repo", "create", "model", "alice/other")]).then((results) =>
+      results.forEach(assertOk),
     );
     const [write, read, admin, unknownRepo] = await Promise.all([
       castor("token", "create", "--repo", "model:alice/bert", "--access", "write", "--expires", "30d"),
@@ -107,7 +114,10 @@ describe("castor repo / revision / token (child processes)", () => {
 
     const listed = assertOk(await castor("token", "list"));
     assert.ok(!listed.stdout.includes(token.slice(3, 20)), "no secret in the list");
-    const [header, row] = listed.stdout.trimEnd().split("\n").map((line) => line.split(/\s{2,}/));
+    const [header, row] = listed.stdout
+      .trimEnd()
+      .split("\n")
+      .map((line) => line.split(/\s{2,}/));
     assert.deepEqual(header, ["ID", "USER", "ACCESS", "REPOS", "STATUS", "EXPIRES", "CREATED"]);
     assert.deepEqual(row.slice(0, 6), [id, "-", "read", "space:alice/demo", "active", "2099-01-01T00:00:00Z"]);
 

@@ -23,7 +23,10 @@ describe("the castor command (bin/castor.js)", () => {
     // /proc/<pid>/cmdline: the arguments, NUL-separated. The pid is the one spawned: sh exec'd node in place.
     const args = readFileSync(`/proc/${server.child.pid}/cmdline`, "utf8").split("\0");
     assert.ok(args.includes("--initial-old-space-size=64"), `castor serve runs as: ${args.join(" ")}`);
-    assert.ok(args.some((arg) => arg.endsWith("bin/castor.js")), `castor serve runs as: ${args.join(" ")}`);
+    assert.ok(
+      args.some((arg) => arg.endsWith("bin/castor.js")),
+      `castor serve runs as: ${args.join(" ")}`,
+    );
     assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
   });
 });

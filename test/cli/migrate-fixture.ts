@@ -88,7 +88,9 @@ export async function buildEmbeddedDataDir(): Promise<EmbeddedDataDir> {
         files.push({ repo: item.repo, hash: result.files[0].fileHash, bytes: item.bytes });
       }
 
-      const tokenResponse = await fetch(`${server.url}/api/models/alice/bert/xet-read-token/main`, { headers: { authorization: `Bearer ${hubTokens.reader}` } });
+      const tokenResponse = await fetch(`${server.url}/api/models/alice/bert/xet-read-token/main`, {
+        headers: { authorization: `Bearer ${hubTokens.reader}` },
+      });
       assert.equal(tokenResponse.status, 200);
       const casReadToken = ((await tokenResponse.json()) as { accessToken: string }).accessToken;
       const small = files[1];
@@ -144,7 +146,15 @@ export async function addHistories(dataDir: string): Promise<{ commit: CommitRec
     const bert = (await store.getRepo("model", "alice/bert"))!;
     const head = (await store.getRevision(bert.id, "main"))!.commitOid;
     const seconds = 1_767_225_600;
-    const object = [`tree ${tree.oid}`, ...(head === null ? [] : [`parent ${head}`]), `author alice <alice@castor.invalid> ${seconds} +0000`, `committer alice <alice@castor.invalid> ${seconds} +0000`, "", "Add README", ""].join("\n");
+    const object = [
+      `tree ${tree.oid}`,
+      ...(head === null ? [] : [`parent ${head}`]),
+      `author alice <alice@castor.invalid> ${seconds} +0000`,
+      `committer alice <alice@castor.invalid> ${seconds} +0000`,
+      "",
+      "Add README",
+      "",
+    ].join("\n");
     const commit: CommitRecord = {
       oid: gitOid("commit", Buffer.from(object)),
       treeOid: tree.oid,
@@ -157,7 +167,15 @@ export async function addHistories(dataDir: string): Promise<{ commit: CommitRec
     };
     assert.equal(await store.advanceBranch({ repoId: bert.id, branch: "main", expectedHead: head, commit, trees: [tree] }), "advanced");
     assert.equal(await store.setRepoPrivate((await store.getRepo("dataset", "bob/data"))!.id, false), true);
-    await store.createHubToken({ id: "tok_owned", secretHash: "0".repeat(64), access: "read", repos: [bert.id], expiresAt: null, owner: "alice", namespaces: ["alice", "bob"] });
+    await store.createHubToken({
+      id: "tok_owned",
+      secretHash: "0".repeat(64),
+      access: "read",
+      repos: [bert.id],
+      expiresAt: null,
+      owner: "alice",
+      namespaces: ["alice", "bob"],
+    });
     return { commit, tree, readme };
   } finally {
     await store.close();

@@ -31,10 +31,12 @@ function assertUsageError(result: CliResult, message: RegExp): void {
 /** The `COPIED NOW` column of the summary table, by step name. */
 function copiedColumn(stdout: string): Map<string, number> {
   const rows = stdout.split("\n").filter((line) => /\s\d+\s+\d+$/.test(line));
-  return new Map(rows.map((line) => {
-    const match = /^(.*?)\s+(\d+)\s+(\d+)$/.exec(line)!;
-    return [match[1], Number(match[3])];
-  }));
+  return new Map(
+    rows.map((line) => {
+      const match = /^(.*?)\s+(\d+)\s+(\d+)$/.exec(line)!;
+      return [match[1], Number(match[3])];
+    }),
+  );
 }
 
 async function openSource(dataDir: string): Promise<MigrationSource & { close(): Promise<void> }> {
@@ -132,7 +134,10 @@ describe("castor migrate (embedded data dir → another embedded data dir)", () 
     assert.match(help.stdout, /CASTOR_DATABASE_URL/);
     assertUsageError(await runCastor(["migrate"], { env: { CASTOR_DATA_DIR: empty } }), /--from DATA_DIR is required/);
     assertUsageError(await runCastor(["migrate", "--from", join(empty, "nope")], { env: { CASTOR_DATA_DIR: empty } }), /does not exist or is not a folder/);
-    assertUsageError(await runCastor(["migrate", "--from", empty], { env: { CASTOR_DATA_DIR: join(empty, "target") } }), /is not a castor data dir: it has no readable metadata\.sqlite/);
+    assertUsageError(
+      await runCastor(["migrate", "--from", empty], { env: { CASTOR_DATA_DIR: join(empty, "target") } }),
+      /is not a castor data dir: it has no readable metadata\.sqlite/,
+    );
     assert.deepEqual(await readdir(empty), [], "nothing is created in a folder that is no data dir");
     const itself = await runCastor(["migrate", "--from", source.dataDir], { env: { CASTOR_DATA_DIR: source.dataDir } });
     assertUsageError(itself, /the target is .* itself \(its metadata \(metadata\.sqlite\) and its objects \(blobs\/\)\): set CASTOR_DATABASE_URL/);
@@ -190,7 +195,11 @@ describe("castor migrate (embedded data dir → another embedded data dir)", () 
 
     const again = await runCastor(["migrate", "--from", source.dataDir], { env: { CASTOR_DATA_DIR: target, ...keys }, timeoutMs: 60_000 });
     assert.equal(again.code, 0, again.stderr);
-    assert.deepEqual([...copiedColumn(again.stdout).values()].filter((n) => n !== 0), [], "a repeat copies nothing");
+    assert.deepEqual(
+      [...copiedColumn(again.stdout).values()].filter((n) => n !== 0),
+      [],
+      "a repeat copies nothing",
+    );
     assert.match(again.stdout, /Nothing new to copy/);
     assert.doesNotMatch(again.stdout, /Warning/, "the carried keys match the source's");
 
@@ -210,14 +219,20 @@ describe("castor migrate (embedded data dir → another embedded data dir)", () 
       const lines: string[] = [];
       const completed = await migrateStores(from, to, { progress: (line) => lines.push(line), maxPageRows: 2, concurrency: 2 });
       const copiedNow = new Map(completed.map((step) => [step.name, step.copied]));
-      assert.ok((copiedNow.get("xorb objects") ?? 0) < (completed.find((s) => s.name === "xorb objects")?.inSource ?? 0), "objects copied before the interruption are not copied again");
+      assert.ok(
+        (copiedNow.get("xorb objects") ?? 0) < (completed.find((s) => s.name === "xorb objects")?.inSource ?? 0),
+        "objects copied before the interruption are not copied again",
+      );
       assert.equal(copiedNow.get("repositories"), 0, "repositories were copied by the first run");
       assert.ok(lines.some((line) => /^dedup index entries: \d+ in the source/.test(line)));
 
       assert.deepEqual(await listAll(to.blobs), await listAll(from.blobs!));
       assert.deepEqual(await idFreeRows(to.metadata), await idFreeRows(from.metadata));
       const repeat = await migrateStores(from, to, { maxPageRows: 3 });
-      assert.deepEqual(repeat.filter((step) => step.copied !== 0), []);
+      assert.deepEqual(
+        repeat.filter((step) => step.copied !== 0),
+        [],
+      );
       assert.deepEqual(
         repeat.map((step) => step.inSource),
         completed.map((step) => step.inSource),

@@ -54,7 +54,10 @@ function assertFails(result: CliResult, code: 1 | 2, message: RegExp): void {
 
 /** The rows of `castor repo files`, header first. */
 function rowsOf(result: CliResult): string[][] {
-  return assertOk(result).stdout.trimEnd().split("\n").map((line) => line.split(/\s{2,}/));
+  return assertOk(result)
+    .stdout.trimEnd()
+    .split("\n")
+    .map((line) => line.split(/\s{2,}/));
 }
 
 async function headOfMain(): Promise<string> {
@@ -95,7 +98,10 @@ describe("castor upload / repo files / download with repositories", () => {
     const lines = up.stdout.trimEnd().split("\n");
     assert.equal(lines.length, 4, up.stdout);
     const line = /^([0-9a-f]{64}) {2}(\S+) {2}\((.+)\)$/;
-    assert.deepEqual(lines.slice(0, 3).map((text) => line.exec(text)?.[2]), ["dir/a.bin", "dir/b.txt", "dir/empty"]);
+    assert.deepEqual(
+      lines.slice(0, 3).map((text) => line.exec(text)?.[2]),
+      ["dir/a.bin", "dir/b.txt", "dir/empty"],
+    );
     assert.equal(line.exec(lines[2])?.[1], "0".repeat(64), "the empty file's hash");
     const commit = /^commit ([0-9a-f]{40}) {2}(\S+)$/.exec(lines[3]);
     assert.ok(commit, lines[3]);
@@ -169,7 +175,10 @@ describe("castor upload / repo files / download with repositories", () => {
     assert.match(up.stdout, /^[0-9a-f]{64} {2}weights\/model\.bin {2}\(3\.0 MiB, 0 B new \/ 3\.0 MiB deduplicated\)\n/);
     assert.deepEqual((await commitTitles()).slice(0, 2), ["Add weights", "Upload 3 files with castor"]);
     const rows = rowsOf(await client(["repo", "files", REPO], { token: tokens.read }));
-    assert.deepEqual(rows.map((row) => row[0]), ["PATH", "dir/a.bin", "dir/b.txt", "dir/empty", "weights/model.bin"]);
+    assert.deepEqual(
+      rows.map((row) => row[0]),
+      ["PATH", "dir/a.bin", "dir/b.txt", "dir/empty", "weights/model.bin"],
+    );
     firstCommit = await headOfMain();
   });
 
@@ -180,7 +189,11 @@ describe("castor upload / repo files / download with repositories", () => {
       client(["download", "--repo", REPO, "dir/a.bin", "--revision", "no-such-branch", "-o", "nope.bin"], { token: tokens.read }),
       client(["repo", "files", "model:alice/nope"], { token: tokens.read }),
     ]);
-    assertFails(missing, 1, new RegExp(`^castor download: .*404 Not Found \\(EntryNotFound\\): "dir/missing\\.bin" does not exist at commit ${firstCommit}`, "m"));
+    assertFails(
+      missing,
+      1,
+      new RegExp(`^castor download: .*404 Not Found \\(EntryNotFound\\): "dir/missing\\.bin" does not exist at commit ${firstCommit}`, "m"),
+    );
     assertFails(unknownRepo, 1, /404 Not Found \(RepoNotFound\): .*alice\/nope/);
     assertFails(unknownRevision, 1, /404 Not Found \(RevisionNotFound\): revision "no-such-branch" not found/);
     assertFails(unknownRepoFiles, 1, /^castor repo files: .*404 Not Found \(RepoNotFound\)/m);

@@ -12,7 +12,9 @@ import { fromHex, loadVector } from "../helpers/vectors.js";
 const xorbVector = loadVector("xorb-small.json");
 const BODY = fromHex(xorbVector.body_hex);
 /** Where each chunk (8-byte header + payload) ends in BODY. */
-const CHUNK_ENDS: number[] = xorbVector.expected.chunks.map((c: { header_offset: number; compressed_length: number }) => c.header_offset + 8 + c.compressed_length);
+const CHUNK_ENDS: number[] = xorbVector.expected.chunks.map(
+  (c: { header_offset: number; compressed_length: number }) => c.header_offset + 8 + c.compressed_length,
+);
 const HASHES: string[] = xorbVector.expected.chunks.map((c: { chunk_hash: string }) => c.chunk_hash);
 
 /** Feeds BODY to a decoder in steps of `step` bytes; returns the chunk count after each step. */
@@ -38,7 +40,10 @@ describe("ChunkStreamDecoder", () => {
       const { decoder, counts } = feed(step);
       const done = decoder.finish();
       assert.deepEqual(done.hashes.map(hashToHex), HASHES, `step ${step}`);
-      assert.deepEqual(done.chunks.map((c) => Buffer.from(c)), whole.chunks.map((c) => Buffer.from(c)));
+      assert.deepEqual(
+        done.chunks.map((c) => Buffer.from(c)),
+        whole.chunks.map((c) => Buffer.from(c)),
+      );
       assert.equal(done.uncompressedBytes, whole.uncompressedBytes);
       // Never behind: after each step, every chunk whose bytes are all in is decoded.
       counts.forEach((count, i) => {
@@ -77,7 +82,10 @@ describe("ChunkStreamDecoder", () => {
     const buffer = BODY.slice(0, BODY.length - 1);
     const decoder = new ChunkStreamDecoder(buffer, 3, "range");
     const waiting = decoder.whenDecoded(3);
-    assert.throws(() => decoder.finish(), (error: unknown) => error instanceof CastorClientError && error.kind === "protocol");
+    assert.throws(
+      () => decoder.finish(),
+      (error: unknown) => error instanceof CastorClientError && error.kind === "protocol",
+    );
     await assert.rejects(waiting, /remain/);
   });
 

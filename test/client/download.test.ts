@@ -135,7 +135,12 @@ describe("download against the vector answers", () => {
       // The first window reaches the end of the file, so the total is known from the start.
       assert.deepEqual(
         events.map((e) => [e.bytesDone, e.bytesTotal]),
-        name === "A" ? [[3565, 3565]] : [[2048, 3565], [3565, 3565]],
+        name === "A"
+          ? [[3565, 3565]]
+          : [
+              [2048, 3565],
+              [3565, 3565],
+            ],
       );
       assert.deepEqual(await readFile(out), FILES[name].data);
       assert.equal(result.verified, "file-hash");
@@ -182,7 +187,10 @@ describe("download against the vector answers", () => {
     assert.deepEqual(await readFile(out), FILES.A.data);
     assert.equal(result.reconstructionVersion, 1);
     assert.equal(result.verified, "file-hash");
-    assert.deepEqual(log.filter((l) => l.kind.startsWith("v")).map((l) => l.kind), ["v2", "v1"]);
+    assert.deepEqual(
+      log.filter((l) => l.kind.startsWith("v")).map((l) => l.kind),
+      ["v2", "v1"],
+    );
   });
 
   it("re-queries the reconstruction when a transfer URL has expired (403) and retries with the new URL", async () => {
@@ -191,7 +199,10 @@ describe("download against the vector answers", () => {
     const result = await clientFor(fetch).download({ fileHash: FILES.B.hash, output: out });
     assert.deepEqual(await readFile(out), FILES.B.data);
     assert.equal(result.verified, "file-hash");
-    assert.deepEqual(log.filter((l) => l.kind !== "token").map((l) => l.kind), ["v2", "transfer", "v2", "transfer"]);
+    assert.deepEqual(
+      log.filter((l) => l.kind !== "token").map((l) => l.kind),
+      ["v2", "transfer", "v2", "transfer"],
+    );
   });
 
   it("gives up with a 403 error when fresh URLs are refused too, after two re-queries", async () => {
@@ -209,7 +220,10 @@ describe("download against the vector answers", () => {
       clientFor(fetch).download({ fileHash: FILES.A.hash, output: dir }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "usage" && /is a directory/.test(error.message),
     );
-    assert.deepEqual(log.filter((l) => l.kind !== "token"), []);
+    assert.deepEqual(
+      log.filter((l) => l.kind !== "token"),
+      [],
+    );
   });
 
   it("refuses data that does not hash to the file hash and leaves no output file behind", async () => {
@@ -219,7 +233,10 @@ describe("download against the vector answers", () => {
       clientFor(fetch).download({ fileHash: FILES.A.hash, output: out }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "integrity" && error.message.includes(FILES.A.hash),
     );
-    assert.deepEqual((await readdir(dir)).filter((name) => name.startsWith("corrupt-A")), []);
+    assert.deepEqual(
+      (await readdir(dir)).filter((name) => name.startsWith("corrupt-A")),
+      [],
+    );
   });
 
   it("passes the server's 404 message on for an unknown file, after trying V2 then V1", async () => {
@@ -229,7 +246,10 @@ describe("download against the vector answers", () => {
       clientFor(fetch).download({ fileHash: unknown, output: new PassThrough() }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "http" && error.message.includes(`No file ${unknown} here`),
     );
-    assert.deepEqual(log.filter((l) => l.kind.startsWith("v")).map((l) => l.kind), ["v2", "v1"]);
+    assert.deepEqual(
+      log.filter((l) => l.kind.startsWith("v")).map((l) => l.kind),
+      ["v2", "v1"],
+    );
   });
 
   it("writes the empty file for the zero hash without asking the server", async () => {
@@ -297,7 +317,11 @@ describe("parseReconstruction", () => {
     for (const [what, mutate] of broken) {
       const body = structuredClone(good);
       mutate(body);
-      assert.throws(() => parseReconstruction(body, 2, "test"), (error: unknown) => error instanceof CastorClientError && error.kind === "protocol", what);
+      assert.throws(
+        () => parseReconstruction(body, 2, "test"),
+        (error: unknown) => error instanceof CastorClientError && error.kind === "protocol",
+        what,
+      );
     }
   });
 });
@@ -308,7 +332,10 @@ describe("decodeChunkStream", () => {
       const [first, last] = range.chunks as [number, number];
       const [start, end] = range.http_range_inclusive as [number, number];
       const decoded = decodeChunkStream(BODY.subarray(start, end + 1), last - first, "test");
-      assert.deepEqual(decoded.chunks.map((c) => Buffer.from(c)), CHUNKS.slice(first, last).map((c) => Buffer.from(c)));
+      assert.deepEqual(
+        decoded.chunks.map((c) => Buffer.from(c)),
+        CHUNKS.slice(first, last).map((c) => Buffer.from(c)),
+      );
       assert.deepEqual(
         decoded.hashes.map(hashToHex),
         xorbVector.expected.chunks.slice(first, last).map((c: { chunk_hash: string }) => c.chunk_hash),
@@ -318,7 +345,10 @@ describe("decodeChunkStream", () => {
 
   it("refuses truncated, padded, miscounted or malformed ranges", () => {
     const bad = (bytes: Uint8Array, count: number, pattern: RegExp) =>
-      assert.throws(() => decodeChunkStream(bytes, count, "range"), (error: unknown) => error instanceof CastorClientError && error.kind === "protocol" && pattern.test(error.message));
+      assert.throws(
+        () => decodeChunkStream(bytes, count, "range"),
+        (error: unknown) => error instanceof CastorClientError && error.kind === "protocol" && pattern.test(error.message),
+      );
     bad(BODY.subarray(0, BODY.length - 1), 3, /declares 571 payload bytes, only 570 remain/);
     bad(BODY.subarray(0, 4), 1, /header is cut off/);
     bad(Buffer.concat([BODY, Buffer.alloc(3)]), 3, /3 bytes follow the 3 chunks/);

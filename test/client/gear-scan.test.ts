@@ -93,7 +93,13 @@ describe("GearBoundaryScanner equals the format's scanner", () => {
       sizes.push(MIN_CHUNK_SIZE - 64, 63, 1, end - start - MIN_CHUNK_SIZE);
       start = end;
     }
-    assert.deepEqual(scanned(data, sizes.filter((size) => size >= 0)), expected);
+    assert.deepEqual(
+      scanned(
+        data,
+        sizes.filter((size) => size >= 0),
+      ),
+      expected,
+    );
   });
 
   it("at every byte alignment of the input", () => {

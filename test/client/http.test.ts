@@ -63,7 +63,10 @@ describe("HttpClient retries", () => {
         assert.equal(error.status, 403);
         assert.equal(error.kind, "http");
         assert.equal(error.serverMessage, "This token has read access only");
-        assert.equal(error.message, "uploading xorb abc: http://h/v1/xorbs/default/abc answered 403 Forbidden: This token has read access only (use a write token)");
+        assert.equal(
+          error.message,
+          "uploading xorb abc: http://h/v1/xorbs/default/abc answered 403 Forbidden: This token has read access only (use a write token)",
+        );
         return true;
       },
     );

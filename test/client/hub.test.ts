@@ -67,8 +67,14 @@ describe("where uploaded files go, and the commit that puts them there", () => {
     assert.deepEqual(repoPathsFor(["/tmp/x/a.bin"], "weights/"), ["weights/a.bin"]);
     assert.deepEqual(repoPathsFor(["/tmp/x/a.bin"], "."), ["a.bin"]);
     const usage = (error: unknown) => error instanceof CastorClientError && error.kind === "usage";
-    assert.throws(() => repoPathsFor(["one/a.bin", "two/a.bin"]), (error: unknown) => usage(error) && /would both be "a\.bin"/.test((error as Error).message));
-    assert.throws(() => repoPathsFor(["a.bin"], "x/../y"), (error: unknown) => usage(error) && /'\.' or '\.\.' segment/.test((error as Error).message));
+    assert.throws(
+      () => repoPathsFor(["one/a.bin", "two/a.bin"]),
+      (error: unknown) => usage(error) && /would both be "a\.bin"/.test((error as Error).message),
+    );
+    assert.throws(
+      () => repoPathsFor(["a.bin"], "x/../y"),
+      (error: unknown) => usage(error) && /'\.' or '\.\.' segment/.test((error as Error).message),
+    );
     assert.throws(() => repoPathsFor(["a.bin"], "x//y"), usage);
   });
 
@@ -81,7 +87,10 @@ describe("where uploaded files go, and the commit that puts them there", () => {
     const body = Buffer.from(encodeCommit({ summary: "Upload 2 files with castor", operations })).toString("utf8");
     assert.ok(body.endsWith("\n"));
     assert.deepEqual(
-      body.trimEnd().split("\n").map((line) => JSON.parse(line)),
+      body
+        .trimEnd()
+        .split("\n")
+        .map((line) => JSON.parse(line)),
       [
         { key: "header", value: { summary: "Upload 2 files with castor", description: "" } },
         { key: "lfsFile", value: { path: "dir/a.bin", algo: "sha256", oid: sha, size: 3 } },
@@ -142,10 +151,7 @@ describe("HubClient.commit", () => {
 
   it("reports a refusal with the server's message and code", async () => {
     const hub = fakeHub(() =>
-      Response.json(
-        { error: 'lfsFile "a.bin": no content with SHA-256 aaaa was uploaded' },
-        { status: 400, headers: { "x-error-message": "lfsFile ascii" } },
-      ),
+      Response.json({ error: 'lfsFile "a.bin": no content with SHA-256 aaaa was uploaded' }, { status: 400, headers: { "x-error-message": "lfsFile ascii" } }),
     );
     await assert.rejects(hubClient(hub.fetch).commit("main", { summary: "s", operations: [] }), (error: unknown) => {
       assert.ok(error instanceof HubStatusError);
@@ -161,13 +167,21 @@ describe("HubClient listings and lookups", () => {
     const pages = [
       [
         { type: "directory", path: "dir", oid: "d".repeat(40), size: 0 },
-        { type: "file", path: "dir/a.bin", oid: "1".repeat(40), size: 3145728, xetHash: "f".repeat(64), lfs: { oid: "a".repeat(64), size: 3145728, pointerSize: 134 } },
+        {
+          type: "file",
+          path: "dir/a.bin",
+          oid: "1".repeat(40),
+          size: 3145728,
+          xetHash: "f".repeat(64),
+          lfs: { oid: "a".repeat(64), size: 3145728, pointerSize: 134 },
+        },
       ],
       [{ type: "file", path: "dir/empty", oid: "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391", size: 0 }],
     ];
     const hub = fakeHub((request) => {
       const page = new URL(request.url).searchParams.get("cursor") === null ? 0 : 1;
-      const headers: Record<string, string> = page === 0 ? { link: `<${ENDPOINT}/api/models/alice/bert/tree/${COMMIT}?recursive=true&cursor=MQ>; rel="next"` } : {};
+      const headers: Record<string, string> =
+        page === 0 ? { link: `<${ENDPOINT}/api/models/alice/bert/tree/${COMMIT}?recursive=true&cursor=MQ>; rel="next"` } : {};
       return Response.json(pages[page], { headers });
     });
     const client = hubClient(hub.fetch);
@@ -194,27 +208,40 @@ describe("HubClient listings and lookups", () => {
   });
 
   it("HEADs a file by path, with the type's URL prefix, and reads what it is", async () => {
-    const hub = fakeHub(() =>
-      new Response(null, {
-        headers: {
-          "x-repo-commit": COMMIT,
-          etag: `"${"a".repeat(64)}"`,
-          "x-linked-etag": `"${"a".repeat(64)}"`,
-          "x-linked-size": "3145728",
-          "content-length": "3145728",
-          "x-xet-hash": "f".repeat(64),
-        },
-      }),
+    const hub = fakeHub(
+      () =>
+        new Response(null, {
+          headers: {
+            "x-repo-commit": COMMIT,
+            etag: `"${"a".repeat(64)}"`,
+            "x-linked-etag": `"${"a".repeat(64)}"`,
+            "x-linked-size": "3145728",
+            "content-length": "3145728",
+            "x-xet-hash": "f".repeat(64),
+          },
+        }),
     );
     const info = await hubClient(hub.fetch, "space:alice/demo").fileInfo("refs/pr/1", "dir/a b#.bin");
     assert.equal(hub.seen[0].method, "HEAD");
     assert.equal(hub.seen[0].url, `${ENDPOINT}/spaces/alice/demo/resolve/refs%2Fpr%2F1/dir/a%20b%23.bin`);
-    assert.deepEqual(info, { path: "dir/a b#.bin", revision: "refs/pr/1", commit: COMMIT, size: 3145728, storage: "xet", xetHash: "f".repeat(64), etag: "a".repeat(64) });
+    assert.deepEqual(info, {
+      path: "dir/a b#.bin",
+      revision: "refs/pr/1",
+      commit: COMMIT,
+      size: 3145728,
+      storage: "xet",
+      xetHash: "f".repeat(64),
+      etag: "a".repeat(64),
+    });
   });
 
   it("reports a 404 on a HEAD with X-Error-Message and X-Error-Code", async () => {
     const hub = fakeHub(
-      () => new Response(null, { status: 404, headers: { "x-error-code": "EntryNotFound", "x-error-message": `"dir/missing" does not exist at commit ${COMMIT}` } }),
+      () =>
+        new Response(null, {
+          status: 404,
+          headers: { "x-error-code": "EntryNotFound", "x-error-message": `"dir/missing" does not exist at commit ${COMMIT}` },
+        }),
     );
     await assert.rejects(hubClient(hub.fetch).fileInfo("main", "dir/missing"), (error: unknown) => {
       assert.ok(error instanceof HubStatusError);
@@ -281,6 +308,10 @@ describe("CastorClient.downloadFile of an inline file", () => {
       assert.match(error.message, /not the ETag .*the output file was not kept/);
       return true;
     });
-    assert.deepEqual((await readdir(dir)).filter((name) => name.startsWith("tampered")), [], "neither the output nor a partial file");
+    assert.deepEqual(
+      (await readdir(dir)).filter((name) => name.startsWith("tampered")),
+      [],
+      "neither the output nor a partial file",
+    );
   });
 });

@@ -1,15 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import {
-  ChunkIndex,
-  FileBuilder,
-  XorbBuilder,
-  XorbHandle,
-  planShards,
-  shardFileBytes,
-  shardXorbBytes,
-  toShardFile,
-} from "../../src/client/packing.js";
+import { ChunkIndex, FileBuilder, XorbBuilder, XorbHandle, planShards, shardFileBytes, shardXorbBytes, toShardFile } from "../../src/client/packing.js";
 import {
   CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE,
   CompressionScheme,
@@ -57,12 +48,18 @@ describe("XorbBuilder", () => {
     // The xorb hash depends only on the chunks' content, so it must be the vector's whatever the encoding.
     assert.equal(hashToHex(sealed.info.hash), xorbVector.expected.xorb_hash);
     const validated = validateXorb(sealed.bytes, { expectedHash: sealed.info.hash });
-    assert.deepEqual(validated.chunks.map((c) => hashToHex(c.hash)), xorbVector.expected.chunks.map((c: { chunk_hash: string }) => c.chunk_hash));
+    assert.deepEqual(
+      validated.chunks.map((c) => hashToHex(c.hash)),
+      xorbVector.expected.chunks.map((c: { chunk_hash: string }) => c.chunk_hash),
+    );
     assert.equal(sealed.handle.isSealed, true);
     assert.equal(hashToHex(sealed.handle.hash), xorbVector.expected.xorb_hash);
 
     assert.equal(hashToHex(sealed.block.xorbHash), xorbVector.expected.xorb_hash);
-    assert.equal(sealed.block.numBytesInXorb, VECTOR_CHUNKS.reduce((sum, c) => sum + c.length, 0));
+    assert.equal(
+      sealed.block.numBytesInXorb,
+      VECTOR_CHUNKS.reduce((sum, c) => sum + c.length, 0),
+    );
     assert.equal(sealed.block.numBytesOnDisk, sealed.bytes.length);
     let offset = 0;
     sealed.block.chunks.forEach((chunk, i) => {
@@ -334,8 +331,14 @@ describe("planShards", () => {
     const shards = planShards(content, limit);
     assert.ok(shards.length > 1);
     for (const shard of shards) assert.ok(serializeUploadShard(shard, { kind: "xet-core" }).length <= limit);
-    assert.deepEqual(shards.flatMap((s) => s.xorbs), content.xorbs);
-    assert.deepEqual(shards.flatMap((s) => s.files), content.files);
+    assert.deepEqual(
+      shards.flatMap((s) => s.xorbs),
+      content.xorbs,
+    );
+    assert.deepEqual(
+      shards.flatMap((s) => s.files),
+      content.files,
+    );
   });
 
   it("sends one (empty) shard for a batch of nothing but empty files, and refuses a block larger than a shard", () => {

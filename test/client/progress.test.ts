@@ -14,7 +14,15 @@ function recorder(isTTY: boolean) {
 
 describe("formatBytes", () => {
   it("prints exact bytes below 1 KiB and one decimal above", () => {
-    assert.deepEqual([0, 1, 1023, 1024, 1536, 10 * 1024 * 1024, 3 * 1024 ** 3].map(formatBytes), ["0 B", "1 B", "1023 B", "1.0 KiB", "1.5 KiB", "10.0 MiB", "3.0 GiB"]);
+    assert.deepEqual([0, 1, 1023, 1024, 1536, 10 * 1024 * 1024, 3 * 1024 ** 3].map(formatBytes), [
+      "0 B",
+      "1 B",
+      "1023 B",
+      "1.0 KiB",
+      "1.5 KiB",
+      "10.0 MiB",
+      "3.0 GiB",
+    ]);
   });
 });
 
@@ -108,7 +116,10 @@ describe("Limiter and TaskPool", () => {
     await failing.submit(async () => {
       throw new Error("boom");
     });
-    await assert.rejects(failing.submit(async () => undefined), /boom/);
+    await assert.rejects(
+      failing.submit(async () => undefined),
+      /boom/,
+    );
     await assert.rejects(failing.drain(), /boom/);
   });
 });

@@ -35,7 +35,11 @@ describe("repository references and the token URL", () => {
   it("parses TYPE:NS/NAME and refuses anything else as a usage error", () => {
     assert.deepEqual(parseRepoRef("dataset:org/data-set_1.v2"), { type: "dataset", name: "org/data-set_1.v2" });
     for (const bad of ["alice/bert", "models:alice/bert", "model:alice", "model:alice/bert/x", "model:/bert", "model:alice/ bert", "model:alice/-x"]) {
-      assert.throws(() => parseRepoRef(bad), (error: unknown) => error instanceof CastorClientError && error.kind === "usage", bad);
+      assert.throws(
+        () => parseRepoRef(bad),
+        (error: unknown) => error instanceof CastorClientError && error.kind === "usage",
+        bad,
+      );
     }
   });
 
@@ -97,10 +101,18 @@ describe("TokenProvider", () => {
   it("explains hub refusals and refuses malformed token answers", async () => {
     const clock = { now: 1_700_000_000_000 };
     const refusing: FetchFunction = async () => Response.json({ error: "Invalid hub token" }, { status: 401 });
-    await assert.rejects(provider(refusing, clock).get(), /answered 401 Unauthorized: Invalid hub token \(check the hub token given with --hub-token or CASTOR_HUB_TOKEN\)/);
+    await assert.rejects(
+      provider(refusing, clock).get(),
+      /answered 401 Unauthorized: Invalid hub token \(check the hub token given with --hub-token or CASTOR_HUB_TOKEN\)/,
+    );
     const forbidden: FetchFunction = async () => Response.json({ error: "read only" }, { status: 403 });
     await assert.rejects(provider(forbidden, clock).get(), /does not grant write access to model:alice\/bert/);
-    for (const body of [{ accessToken: "", exp: 1, casUrl: "http://x" }, { accessToken: "t", exp: "soon", casUrl: "http://x" }, { accessToken: "t", exp: 1, casUrl: "ftp://x" }, []]) {
+    for (const body of [
+      { accessToken: "", exp: 1, casUrl: "http://x" },
+      { accessToken: "t", exp: "soon", casUrl: "http://x" },
+      { accessToken: "t", exp: 1, casUrl: "ftp://x" },
+      [],
+    ]) {
       const odd: FetchFunction = async () => Response.json(body);
       await assert.rejects(provider(odd, clock).get(), (error: unknown) => error instanceof CastorClientError && error.kind === "protocol");
     }

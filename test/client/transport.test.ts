@@ -66,8 +66,10 @@ function client(): HttpClient {
 async function getRange(http: HttpClient, start: number, end: number, passStatuses: number[] = []) {
   const into = new Uint8Array(end - start + 1);
   const progress: number[] = [];
-  const result = await http.getInto({ what: "fetching a range", url: `${base}/xorb?sig=1`, headers: { range: `bytes=${start}-${end}` }, passStatuses }, into, (filled) =>
-    progress.push(filled),
+  const result = await http.getInto(
+    { what: "fetching a range", url: `${base}/xorb?sig=1`, headers: { range: `bytes=${start}-${end}` }, passStatuses },
+    into,
+    (filled) => progress.push(filled),
   );
   return { result, into, progress };
 }
@@ -84,7 +86,10 @@ describe("getInto over the raw keep-alive reader", () => {
       assert.equal(result.status, 206);
       assert.ok(Buffer.from(into).equals(BODY.subarray(start, end + 1)));
       assert.equal(progress.at(-1), into.length);
-      assert.deepEqual(progress, [...progress].sort((a, b) => a - b));
+      assert.deepEqual(
+        progress,
+        [...progress].sort((a, b) => a - b),
+      );
     }
     assert.ok(connections.length <= 1, "keep-alive: at most one new connection for three ranges");
     assert.equal(requests[0].headers.range, "bytes=0-299999");
@@ -126,7 +131,10 @@ describe("getInto over the raw keep-alive reader", () => {
       // Once the first 400 bytes are handed to the kernel, which still delivers them before the FIN.
       response.write(BODY.subarray(0, 400), () => request.socket.destroy());
     };
-    await assert.rejects(getRange(client(), 0, 999), (error: unknown) => error instanceof CastorClientError && error.kind === "network" && /mid-body/.test(error.message));
+    await assert.rejects(
+      getRange(client(), 0, 999),
+      (error: unknown) => error instanceof CastorClientError && error.kind === "network" && /mid-body/.test(error.message),
+    );
     assert.equal(requests.length, 1);
   });
 
@@ -135,7 +143,10 @@ describe("getInto over the raw keep-alive reader", () => {
       response.writeHead(206, { "content-length": "5" });
       response.end("12345");
     };
-    await assert.rejects(getRange(client(), 0, 9), (error: unknown) => error instanceof CastorClientError && error.kind === "protocol" && /expected 10 bytes, the server announced 5/.test(error.message));
+    await assert.rejects(
+      getRange(client(), 0, 9),
+      (error: unknown) => error instanceof CastorClientError && error.kind === "protocol" && /expected 10 bytes, the server announced 5/.test(error.message),
+    );
   });
 
   it("hands statuses, chunked bodies and oversized headers to the general path, which reads them", async () => {
@@ -152,7 +163,10 @@ describe("getInto over the raw keep-alive reader", () => {
       response.writeHead(404, { "content-type": "application/json" });
       response.end(JSON.stringify({ error: "no such xorb" }));
     };
-    await assert.rejects(getRange(client(), 0, 9), (error: unknown) => error instanceof HttpStatusError && error.status === 404 && /no such xorb/.test(error.message));
+    await assert.rejects(
+      getRange(client(), 0, 9),
+      (error: unknown) => error instanceof HttpStatusError && error.status === 404 && /no such xorb/.test(error.message),
+    );
 
     // A chunked body (no Content-Length) and a huge header are read by node:http.
     for (const variant of ["chunked", "big-header"]) {
@@ -233,7 +247,8 @@ describe("RawRangeClient", () => {
         const url = `http://127.0.0.1:${(liar.address() as AddressInfo).port}/x`;
         await assert.rejects(
           client().getInto({ what: "fetching", url, headers: { range: "bytes=0-1" } }, new Uint8Array(2)),
-          (error: unknown) => error instanceof CastorClientError && error.kind === "protocol" && /HTTP\/1\.x status line|more than the body/.test(error.message),
+          (error: unknown) =>
+            error instanceof CastorClientError && error.kind === "protocol" && /HTTP\/1\.x status line|more than the body/.test(error.message),
           answer,
         );
       } finally {

@@ -61,7 +61,11 @@ function memoryCas(options: { rejectXorbs?: string } = {}) {
         const hashes = xorb.hashes.slice(term.chunkStart, term.chunkEnd);
         const sizes = xorb.sizes.slice(term.chunkStart, term.chunkEnd);
         assert.equal(hashes.length, term.chunkEnd - term.chunkStart, "term inside its xorb");
-        assert.equal(term.unpackedBytes, sizes.reduce((a, b) => a + b, 0), "term length");
+        assert.equal(
+          term.unpackedBytes,
+          sizes.reduce((a, b) => a + b, 0),
+          "term length",
+        );
         assert.ok(hashEquals(verificationHash(hashes), file.verificationHashes![t]), "verification hash");
         hashes.forEach((hash, i) => {
           leaves.push({ hash, size: sizes[i] });
@@ -69,7 +73,10 @@ function memoryCas(options: { rejectXorbs?: string } = {}) {
       });
       assert.ok(hashEquals(fileHash(leaves), file.fileHash), "file hash");
       assert.ok(file.sha256 !== null, "metadata extension present");
-      files.set(hashToHex(file.fileHash), leaves.reduce((a, l) => a + l.size, 0));
+      files.set(
+        hashToHex(file.fileHash),
+        leaves.reduce((a, l) => a + l.size, 0),
+      );
       if (leaves.length > 0) dedupIndex.set(hashToHex(leaves[0].hash), hashToHex(file.terms[0].xorbHash));
     }
     for (const block of shard.xorbs) {
@@ -151,7 +158,13 @@ describe("upload against an in-memory CAS", () => {
 
     assert.deepEqual(
       result.files.map((f) => [f.path, f.size, f.sha256]),
-      [a, b, empty].map((path, i) => [path, [dataA, dataB, Buffer.alloc(0)][i].length, createHash("sha256").update([dataA, dataB, Buffer.alloc(0)][i]).digest("hex")]),
+      [a, b, empty].map((path, i) => [
+        path,
+        [dataA, dataB, Buffer.alloc(0)][i].length,
+        createHash("sha256")
+          .update([dataA, dataB, Buffer.alloc(0)][i])
+          .digest("hex"),
+      ]),
     );
     // The file hash is the one of the CDC chunks of the content.
     const leavesOf = (data: Buffer) => splitIntoChunks(data).map((c) => ({ hash: chunkHash(c), size: c.length }));
@@ -160,7 +173,10 @@ describe("upload against an in-memory CAS", () => {
     // b's first MiB repeats a: deduplicated within the session (its first chunk is a's first chunk).
     assert.ok(result.files[1].dedupedBytes >= 900_000, `b deduplicated ${result.files[1].dedupedBytes}`);
     assert.equal(result.files[0].newBytes, dataA.length);
-    assert.deepEqual(cas.calls.filter((c) => c.startsWith("POST")), ["POST /v1/xorbs/default/<hash>", "POST /v1/shards"]);
+    assert.deepEqual(
+      cas.calls.filter((c) => c.startsWith("POST")),
+      ["POST /v1/xorbs/default/<hash>", "POST /v1/shards"],
+    );
     assert.equal(result.xorbs.inserted, 1);
     assert.equal(cas.files.size, 3);
   });
@@ -209,7 +225,10 @@ describe("upload against an in-memory CAS", () => {
 
   it("compresses text on the thread pool into chunks the server validates, sending far fewer bytes", async () => {
     const cas = memoryCas();
-    const text = Buffer.from(Array.from({ length: 80_000 }, (_, i) => `2025-06-${10 + (i % 20)} level=info id=${(i * 7919) % 100_003} ok\n`).join(""), "latin1");
+    const text = Buffer.from(
+      Array.from({ length: 80_000 }, (_, i) => `2025-06-${10 + (i % 20)} level=info id=${(i * 7919) % 100_003} ok\n`).join(""),
+      "latin1",
+    );
     const path = join(dir, "log.txt");
     await writeFile(path, text);
     const result = await clientFor(cas.fetch).upload([path]);
@@ -226,7 +245,10 @@ describe("upload against an in-memory CAS", () => {
     const result = await clientFor(cas.fetch).upload([path]);
     const sizes = [...cas.xorbs.values()].map((x) => x.sizes.reduce((a, b) => a + b, 0));
     assert.equal(result.xorbs.inserted, sizes.length);
-    assert.equal(sizes.reduce((a, b) => a + b, 0), size);
+    assert.equal(
+      sizes.reduce((a, b) => a + b, 0),
+      size,
+    );
     assert.ok(sizes.length >= 3, `xorbs of ${sizes.join(", ")} bytes`);
     // Half of what is left, never above 64 MiB: the first takes at most 20 MiB of the 40.
     assert.ok(sizes[0] <= size / 2, `first xorb ${sizes[0]}`);

@@ -521,12 +521,7 @@ export function runBlobStoreContract(name: string, open: () => Promise<OpenedBlo
 
       it("lists by prefix in ascending order", () =>
         withStore(async (store) => {
-          const xorbs = [
-            keyStartingWith("xorbs", "ab01"),
-            keyStartingWith("xorbs", "ab02"),
-            keyStartingWith("xorbs", "ac"),
-            keyStartingWith("xorbs", "0f"),
-          ];
+          const xorbs = [keyStartingWith("xorbs", "ab01"), keyStartingWith("xorbs", "ab02"), keyStartingWith("xorbs", "ac"), keyStartingWith("xorbs", "0f")];
           const shards = [keyStartingWith("shards", "ab01"), keyStartingWith("shards", "ff")];
           for (const key of [...xorbs, ...shards]) await store.putIfAbsent(key, randomBytes(10));
           const sorted = (keys: BlobKey[]) => [...keys].sort();

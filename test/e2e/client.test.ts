@@ -316,7 +316,10 @@ describe("castor upload / castor download commands", () => {
       runClientCli("upload", ["--repo", REPO, join(work, "does-not-exist")], env()),
     ]);
     assert.equal(unreachable.code, 1);
-    assert.match(unreachable.stderr, new RegExp(`^castor upload: asking the hub .*cannot reach http://127\\.0\\.0\\.1:${closedPort}: ECONNREFUSED .*is castor running there\\?`, "m"));
+    assert.match(
+      unreachable.stderr,
+      new RegExp(`^castor upload: asking the hub .*cannot reach http://127\\.0\\.0\\.1:${closedPort}: ECONNREFUSED .*is castor running there\\?`, "m"),
+    );
 
     assert.equal(badToken.code, 1);
     assert.match(badToken.stderr, /answered 401 Unauthorized: .+ \(check the hub token given with --hub-token or CASTOR_HUB_TOKEN\)/);
@@ -331,7 +334,7 @@ describe("castor upload / castor download commands", () => {
   });
 
   it("fails with exit code 2 for a bad command line", async () => {
-    const cases: [("upload" | "download"), string[], RegExp][] = [
+    const cases: ["upload" | "download", string[], RegExp][] = [
       ["upload", [files.get("one")!.path], /--repo TYPE:NS\/NAME is required/],
       ["upload", ["--repo", "alice/bert", files.get("one")!.path], /repository must be TYPE:NAMESPACE\/NAME/],
       ["upload", ["--repo", REPO], /give at least one FILE/],

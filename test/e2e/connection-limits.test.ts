@@ -122,14 +122,33 @@ describe("request timeouts", () => {
     connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
     connection.socket.write(validXorb.bytes.subarray(0, 4096));
     // The upload is being staged (the route is reading the body) before the dribble starts.
-    const staged = await eventually(() => stagedFiles(server), (files) => files.length === 1);
+    const staged = await eventually(
+      () => stagedFiles(server),
+      (files) => files.length === 1,
+    );
     assert.equal(staged.length, 1, "the upload was staged");
     dribble(connection, "x", 200);
     await within(connection.closed, "the body timeouts cut the dribbling upload", 6000);
     assert.match(connection.received(), /^HTTP\/1\.1 408 /);
-    assert.match(connection.received(), /"error":"The request body of POST \/v1\/xorbs\/default\/[0-9a-f]{64} was cut because it arrived at less than 1024 bytes\/s/);
-    assert.deepEqual(await eventually(() => stagedFiles(server), (files) => files.length === 0), [], "the staged file is removed");
-    assert.ok((await eventually(() => openDescriptors(server), (n) => n <= descriptorsBefore)) <= descriptorsBefore, "descriptors released");
+    assert.match(
+      connection.received(),
+      /"error":"The request body of POST \/v1\/xorbs\/default\/[0-9a-f]{64} was cut because it arrived at less than 1024 bytes\/s/,
+    );
+    assert.deepEqual(
+      await eventually(
+        () => stagedFiles(server),
+        (files) => files.length === 0,
+      ),
+      [],
+      "the staged file is removed",
+    );
+    assert.ok(
+      (await eventually(
+        () => openDescriptors(server),
+        (n) => n <= descriptorsBefore,
+      )) <= descriptorsBefore,
+      "descriptors released",
+    );
   });
 
   it("cuts a body that stops altogether after the body timeout", async () => {
@@ -139,7 +158,13 @@ describe("request timeouts", () => {
     const tookMs = await within(connection.closed, "the body timeout cut the stalled upload", 6000);
     assert.ok(tookMs >= 900, `cut after ${tookMs} ms, before the 1 s body timeout`);
     assert.match(connection.received(), /^HTTP\/1\.1 408 [\s\S]*no byte of it arrived for 1 s/);
-    assert.deepEqual(await eventually(() => stagedFiles(server), (files) => files.length === 0), []);
+    assert.deepEqual(
+      await eventually(
+        () => stagedFiles(server),
+        (files) => files.length === 0,
+      ),
+      [],
+    );
   });
 
   it("answers an unauthenticated upload that dribbles with 401 and closes it within the linger bound", async () => {
@@ -176,10 +201,20 @@ describe("stalled shard uploads", () => {
     const request = Buffer.concat([Buffer.from(head), splitmix64Bytes(7n, SENT_BYTES)]);
     for (const { socket } of connections) socket.write(request);
     // Every upload got past the memory part of the spool into its file, and nothing waits unread.
-    const spooled = await eventually(() => spoolFiles(server), (names) => names.length === UPLOADS);
+    const spooled = await eventually(
+      () => spoolFiles(server),
+      (names) => names.length === UPLOADS,
+    );
     assert.equal(spooled.length, UPLOADS, "each stalled upload waits in a spool file");
     const port = Number(new URL(server.url).port);
-    assert.equal(await eventually(() => unreadByServer(port), (n) => n === 0), 0, "the server read everything sent");
+    assert.equal(
+      await eventually(
+        () => unreadByServer(port),
+        (n) => n === 0,
+      ),
+      0,
+      "the server read everything sent",
+    );
     const grownBytes = (await residentBytes(server)) - rssBefore;
     // 40 × 65 MiB announced would be 2.6 GB, the 40 × 8 MiB sent 320 MiB; what is held is at
     // most 2 MiB per upload in memory (DEFAULT_SPOOL_MEMORY_BYTES), the rest on disk. Resident
@@ -188,10 +223,21 @@ describe("stalled shard uploads", () => {
     assert.ok(grownBytes < 200 * MiB, `resident memory grew by ${Math.round(grownBytes / MiB)} MiB`);
     t.diagnostic(`resident memory grew by ${Math.round(grownBytes / MiB)} MiB for ${UPLOADS} stalled uploads of ${SENT_BYTES / MiB} MiB each`);
 
-    const closedWithin = await within(Promise.all(connections.map((connection) => connection.closed)), "the body timeout cut every stalled shard upload", 15_000);
+    const closedWithin = await within(
+      Promise.all(connections.map((connection) => connection.closed)),
+      "the body timeout cut every stalled shard upload",
+      15_000,
+    );
     assert.equal(closedWithin.length, UPLOADS);
     for (const connection of connections) assert.match(connection.received(), /^HTTP\/1\.1 408 /);
-    assert.deepEqual(await eventually(() => spoolFiles(server), (names) => names.length === 0), [], "the spool files are removed");
+    assert.deepEqual(
+      await eventually(
+        () => spoolFiles(server),
+        (names) => names.length === 0,
+      ),
+      [],
+      "the spool files are removed",
+    );
   });
 });
 
@@ -206,7 +252,11 @@ describe("answers the client does not read", () => {
     // 24 MiB of incompressible chunks: more than loopback's socket buffers take in, so a
     // response that is not read stays in progress.
     const xorb = serializeXorb(Array.from({ length: 192 }, (_, i) => ({ data: splitmix64Bytes(BigInt(i + 1), 128 * 1024), scheme: CompressionScheme.None })));
-    const upload = await fetch(`${server.url}/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, { method: "POST", body: xorb.bytes, headers: { authorization: `Bearer ${token}` } });
+    const upload = await fetch(`${server.url}/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, {
+      method: "POST",
+      body: xorb.bytes,
+      headers: { authorization: `Bearer ${token}` },
+    });
     assert.equal(upload.status, 200, await upload.text());
     const key = Buffer.from((await readFile(join(server.dataDir, KEYS_DIR_NAME, URL_KEY_FILE_NAME), "utf8")).trim(), "utf8");
     const urls = new HmacTransferUrls({ key, publicUrl: server.publicUrl, ttlSeconds: 600 });
@@ -224,9 +274,15 @@ describe("answers the client does not read", () => {
     const connections = await Promise.all(Array.from({ length: DOWNLOADS }, () => connect(server, { read: false })));
     for (const { socket } of connections) socket.write(`GET ${pathname}${search} HTTP/1.1\r\nHost: castor\r\nRange: bytes=0-${xorbBytes - 1}\r\n\r\n`);
     // Each download in progress holds its socket and the open xorb.
-    const during = await eventually(() => openDescriptors(server), (n) => n >= descriptorsBefore + 2 * DOWNLOADS);
+    const during = await eventually(
+      () => openDescriptors(server),
+      (n) => n >= descriptorsBefore + 2 * DOWNLOADS,
+    );
     assert.ok(during >= descriptorsBefore + 2 * DOWNLOADS, `${during} descriptors open during the downloads, ${descriptorsBefore} before`);
-    const afterwards = await eventually(() => openDescriptors(server), (n) => n <= descriptorsBefore);
+    const afterwards = await eventually(
+      () => openDescriptors(server),
+      (n) => n <= descriptorsBefore,
+    );
     assert.ok(afterwards <= descriptorsBefore, `${afterwards} descriptors open after the send timeout, ${descriptorsBefore} before`);
     t.diagnostic(`descriptors: ${descriptorsBefore} before, ${during} during ${DOWNLOADS} unread downloads, ${afterwards} after the send timeout`);
     // A client that does not read does not see the close either, until it reads again.
@@ -243,7 +299,10 @@ describe("shutdown with a stalled client", () => {
       const connection = await connect(server);
       connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
       connection.socket.write(validXorb.bytes.subarray(0, 4096));
-      await eventually(() => stagedFiles(server), (files) => files.length === 1);
+      await eventually(
+        () => stagedFiles(server),
+        (files) => files.length === 1,
+      );
       const signalledAt = Date.now();
       server.child.kill("SIGTERM");
       const status = await within(server.exited, "castor serve exited after SIGTERM", 6000);

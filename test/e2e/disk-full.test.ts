@@ -168,7 +168,10 @@ describe("a full data disk (a real tmpfs filled to the last page)", () => {
 
     const ready = await readiness();
     assert.equal(ready.status, 503);
-    assert.match(ready.body.error, /^castor's data disk \(CASTOR_DATA_DIR\) is full \(0 bytes available, not more than CASTOR_MIN_FREE_BYTES=65536\): free space or grow the volume/);
+    assert.match(
+      ready.body.error,
+      /^castor's data disk \(CASTOR_DATA_DIR\) is full \(0 bytes available, not more than CASTOR_MIN_FREE_BYTES=65536\): free space or grow the volume/,
+    );
 
     const logs = logsSince(logFrom);
     assert.equal(logs.full.length, 1, "logged once, at error level");
@@ -214,7 +217,10 @@ describe("a full data disk (a real tmpfs filled to the last page)", () => {
     assert.ok((await availableBytes()) > MIN_FREE_BYTES);
     const ready = await readiness();
     assert.equal(ready.status, 503);
-    assert.match(ready.body.error, /^castor's data disk \(CASTOR_DATA_DIR\) is full: free space or grow the volume; an upload failed for lack of space and none has stored anything since/);
+    assert.match(
+      ready.body.error,
+      /^castor's data disk \(CASTOR_DATA_DIR\) is full: free space or grow the volume; an upload failed for lack of space and none has stored anything since/,
+    );
   });
 
   it("takes uploads again once space is freed, without a restart, and /readyz turns 200", async () => {

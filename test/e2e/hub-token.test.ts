@@ -74,7 +74,9 @@ describe("castor serve: hub token operation", () => {
       await hub.createRepo("dataset", "alice/corpus");
       await hub.createRepo("space", "alice/demo");
       await hub.createRevision("model:alice/bert", "feature/x", "branch");
-      hubTokens.read = (await hub.createToken({ repos: ["model:alice/bert", "dataset:alice/corpus", "space:alice/demo"], access: "read", expiresAt: null })).secret;
+      hubTokens.read = (
+        await hub.createToken({ repos: ["model:alice/bert", "dataset:alice/corpus", "space:alice/demo"], access: "read", expiresAt: null })
+      ).secret;
       hubTokens.all = (await hub.createToken({ repos: "all", access: "write", expiresAt: null })).secret;
     } finally {
       await store.close();
@@ -256,7 +258,9 @@ describe("castor serve: token expiry and graceful shutdown", () => {
     const answer = readUntilClosed(socket);
     // The request has begun arriving when the signal comes; its end arrives during shutdown.
     await new Promise<void>((resolve, reject) =>
-      socket.write(`GET /api/models/alice/bert/xet-read-token/main HTTP/1.1\r\nHost: castor\r\nAuthorization: Bearer ${hubToken}\r\n`, (error) => (error ? reject(error) : resolve())),
+      socket.write(`GET /api/models/alice/bert/xet-read-token/main HTTP/1.1\r\nHost: castor\r\nAuthorization: Bearer ${hubToken}\r\n`, (error) =>
+        error ? reject(error) : resolve(),
+      ),
     );
     // The server process has read it: the request is in progress, not an idle connection.
     await until(async () => (await unreadByServer(port, socket.localPort)) === 0, "the server to read the beginning of the request");

@@ -81,7 +81,10 @@ after(async () => {
   await Promise.all([server?.stop(), server501?.stop()]);
 });
 
-function reconstruct(path: string, options: { token?: string; range?: string; headers?: Record<string, string>; target?: ServerProcess } = {}): Promise<Response> {
+function reconstruct(
+  path: string,
+  options: { token?: string; range?: string; headers?: Record<string, string>; target?: ServerProcess } = {},
+): Promise<Response> {
   const headers: Record<string, string> = { authorization: `Bearer ${options.token ?? bertRead}`, ...options.headers };
   if (options.range !== undefined) headers.range = options.range;
   return fetch(`${(options.target ?? server).url}${path}`, { headers });

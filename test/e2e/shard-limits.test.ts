@@ -77,7 +77,9 @@ describe("shard work bounds (real server)", () => {
       const allowed = Math.floor((references * 2) / 8128) + 1 + 64;
       assert.match(
         JSON.parse(text).error,
-        new RegExp(`^Shard rejected: file ${"ab".repeat(32)} \\(file block 0\\) references ${references} chunks for ${references * 2} bytes, more than the ${allowed} a file of that size can have`),
+        new RegExp(
+          `^Shard rejected: file ${"ab".repeat(32)} \\(file block 0\\) references ${references} chunks for ${references * 2} bytes, more than the ${allowed} a file of that size can have`,
+        ),
       );
       assert.equal(health.status, 200);
     }
@@ -91,7 +93,9 @@ describe("shard work bounds (real server)", () => {
     // 100 + 99 + … + 1 = 5,050 references; the running total passes 5,000 at block 90 (5,005).
     const files = Array.from({ length: 100 }, (_, i) => fileOver(xorb.info, i, 100));
     const shard = serializeUploadShard({ files, xorbs: [] }, { kind: "xet-core" });
-    const expected = new RegExp(`reference more than ${MAX_CHUNK_REFS} chunks in all \\(this server's CASTOR_MAX_SHARD_CHUNK_REFS\\), reached at file block 90: upload the files in several smaller shards`);
+    const expected = new RegExp(
+      `reference more than ${MAX_CHUNK_REFS} chunks in all \\(this server's CASTOR_MAX_SHARD_CHUNK_REFS\\), reached at file block 90: upload the files in several smaller shards`,
+    );
 
     const v1 = await post("/v1/shards", shard.slice());
     const v1Text = await v1.text();

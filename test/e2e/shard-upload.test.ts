@@ -97,10 +97,12 @@ function fileOver(xorb: SerializedXorb["info"], start: number, end: number): Sha
 
 const shardOf = (files: ShardFile[]) => serializeUploadShard({ files, xorbs: [] }, { kind: "xet-core" });
 
-const vectorInfo = serializeXorb(xorbVector.chunk_data_hex.map((hex: string, i: number) => ({ data: fromHex(hex), scheme: xorbVector.chunk_inputs[i].scheme }))).info;
+const vectorInfo = serializeXorb(
+  xorbVector.chunk_data_hex.map((hex: string, i: number) => ({ data: fromHex(hex), scheme: xorbVector.chunk_inputs[i].scheme })),
+).info;
 
 describe("POST /v1/shards and /shards", () => {
-  it("answers exactly {\"result\":1} for a new shard and {\"result\":0} for a known one, whatever its wire variant", async () => {
+  it('answers exactly {"result":1} for a new shard and {"result":0} for a known one, whatever its wire variant', async () => {
     const first = await post("/v1/shards", fromHex(shardVector.xet_core_style_hex));
     assert.equal(first.status, 200);
     assert.match(first.headers.get("content-type") ?? "", /^application\/json/);
@@ -125,13 +127,21 @@ describe("POST /v1/shards and /shards", () => {
   it("refuses a wrong file hash", async () => {
     const file = fileOver(vectorInfo, 0, 2);
     file.fileHash = fileOver(vectorInfo, 0, 3).fileHash;
-    await expectError(await post("/v1/shards", shardOf([file])), 400, /^Shard rejected: file [0-9a-f]{64} \(file block 0\): the file's chunks \(2 chunks, 1517 bytes\) hash to/);
+    await expectError(
+      await post("/v1/shards", shardOf([file])),
+      400,
+      /^Shard rejected: file [0-9a-f]{64} \(file block 0\): the file's chunks \(2 chunks, 1517 bytes\) hash to/,
+    );
   });
 
   it("refuses a wrong verification entry", async () => {
     const file = fileOver(vectorInfo, 1, 3);
     file.verificationHashes = [verificationHash([VECTOR_CHUNKS[2], VECTOR_CHUNKS[1]])];
-    await expectError(await post("/v1/shards", shardOf([file])), 400, /^Shard rejected: verification entry 0 of file [0-9a-f]{64} \(file block 0\) does not match chunks \[1, 3\)/);
+    await expectError(
+      await post("/v1/shards", shardOf([file])),
+      400,
+      /^Shard rejected: verification entry 0 of file [0-9a-f]{64} \(file block 0\) does not match chunks \[1, 3\)/,
+    );
   });
 
   it("refuses a malformed body with 400 and an oversized one with 413", async () => {
@@ -177,7 +187,10 @@ describe("POST /v2/shards (NDJSON)", () => {
     assert.deepEqual(Object.keys(last).sort(), ["message", "retryable", "type"]);
     assert.equal(last.type, "error");
     assert.equal(last.retryable, false);
-    assert.match(last.message as string, /^Shard rejected: term 0 of file [0-9a-f]{64} \(file block 0\) says chunks \[0, 3\) of xorb [0-9a-f]{64} unpack to \d+ bytes, but they hold \d+$/);
+    assert.match(
+      last.message as string,
+      /^Shard rejected: term 0 of file [0-9a-f]{64} \(file block 0\) says chunks \[0, 3\) of xorb [0-9a-f]{64} unpack to \d+ bytes, but they hold \d+$/,
+    );
 
     const malformed = await framesOf(await post("/v2/shards", new TextEncoder().encode("garbage")));
     assert.equal(malformed.length, 1);
@@ -228,14 +241,21 @@ describe("GET /v1/chunks/{prefix}/{hash}", () => {
   });
 
   it("answers an indexed chunk with a complete keyed shard a client can match against", async () => {
-    for (const path of [`/v1/chunks/default/${hashToHex(VECTOR_CHUNKS[0])}`, `/v1/chunks/default-merkledb/${hashToHex(VECTOR_CHUNKS[0])}`, `/chunks/default/${hashToHex(VECTOR_CHUNKS[0])}`]) {
+    for (const path of [
+      `/v1/chunks/default/${hashToHex(VECTOR_CHUNKS[0])}`,
+      `/v1/chunks/default-merkledb/${hashToHex(VECTOR_CHUNKS[0])}`,
+      `/chunks/default/${hashToHex(VECTOR_CHUNKS[0])}`,
+    ]) {
       const response = await get(path);
       assert.equal(response.status, 200, path);
       assert.equal(response.headers.get("content-type"), "application/octet-stream");
       assert.equal(response.headers.get("content-encoding"), null);
       const answer = parseFullShard(new Uint8Array(await response.arrayBuffer()));
       assert.equal(answer.files.length, 0);
-      assert.deepEqual(answer.xorbs.map((x) => hashToHex(x.xorbHash)), [VECTOR_XORB_HEX]);
+      assert.deepEqual(
+        answer.xorbs.map((x) => hashToHex(x.xorbHash)),
+        [VECTOR_XORB_HEX],
+      );
       const keyed = keyedChunkHash(answer.footer.hmacKey, VECTOR_CHUNKS[0]);
       assert.deepEqual(answer.xorbs[0].chunks[0].hash, keyed, "the client finds its chunk under the footer key");
       assert.equal(answer.footer.keyExpiry - answer.footer.creationTimestamp, 604_800n);
@@ -286,7 +306,11 @@ describe("/v2/shards heartbeat (in-process, short interval)", () => {
     try {
       const token = await casTokenSignedWith(privateKey, "write");
       const address = app.server.address() as { port: number };
-      const response = await fetch(`http://127.0.0.1:${address.port}/v2/shards`, { method: "POST", body: fromHex(shardVector.xet_core_style_hex), headers: { authorization: `Bearer ${token}` } });
+      const response = await fetch(`http://127.0.0.1:${address.port}/v2/shards`, {
+        method: "POST",
+        body: fromHex(shardVector.xet_core_style_hex),
+        headers: { authorization: `Bearer ${token}` },
+      });
       const [watched, kept] = response.body!.tee();
       void (async () => {
         let text = "";

@@ -207,13 +207,19 @@ describe("downloading a file through its reconstruction's transfer URLs", () => 
       }
       decoded.set(xorbHex, chunks);
     }
-    assert.deepEqual(assemble(plan.terms, plan.offset_into_first_range, (hex) => decoded.get(hex)!), fileBytes);
+    assert.deepEqual(
+      assemble(plan.terms, plan.offset_into_first_range, (hex) => decoded.get(hex)!),
+      fileBytes,
+    );
   });
 
   it("V2, one multi-range GET per entry answered with multipart/byteranges (hf.js)", async () => {
     const plan = await reconstruction<V2Reconstruction>(2);
     const entries = Object.values(plan.xorbs).flat();
-    assert.ok(entries.some((entry) => entry.ranges.length > 1), "the file's two terms give one entry with two ranges");
+    assert.ok(
+      entries.some((entry) => entry.ranges.length > 1),
+      "the file's two terms give one entry with two ranges",
+    );
     const decoded = new Map<string, Map<number, Buffer>>();
     for (const [xorbHex, xorbEntries] of Object.entries(plan.xorbs)) {
       const chunks = new Map<number, Buffer>();
@@ -230,7 +236,10 @@ describe("downloading a file through its reconstruction's transfer URLs", () => 
       }
       decoded.set(xorbHex, chunks);
     }
-    assert.deepEqual(assemble(plan.terms, plan.offset_into_first_range, (hex) => decoded.get(hex)!), fileBytes);
+    assert.deepEqual(
+      assemble(plan.terms, plan.offset_into_first_range, (hex) => decoded.get(hex)!),
+      fileBytes,
+    );
   });
 
   it("V1, one GET per fetch_info entry with its url_range", async () => {
@@ -245,7 +254,10 @@ describe("downloading a file through its reconstruction's transfer URLs", () => 
       }
       decoded.set(xorbHex, chunks);
     }
-    assert.deepEqual(assemble(plan.terms, plan.offset_into_first_range, (hex) => decoded.get(hex)!), fileBytes);
+    assert.deepEqual(
+      assemble(plan.terms, plan.offset_into_first_range, (hex) => decoded.get(hex)!),
+      fileBytes,
+    );
   });
 
   it("refuses the reconstruction's URL for a range it did not sign (the chunk between the terms)", async () => {
@@ -315,7 +327,10 @@ describe("transfer URLs against a running server", () => {
     await response.arrayBuffer();
     const expectedPath = `/v1/transfer/${hashToHex(xorb.info.hash)}`;
     const logged = await server.waitForRequests(from, (requests) => requests.some((line) => line.path === expectedPath));
-    assert.ok(logged.some((line) => line.path === expectedPath), "the transfer request was never logged");
+    assert.ok(
+      logged.some((line) => line.path === expectedPath),
+      "the transfer request was never logged",
+    );
     const signature = url.slice(url.lastIndexOf("&s=") + 3);
     const lines = transferLines();
     for (const line of lines) assert.match(String(line.path), /^\/v1\/transfer\/[0-9a-f]{64}$/);
@@ -348,10 +363,7 @@ describe("single ranges served from pooled read buffers", () => {
   function bigRanges(): ByteRange[] {
     const size = big.bytes.length;
     const starts = [0, 1_048_575, 2_000_003, size - 3_000_001];
-    return starts.flatMap((start) => [
-      byteRange(start, size - 1),
-      byteRange(start, Math.min(size - 1, start + 2_500_000)),
-    ]);
+    return starts.flatMap((start) => [byteRange(start, size - 1), byteRange(start, Math.min(size - 1, start + 2_500_000))]);
   }
 
   /**

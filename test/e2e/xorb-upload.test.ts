@@ -57,12 +57,16 @@ interface Answer {
  */
 function send(method: string, path: string, body: Uint8Array | null, headers: Record<string, string> = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const request = httpRequest(`${server.url}${path}`, { method, headers: body === null ? headers : { "content-length": String(body.length), ...headers } }, (response) => {
-      const parts: Buffer[] = [];
-      response.on("data", (part: Buffer) => parts.push(part));
-      response.on("end", () => resolve({ status: response.statusCode!, headers: response.headers, text: Buffer.concat(parts).toString("utf8") }));
-      response.on("error", reject);
-    });
+    const request = httpRequest(
+      `${server.url}${path}`,
+      { method, headers: body === null ? headers : { "content-length": String(body.length), ...headers } },
+      (response) => {
+        const parts: Buffer[] = [];
+        response.on("data", (part: Buffer) => parts.push(part));
+        response.on("end", () => resolve({ status: response.statusCode!, headers: response.headers, text: Buffer.concat(parts).toString("utf8") }));
+        response.on("error", reject);
+      },
+    );
     request.on("error", reject);
     request.end(body ?? undefined);
   });
@@ -76,14 +80,18 @@ const head = (hex: string, token = readToken) => send("HEAD", `/v1/xorbs/default
 /** Sends the headers and `pieces` but never ends the request; resolves with the answer. */
 function unfinishedUpload(hex: string, headers: Record<string, string>, pieces: Uint8Array[]): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const request = httpRequest(`${server.url}/v1/xorbs/default/${hex}`, { method: "POST", headers: { authorization: `Bearer ${writeToken}`, ...headers } }, (response) => {
-      const parts: Buffer[] = [];
-      response.on("data", (part: Buffer) => parts.push(part));
-      response.on("end", () => {
-        request.destroy();
-        resolve({ status: response.statusCode!, headers: response.headers, text: Buffer.concat(parts).toString("utf8") });
-      });
-    });
+    const request = httpRequest(
+      `${server.url}/v1/xorbs/default/${hex}`,
+      { method: "POST", headers: { authorization: `Bearer ${writeToken}`, ...headers } },
+      (response) => {
+        const parts: Buffer[] = [];
+        response.on("data", (part: Buffer) => parts.push(part));
+        response.on("end", () => {
+          request.destroy();
+          resolve({ status: response.statusCode!, headers: response.headers, text: Buffer.concat(parts).toString("utf8") });
+        });
+      },
+    );
     request.on("error", reject);
     request.flushHeaders();
     for (const piece of pieces) request.write(piece);
@@ -133,7 +141,7 @@ function freshXorb(options: { footer?: boolean; rawBytes?: number } = {}): Seria
 }
 
 describe("xorb upload against a real server", () => {
-  it("stores a xorb sent without Content-Type, answers {\"was_inserted\":true} once and false afterwards", async () => {
+  it('stores a xorb sent without Content-Type, answers {"was_inserted":true} once and false afterwards', async () => {
     const xorb = freshXorb();
     const hex = hashToHex(xorb.info.hash);
     assert.equal((await head(hex)).status, 404);
@@ -191,7 +199,10 @@ describe("xorb upload against a real server", () => {
   });
 
   it("answers telemetry with 200 and drops it", async () => {
-    const answer = await send("POST", "/v1/telemetry", new TextEncoder().encode('{"event":"upload"}'), { authorization: `Bearer ${readToken}`, "content-type": "application/json" });
+    const answer = await send("POST", "/v1/telemetry", new TextEncoder().encode('{"event":"upload"}'), {
+      authorization: `Bearer ${readToken}`,
+      "content-type": "application/json",
+    });
     assert.equal(answer.status, 200, answer.text);
   });
 });
@@ -209,7 +220,11 @@ describe("refused xorb uploads (docs/protocol.md §11) leave no trace", () => {
   it("400 when the body's hash is not the path's", async () => {
     const xorb = freshXorb();
     const claimed = hashToHex(freshXorb().info.hash);
-    assertError(await upload(claimed, xorb.bytes), 400, new RegExp(`xorb hash of the uploaded chunks is ${hashToHex(xorb.info.hash)}, but the upload names ${claimed}`));
+    assertError(
+      await upload(claimed, xorb.bytes),
+      400,
+      new RegExp(`xorb hash of the uploaded chunks is ${hashToHex(xorb.info.hash)}, but the upload names ${claimed}`),
+    );
     await assertNoTrace(claimed);
     await assertNoTrace(hashToHex(xorb.info.hash));
   });

@@ -1,15 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import {
-  ChunkBoundaryScanner,
-  Chunker,
-  GEAR_TABLE,
-  MAX_CHUNK_SIZE,
-  MIN_CHUNK_SIZE,
-  chunkBoundaries,
-  splitIntoChunks,
-} from "../../src/format/chunker.js";
+import { ChunkBoundaryScanner, Chunker, GEAR_TABLE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, chunkBoundaries, splitIntoChunks } from "../../src/format/chunker.js";
 import { chunkHash, hashToHex } from "../../src/format/hash.js";
 import { loadVector, splitmix64Bytes } from "../helpers/vectors.js";
 
@@ -246,7 +238,12 @@ describe("streaming", () => {
   }
 
   it("random splits (including empty pieces) give the same boundaries and chunks", () => {
-    for (const [seed, maxPiece] of [[1, 300], [2, 9000], [3, 70_000], [4, 200_000]]) {
+    for (const [seed, maxPiece] of [
+      [1, 300],
+      [2, 9000],
+      [3, 70_000],
+      [4, 200_000],
+    ]) {
       const sizes = randomPieceSizes(data.length, seed, maxPiece);
       assert.deepEqual(streamedBoundaries(data, sizes), whole, `seed ${seed}`);
       const chunks = streamedChunks(data, sizes);

@@ -2,12 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { bg4Regroup, bg4Split } from "../../src/format/bg4.js";
-import {
-  compressChunk,
-  CompressionScheme,
-  decompressChunk,
-  MAX_CHUNK_UNCOMPRESSED_BYTES,
-} from "../../src/format/compression.js";
+import { compressChunk, CompressionScheme, decompressChunk, MAX_CHUNK_UNCOMPRESSED_BYTES } from "../../src/format/compression.js";
 import { FormatError } from "../../src/format/errors.js";
 import { decodeLz4Frame, encodeLz4Frame, LZ4_BLOCK_MAX_SIZES, xxh32 } from "../../src/format/lz4.js";
 
@@ -47,23 +42,17 @@ const compressibleBytes = (maxLength: number) =>
  * is a large compressed block (the native decoding path) rather than a few long matches.
  */
 const lowEntropyBytes = (maxLength: number) =>
-  fc
-    .record({ length: fc.integer({ min: 0, max: maxLength }), alphabet: fc.integer({ min: 2, max: 40 }), seed: fc.nat() })
-    .map(({ length, alphabet, seed }) => {
-      const out = new Uint8Array(length);
-      let state = seed;
-      for (let i = 0; i < length; i++) {
-        state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0;
-        out[i] = 0x41 + ((state >>> 16) % alphabet);
-      }
-      return out;
-    });
+  fc.record({ length: fc.integer({ min: 0, max: maxLength }), alphabet: fc.integer({ min: 2, max: 40 }), seed: fc.nat() }).map(({ length, alphabet, seed }) => {
+    const out = new Uint8Array(length);
+    let state = seed;
+    for (let i = 0; i < length; i++) {
+      state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0;
+      out[i] = 0x41 + ((state >>> 16) % alphabet);
+    }
+    return out;
+  });
 
-const chunkBytes = fc.oneof(
-  fc.uint8Array({ maxLength: 3000 }),
-  compressibleBytes(MAX_CHUNK_UNCOMPRESSED_BYTES),
-  lowEntropyBytes(MAX_CHUNK_UNCOMPRESSED_BYTES),
-);
+const chunkBytes = fc.oneof(fc.uint8Array({ maxLength: 3000 }), compressibleBytes(MAX_CHUNK_UNCOMPRESSED_BYTES), lowEntropyBytes(MAX_CHUNK_UNCOMPRESSED_BYTES));
 
 const frameOptions = fc.record({
   blockMaxSize: fc.constantFrom(...LZ4_BLOCK_MAX_SIZES),
@@ -202,10 +191,7 @@ describe("property: hostile payloads only ever yield a FormatError or exactly th
   });
 
   it("random block words and block contents (small blocks, JS and native paths)", () => {
-    const block = fc.oneof(
-      fc.uint8Array({ minLength: 1, maxLength: 64 }),
-      fc.uint8Array({ minLength: 2048, maxLength: 4096 }),
-    );
+    const block = fc.oneof(fc.uint8Array({ minLength: 1, maxLength: 64 }), fc.uint8Array({ minLength: 2048, maxLength: 4096 }));
     fc.assert(
       fc.property(fc.array(fc.tuple(block, fc.boolean()), { minLength: 1, maxLength: 3 }), fc.boolean(), fc.nat({ max: 5000 }), (blocks, linked, declared) => {
         const head = encodeLz4Frame(new Uint8Array(0), { linkedBlocks: linked }).subarray(0, 7);

@@ -70,10 +70,7 @@ describe("decompressChunk on xorb-small.json", () => {
       chunks.map((c) => c.scheme),
       xorb.expected.chunks.map((c: { compression_scheme: number }) => c.compression_scheme),
     );
-    assert.deepEqual(
-      chunks.map((c) => c.scheme).sort(),
-      [0, 1, 2],
-    );
+    assert.deepEqual(chunks.map((c) => c.scheme).sort(), [0, 1, 2]);
   });
 
   chunks.forEach((chunk, index) => {
@@ -327,6 +324,9 @@ describe("compressChunkBestAsync", () => {
   });
 
   it("refuses chunks over 128 KiB", async () => {
-    await assert.rejects(compressChunkBestAsync(new Uint8Array(MAX_CHUNK_UNCOMPRESSED_BYTES + 1)), (error: unknown) => error instanceof FormatError && error.code === "chunk_too_large");
+    await assert.rejects(
+      compressChunkBestAsync(new Uint8Array(MAX_CHUNK_UNCOMPRESSED_BYTES + 1)),
+      (error: unknown) => error instanceof FormatError && error.code === "chunk_too_large",
+    );
   });
 });

@@ -60,11 +60,11 @@ describe("git ids", () => {
     const sub = git(["mktree"], `100644 blob ${blob}\tinner.txt\n`);
     const items: GitTreeItem[] = (
       [
-      { type: "file", name: "a0", oid: blob },
-      { type: "directory", name: "a", oid: sub },
-      { type: "file", name: "a.txt", oid: blob },
-      { type: "file", name: "B", oid: blob },
-      { type: "file", name: "ü", oid: blob },
+        { type: "file", name: "a0", oid: blob },
+        { type: "directory", name: "a", oid: sub },
+        { type: "file", name: "a.txt", oid: blob },
+        { type: "file", name: "B", oid: blob },
+        { type: "file", name: "ü", oid: blob },
         { type: "file", name: "with space", oid: blob },
       ] as GitTreeItem[]
     ).sort(compareTreeItems);

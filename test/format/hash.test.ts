@@ -44,7 +44,10 @@ describe("hash string form (hex-rendering.json)", () => {
     assert.ok(isHashHex(good));
     for (const bad of ["", good.slice(1), `${good}0`, good.toUpperCase(), good.replace("7", "g"), ` ${good.slice(1)}`, `${good.slice(0, 63)}\n`]) {
       assert.equal(isHashHex(bad), false, JSON.stringify(bad));
-      assert.throws(() => hashFromHex(bad), (e: unknown) => e instanceof FormatError && e.code === "bad_hash");
+      assert.throws(
+        () => hashFromHex(bad),
+        (e: unknown) => e instanceof FormatError && e.code === "bad_hash",
+      );
     }
   });
   it("first/last word are the first/last 16 characters of the string form", () => {

@@ -2,14 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { compressFrameSync, compressSync, decompressFrameSync, uncompressSync } from "lz4-napi";
-import {
-  decodeLz4Frame,
-  encodeLz4Frame,
-  LZ4_BLOCK_MAX_SIZES,
-  LZ4_NATIVE_BLOCK_MIN_BYTES,
-  xxh32,
-  type Lz4FrameOptions,
-} from "../../src/format/lz4.js";
+import { decodeLz4Frame, encodeLz4Frame, LZ4_BLOCK_MAX_SIZES, LZ4_NATIVE_BLOCK_MIN_BYTES, xxh32, type Lz4FrameOptions } from "../../src/format/lz4.js";
 import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
 import { fromHex, loadVector, splitmix64Bytes, toHex } from "../helpers/vectors.js";
 
@@ -185,11 +178,7 @@ describe("encodeLz4Frame", () => {
         const options = { ...flags, blockMaxSize };
         const frame = encodeLz4Frame(data, options);
         const expectedFlg =
-          0x40 |
-          (flags.linkedBlocks ? 0 : 0x20) |
-          (flags.blockChecksums ? 0x10 : 0) |
-          (flags.contentSize ? 0x08 : 0) |
-          (flags.contentChecksum ? 0x04 : 0);
+          0x40 | (flags.linkedBlocks ? 0 : 0x20) | (flags.blockChecksums ? 0x10 : 0) | (flags.contentSize ? 0x08 : 0) | (flags.contentChecksum ? 0x04 : 0);
         assert.equal(frame[4], expectedFlg, JSON.stringify(options));
         assert.equal(frame[5], (LZ4_BLOCK_MAX_SIZES.indexOf(blockMaxSize) + 4) << 4);
         assert.equal(blocksOf(frame).length, Math.ceil(data.length / blockMaxSize));
@@ -371,12 +360,7 @@ describe("decodeLz4Frame: rejects malformed frames", () => {
 
   it("rejects corrupt block data with a FormatError", () => {
     // Offset 0 and a match reaching before the start of the output.
-    for (const block of [
-      [0x11, 0x61, 0x00, 0x00, 0x00],
-      [0x11, 0x61, 0x05, 0x00, 0x00],
-      [0x10],
-      [0x11, 0x61, 0x01, 0x00],
-    ]) {
+    for (const block of [[0x11, 0x61, 0x00, 0x00, 0x00], [0x11, 0x61, 0x05, 0x00, 0x00], [0x10], [0x11, 0x61, 0x01, 0x00]]) {
       const frame = Uint8Array.from([...plain.subarray(0, 7), block.length, 0, 0, 0, ...block, 0, 0, 0, 0]);
       expectFormatError(() => decodeLz4Frame(frame, 10), "bad_compression");
     }
@@ -519,10 +503,7 @@ describe("decodeLz4Frame: overlapping matches (runs) on the JavaScript path", ()
   it("decodes runs of every short period and length exactly as lz4_flex does", () => {
     for (const offset of [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255]) {
       for (const length of [4, 19, 32, 33, 34, 64, 65, 100, 1000, 4097, 65_000, 131_000]) {
-        const sequences: Sequence[] = [
-          { literals: seedBytes(offset, offset), match: { offset, length } },
-          { literals: seedBytes(5, 99) },
-        ];
+        const sequences: Sequence[] = [{ literals: seedBytes(offset, offset), match: { offset, length } }, { literals: seedBytes(5, 99) }];
         const expected = expandSequences(sequences);
         const block = rawBlock(sequences);
         assert.ok(block.length < LZ4_NATIVE_BLOCK_MIN_BYTES, `offset ${offset} length ${length} stays on the JS path`);
@@ -591,7 +572,7 @@ describe("property: the block decoder accepts exactly what lz4_flex accepts", ()
         for (let i = 0; i < length; i++) {
           state = (Math.imul(state, 1_103_515_245) + 12_345) >>> 0;
           // Runs of one letter make long overlapping matches; mixed letters make short sequences.
-          out[i] = (state >>> 28) < 3 ? out[Math.max(0, i - 1)] : 0x61 + ((state >>> 16) % alphabet);
+          out[i] = state >>> 28 < 3 ? out[Math.max(0, i - 1)] : 0x61 + ((state >>> 16) % alphabet);
         }
         return out;
       }),

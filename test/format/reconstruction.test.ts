@@ -11,13 +11,7 @@ import { renderV1, renderV2, SINGLE_RANGE_V2_LIMITS, type RangeUrlSigner } from 
 import { FormatError } from "../../src/format/errors.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import { ChunkTable, chunkRange, halfOpenByteRange, type ByteRange } from "../../src/format/ranges.js";
-import {
-  coversTerm,
-  fetchSourcesOf,
-  MAX_FETCH_URL_CHARS,
-  parseReconstructionV1,
-  parseReconstructionV2,
-} from "../../src/format/reconstruction.js";
+import { coversTerm, fetchSourcesOf, MAX_FETCH_URL_CHARS, parseReconstructionV1, parseReconstructionV2 } from "../../src/format/reconstruction.js";
 import { validateXorb } from "../../src/format/xorb.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
 import { xorbRecord } from "../helpers/fixtures.js";
@@ -103,7 +97,10 @@ describe("reconstruction answers: what the server renders, the parser reads", ()
     );
   });
 
-  function assertMatchesPlan(parsed: ReturnType<typeof parseReconstructionV1> | ReturnType<typeof parseReconstructionV2>, plan: ReturnType<typeof planReconstruction>): void {
+  function assertMatchesPlan(
+    parsed: ReturnType<typeof parseReconstructionV1> | ReturnType<typeof parseReconstructionV2>,
+    plan: ReturnType<typeof planReconstruction>,
+  ): void {
     assert.equal(parsed.offset_into_first_range, plan.offsetIntoFirstRange);
     assert.deepEqual(
       parsed.terms.map((t) => [t.hash, t.range.start, t.range.end, t.unpacked_length]),
@@ -126,7 +123,12 @@ describe("reconstruction answers: refusals", () => {
     ["an empty term", 1, (b) => (b.terms[0].range = { start: 2, end: 2 }), /term 0 has no chunk range/],
     ["a term hash in capitals", 2, (b) => (b.terms[1].hash = b.terms[1].hash.toUpperCase()), /term 1 has no xorb hash/],
     ["an unpacked length over 64 MiB", 2, (b) => (b.terms[0].unpacked_length = 2 ** 27), /unpacked_length/],
-    ["a byte range too short for its chunks", 2, (b) => (b.xorbs[XORB_HEX][0].ranges[0].bytes = { start: 0, end: 3 }), /spans 4 bytes, impossible for \d+ chunks/],
+    [
+      "a byte range too short for its chunks",
+      2,
+      (b) => (b.xorbs[XORB_HEX][0].ranges[0].bytes = { start: 0, end: 3 }),
+      /spans 4 bytes, impossible for \d+ chunks/,
+    ],
     ["a byte range over a xorb's size", 1, (b) => (b.fetch_info[XORB_HEX][0].url_range = { start: 0, end: 2 ** 40 }), /impossible/],
     ["a byte range ending before it starts", 2, (b) => (b.xorbs[XORB_HEX][0].ranges[0].bytes = { start: 10, end: 9 }), /no byte range/],
     ["a V1 entry without url_range", 1, (b) => delete b.fetch_info[XORB_HEX][0].url_range, /no byte range/],
@@ -144,7 +146,11 @@ describe("reconstruction answers: refusals", () => {
       const parse = version === 2 ? parseReconstructionV2 : parseReconstructionV1;
       assert.throws(
         () => parse(body),
-        (error: unknown) => error instanceof FormatError && error.code === "bad_reconstruction" && error.message.startsWith(`invalid V${version} reconstruction: `) && message.test(error.message),
+        (error: unknown) =>
+          error instanceof FormatError &&
+          error.code === "bad_reconstruction" &&
+          error.message.startsWith(`invalid V${version} reconstruction: `) &&
+          message.test(error.message),
       );
     });
   }
@@ -176,7 +182,15 @@ describe("ChunkTable", () => {
 
   it("finds the chunk holding an uncompressed byte", () => {
     // Chunks hold bytes [0, 1000), [1000, 1517), [1517, 3565).
-    const cases: [number, number][] = [[0, 0], [999, 0], [1000, 1], [1516, 1], [1517, 2], [3564, 2], [3565, 3]];
+    const cases: [number, number][] = [
+      [0, 0],
+      [999, 0],
+      [1000, 1],
+      [1516, 1],
+      [1517, 2],
+      [3564, 2],
+      [3565, 3],
+    ];
     for (const [offset, chunk] of cases) assert.equal(table.chunkHoldingUnpackedByte(offset, 0, 3), chunk, `byte ${offset}`);
     assert.equal(table.chunkHoldingUnpackedByte(0, 1, 3), 1, "never before the first chunk searched");
   });

@@ -1,7 +1,17 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { SHARD_FOOTER_BYTES, SHARD_HEADER_BYTES, SHARD_RECORD_BYTES, parseFullShard, parseUploadShard, type ShardContent, type ShardFile, type ShardSections, type ShardXorb } from "../../src/format/shard.js";
+import {
+  SHARD_FOOTER_BYTES,
+  SHARD_HEADER_BYTES,
+  SHARD_RECORD_BYTES,
+  parseFullShard,
+  parseUploadShard,
+  type ShardContent,
+  type ShardFile,
+  type ShardSections,
+  type ShardXorb,
+} from "../../src/format/shard.js";
 import { serializeFullShard, serializeUploadShard } from "../../src/format/shard-writer.js";
 import { FormatError } from "../../src/format/errors.js";
 import { hashToHex, isZeroHash, keyedChunkHash, type Hash } from "../../src/format/hash.js";
@@ -9,9 +19,7 @@ import { hashToHex, isZeroHash, keyedChunkHash, type Hash } from "../../src/form
 const U32_MAX = 0xffff_ffff;
 
 // fast-check biases towards extreme values, so an all-0xFF hash (a bookend) is a real draw.
-const hashArb: fc.Arbitrary<Hash> = fc
-  .uint8Array({ minLength: 32, maxLength: 32 })
-  .filter((h) => !h.every((b) => b === 0xff));
+const hashArb: fc.Arbitrary<Hash> = fc.uint8Array({ minLength: 32, maxLength: 32 }).filter((h) => !h.every((b) => b === 0xff));
 const u32Arb = fc.integer({ min: 0, max: U32_MAX });
 
 const termArb = fc
@@ -44,9 +52,7 @@ const xorbArb: fc.Arbitrary<ShardXorb> = fc.record({
 
 const contentArb: fc.Arbitrary<ShardContent> = fc
   .boolean()
-  .chain((withVerification) =>
-    fc.record({ files: fc.array(fileArb(withVerification), { maxLength: 4 }), xorbs: fc.array(xorbArb, { maxLength: 4 }) }),
-  );
+  .chain((withVerification) => fc.record({ files: fc.array(fileArb(withVerification), { maxLength: 4 }), xorbs: fc.array(xorbArb, { maxLength: 4 }) }));
 
 const footerArb = fc.record({
   hmacKey: fc.option(fc.uint8Array({ minLength: 32, maxLength: 32 }), { nil: undefined }),
@@ -139,8 +145,14 @@ describe("shard round trip (property)", () => {
           [parsed.footer.fileLookupOffset, parsed.footer.xorbLookupOffset, parsed.footer.chunkLookupOffset, parsed.footer.footerOffset],
           [end, end, end, end],
         );
-        assert.equal(parsed.footer.storedBytes, content.xorbs.reduce((sum, x) => sum + BigInt(x.numBytesInXorb), 0n));
-        assert.equal(parsed.footer.storedBytesOnDisk, content.xorbs.reduce((sum, x) => sum + BigInt(x.numBytesOnDisk), 0n));
+        assert.equal(
+          parsed.footer.storedBytes,
+          content.xorbs.reduce((sum, x) => sum + BigInt(x.numBytesInXorb), 0n),
+        );
+        assert.equal(
+          parsed.footer.storedBytesOnDisk,
+          content.xorbs.reduce((sum, x) => sum + BigInt(x.numBytesOnDisk), 0n),
+        );
         assert.equal(
           parsed.footer.materializedBytes,
           content.files.reduce((sum, f) => sum + f.terms.reduce((s, t) => s + BigInt(t.unpackedBytes), 0n), 0n),
@@ -188,37 +200,33 @@ describe("shard readers on damaged input (property)", () => {
     );
   });
 
-  it(
-    "a corrupted count is rejected before the parser allocates or loops per that count",
-    { timeout: 20_000 },
-    () => {
-      let worstGrowth = 0;
-      fc.assert(
-        fc.property(
-          contentArb.filter((c) => c.files.length + c.xorbs.length > 0),
-          variantArb,
-          fc.nat(),
-          // ≥ 2^24 records would be ≥ 768 MiB of input and hundreds of MiB of parsed objects.
-          fc.integer({ min: 2 ** 24, max: U32_MAX }),
-          (content, variant, which, count) => {
-            const bytes = serialize(content, variant);
-            const fields = countFieldOffsets(content);
-            const field = fields[which % fields.length];
-            new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).setUint32(field, count, true);
-            const before = process.memoryUsage();
-            const [uploadError, fullError] = parseAll(bytes);
-            const after = process.memoryUsage();
-            worstGrowth = Math.max(worstGrowth, after.heapUsed - before.heapUsed + (after.arrayBuffers - before.arrayBuffers));
-            assert.ok(uploadError instanceof FormatError, String(uploadError));
-            assert.equal(uploadError.code, "truncated", uploadError.message);
-            // The full reader may stop earlier (an upload variant's footer), but only with a FormatError.
-            assert.ok(fullError instanceof FormatError, String(fullError));
-            if (variant === "full") assert.equal(fullError.code, "truncated", fullError.message);
-          },
-        ),
-        { numRuns: 100 },
-      );
-      assert.ok(worstGrowth < 32 * 1024 * 1024, `parsing grew memory by ${worstGrowth} bytes`);
-    },
-  );
+  it("a corrupted count is rejected before the parser allocates or loops per that count", { timeout: 20_000 }, () => {
+    let worstGrowth = 0;
+    fc.assert(
+      fc.property(
+        contentArb.filter((c) => c.files.length + c.xorbs.length > 0),
+        variantArb,
+        fc.nat(),
+        // ≥ 2^24 records would be ≥ 768 MiB of input and hundreds of MiB of parsed objects.
+        fc.integer({ min: 2 ** 24, max: U32_MAX }),
+        (content, variant, which, count) => {
+          const bytes = serialize(content, variant);
+          const fields = countFieldOffsets(content);
+          const field = fields[which % fields.length];
+          new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).setUint32(field, count, true);
+          const before = process.memoryUsage();
+          const [uploadError, fullError] = parseAll(bytes);
+          const after = process.memoryUsage();
+          worstGrowth = Math.max(worstGrowth, after.heapUsed - before.heapUsed + (after.arrayBuffers - before.arrayBuffers));
+          assert.ok(uploadError instanceof FormatError, String(uploadError));
+          assert.equal(uploadError.code, "truncated", uploadError.message);
+          // The full reader may stop earlier (an upload variant's footer), but only with a FormatError.
+          assert.ok(fullError instanceof FormatError, String(fullError));
+          if (variant === "full") assert.equal(fullError.code, "truncated", fullError.message);
+        },
+      ),
+      { numRuns: 100 },
+    );
+    assert.ok(worstGrowth < 32 * 1024 * 1024, `parsing grew memory by ${worstGrowth} bytes`);
+  });
 });

@@ -1,7 +1,22 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, FILE_FLAG_WITH_METADATA_EXT, FILE_FLAG_WITH_VERIFICATION, SHARD_FOOTER_BYTES, SHARD_RECORD_BYTES, decodeShardFooter, hasGlobalDedupFlag, parseFullShard, parseUploadShard, shardSha256FromDigest, type ParsedShardFile, type ShardContent, type ShardFile, type ShardXorb } from "../../src/format/shard.js";
+import {
+  CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE,
+  FILE_FLAG_WITH_METADATA_EXT,
+  FILE_FLAG_WITH_VERIFICATION,
+  SHARD_FOOTER_BYTES,
+  SHARD_RECORD_BYTES,
+  decodeShardFooter,
+  hasGlobalDedupFlag,
+  parseFullShard,
+  parseUploadShard,
+  shardSha256FromDigest,
+  type ParsedShardFile,
+  type ShardContent,
+  type ShardFile,
+  type ShardXorb,
+} from "../../src/format/shard.js";
 import { serializeFullShard, serializeUploadShard } from "../../src/format/shard-writer.js";
 import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
 import { firstWord, hashFromHex, hashToHex, keyedChunkHash, verificationHash, ZERO_HASH } from "../../src/format/hash.js";
@@ -322,7 +337,7 @@ describe("upload shard rejections", () => {
     const tail = xetCoreUpload();
     tail[31] ^= 1; // the last magic byte counts too
     rejects(() => parseUploadShard(tail), "bad_shard_header");
-    rejects(() => parseUploadShard(Buffer.from("{\"not\":\"a shard\"}")), "bad_shard_header");
+    rejects(() => parseUploadShard(Buffer.from('{"not":"a shard"}')), "bad_shard_header");
   });
 
   it("rejects a header shorter than 48 bytes as truncated", () => {
@@ -407,10 +422,7 @@ describe("upload shard rejections", () => {
   it("rejects a shard in which only some files carry verification entries", () => {
     const content = uploadVectorContent(0);
     const withVerification = serializeUploadShard(content, { kind: "xet-core" });
-    const without = serializeUploadShard(
-      { files: content.files.map((f) => ({ ...f, verificationHashes: null })), xorbs: content.xorbs },
-      { kind: "xet-core" },
-    );
+    const without = serializeUploadShard({ files: content.files.map((f) => ({ ...f, verificationHashes: null })), xorbs: content.xorbs }, { kind: "xet-core" });
     // Splice: block 0 with verification, then block 1 and the rest without.
     const block1Without = 48 + (1 + 1 + 1) * SHARD_RECORD_BYTES;
     const mixed = concat(withVerification.subarray(0, uploadVectorFileBlockOffset(1)), without.subarray(block1Without));
@@ -448,7 +460,10 @@ describe("complete shards: the dedup answer (shard-dedup-response-small.json)", 
     assert.equal(shard.footer.creationTimestamp, BigInt(creationTimestamp));
     assert.equal(shard.footer.keyExpiry, BigInt(keyExpiry));
     assert.equal(hashToHex(shard.footer.hmacKey), v.hmac_key);
-    assert.deepEqual(shard.xorbs[0].chunks.map((c) => hashToHex(c.hash)), v.expected.keyed_chunk_hashes);
+    assert.deepEqual(
+      shard.xorbs[0].chunks.map((c) => hashToHex(c.hash)),
+      v.expected.keyed_chunk_hashes,
+    );
     // hmac(query_chunk_hash, key) == keyed_chunk_hashes[0]
     const query = hashFromHex(v.query_chunk_hash);
     assert.deepEqual(keyedChunkHash(shard.footer.hmacKey, query), shard.xorbs[0].chunks[0].hash);
@@ -459,7 +474,10 @@ describe("complete shards: the dedup answer (shard-dedup-response-small.json)", 
     const content = uploadVectorContent(1398);
     for (const hmacKey of [undefined, ZERO_HASH]) {
       const shard = parseFullShard(serializeFullShard(content, { hmacKey, creationTimestamp: 5, keyExpiry: 6 }));
-      assert.deepEqual(shard.xorbs[0].chunks.map((c) => c.hash), content.xorbs[0].chunks.map((c) => c.hash));
+      assert.deepEqual(
+        shard.xorbs[0].chunks.map((c) => c.hash),
+        content.xorbs[0].chunks.map((c) => c.hash),
+      );
       assert.deepEqual(shard.footer.hmacKey, ZERO_HASH);
       assert.equal(shard.footer.storedBytesOnDisk, 1398n);
       assert.equal(shard.footer.storedBytes, 3565n);
@@ -641,7 +659,10 @@ describe("complete shard rejections", () => {
 describe("serializer input checks", () => {
   const content = () => uploadVectorContent(0);
   const refuses = (c: ShardContent, message: RegExp) => {
-    assert.throws(() => serializeUploadShard(c, { kind: "xet-core" }), (e: unknown) => e instanceof RangeError && message.test(e.message));
+    assert.throws(
+      () => serializeUploadShard(c, { kind: "xet-core" }),
+      (e: unknown) => e instanceof RangeError && message.test(e.message),
+    );
     assert.throws(() => serializeFullShard(c, { creationTimestamp: 0, keyExpiry: 0 }), RangeError);
   };
 

@@ -9,35 +9,26 @@ import { XorbValidator, serializeXorb, type XorbChunkSource, type XorbInfo, type
 const chunkDataArb = (maxLength: number) =>
   fc.oneof(
     fc.uint8Array({ maxLength }),
-    fc
-      .tuple(fc.uint8Array({ minLength: 1, maxLength: 24 }), fc.integer({ min: 0, max: maxLength }))
-      .map(([pattern, length]) => {
-        const out = new Uint8Array(length);
-        for (let i = 0; i < length; i++) out[i] = pattern[i % pattern.length];
-        return out;
-      }),
+    fc.tuple(fc.uint8Array({ minLength: 1, maxLength: 24 }), fc.integer({ min: 0, max: maxLength })).map(([pattern, length]) => {
+      const out = new Uint8Array(length);
+      for (let i = 0; i < length; i++) out[i] = pattern[i % pattern.length];
+      return out;
+    }),
     fc.tuple(fc.integer({ min: 0, max: 255 }), fc.integer({ min: 1, max: maxLength })).map(([byte, length]) => new Uint8Array(length).fill(byte)),
   );
 
 /** Full-size chunks (fast-check keeps plain arrays small): seeded noise, patterns or runs. */
-const bigChunkDataArb = fc
-  .tuple(fc.integer({ min: 1, max: 131_072 }), fc.integer(), fc.constantFrom("noise", "pattern", "run"))
-  .map(([length, seed, kind]) => {
-    const out = new Uint8Array(length);
-    let state = seed >>> 0;
-    for (let i = 0; i < length; i++) {
-      state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-      out[i] = kind === "noise" ? state >>> 24 : kind === "pattern" ? (i * 31 + (i >> 9)) & 0xff : seed & 0xff;
-    }
-    return out;
-  });
+const bigChunkDataArb = fc.tuple(fc.integer({ min: 1, max: 131_072 }), fc.integer(), fc.constantFrom("noise", "pattern", "run")).map(([length, seed, kind]) => {
+  const out = new Uint8Array(length);
+  let state = seed >>> 0;
+  for (let i = 0; i < length; i++) {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    out[i] = kind === "noise" ? state >>> 24 : kind === "pattern" ? (i * 31 + (i >> 9)) & 0xff : seed & 0xff;
+  }
+  return out;
+});
 
-const schemeArb = fc.constantFrom<CompressionScheme | "best">(
-  CompressionScheme.None,
-  CompressionScheme.LZ4,
-  CompressionScheme.ByteGrouping4LZ4,
-  "best",
-);
+const schemeArb = fc.constantFrom<CompressionScheme | "best">(CompressionScheme.None, CompressionScheme.LZ4, CompressionScheme.ByteGrouping4LZ4, "best");
 
 const chunksArb = (maxChunks: number, maxLength: number): fc.Arbitrary<XorbChunkSource[]> =>
   fc.array(fc.record({ data: chunkDataArb(maxLength), scheme: schemeArb }), { minLength: 1, maxLength: maxChunks });
@@ -119,8 +110,8 @@ describe("xorb properties", () => {
         fc.boolean(),
         piecesArb,
         (chunks, footer, pieces) => {
-        const built = serializeXorb(chunks, { footer });
-        assert.deepEqual(validateInPieces(built.bytes, pieces, { expectedHash: built.info.hash }), built.info);
+          const built = serializeXorb(chunks, { footer });
+          assert.deepEqual(validateInPieces(built.bytes, pieces, { expectedHash: built.info.hash }), built.info);
         },
       ),
       { numRuns: 15 },

@@ -372,8 +372,14 @@ describe("xorb validator rejections", () => {
   it("stays failed after the first error and refuses use after finish()", () => {
     const validator = new XorbValidator();
     const first = assertFormatError(() => validator.push(chunkHeader(1, 7, 1)), "unknown_compression_scheme");
-    assert.throws(() => validator.push(okChunk), (err) => err === first);
-    assert.throws(() => validator.finish(), (err) => err === first);
+    assert.throws(
+      () => validator.push(okChunk),
+      (err) => err === first,
+    );
+    assert.throws(
+      () => validator.finish(),
+      (err) => err === first,
+    );
     const done = new XorbValidator();
     done.push(okChunk);
     done.finish();
@@ -524,23 +530,41 @@ describe("xorb serializer and footer writer", () => {
     const footer = parseXorbFooter(withFooter.subarray(vector.expected.footer.footer_start));
     assert.equal(footer.version, 1);
     assert.equal(hashToHex(footer.xorbHash), vector.expected.xorb_hash);
-    assert.deepEqual(footer.chunkHashes.map(hashToHex), expectedChunks.map((c) => c.chunk_hash));
-    assert.deepEqual(footer.serializedEnds, expectedChunks.map((c) => c.chunk_boundary_offset));
-    assert.deepEqual(footer.uncompressedEnds, expectedChunks.map((c) => c.unpacked_chunk_offset));
+    assert.deepEqual(
+      footer.chunkHashes.map(hashToHex),
+      expectedChunks.map((c) => c.chunk_hash),
+    );
+    assert.deepEqual(
+      footer.serializedEnds,
+      expectedChunks.map((c) => c.chunk_boundary_offset),
+    );
+    assert.deepEqual(
+      footer.uncompressedEnds,
+      expectedChunks.map((c) => c.unpacked_chunk_offset),
+    );
   });
 
   it("parses a legacy v0 footer", () => {
     const footer = parseXorbFooter(legacyFooter(plain.info));
     assert.equal(footer.version, 0);
     assert.equal(footer.uncompressedEnds, null);
-    assert.deepEqual(footer.serializedEnds, plain.info.chunks.map((c) => c.serializedEnd));
-    assert.deepEqual(footer.chunkHashes, plain.info.chunks.map((c) => c.hash));
+    assert.deepEqual(
+      footer.serializedEnds,
+      plain.info.chunks.map((c) => c.serializedEnd),
+    );
+    assert.deepEqual(
+      footer.chunkHashes,
+      plain.info.chunks.map((c) => c.hash),
+    );
   });
 
   it("round-trips raw chunks through each scheme and 'best'", () => {
     const schemes = [CompressionScheme.None, CompressionScheme.LZ4, CompressionScheme.ByteGrouping4LZ4, "best"] as const;
     for (const scheme of schemes) {
-      const built = serializeXorb(chunkData.map((data) => ({ data, scheme })), { footer: true });
+      const built = serializeXorb(
+        chunkData.map((data) => ({ data, scheme })),
+        { footer: true },
+      );
       const info = validateInPieces(built.bytes, 97, { expectedHash });
       assert.deepEqual(info, built.info);
       if (scheme !== "best") assert.ok(info.chunks.every((c) => c.scheme === scheme));
@@ -576,7 +600,13 @@ describe("chunk range to byte range (§5.5)", () => {
   });
 
   it("rejects empty, reversed or out-of-bounds ranges", () => {
-    for (const [a, b] of [[0, 0], [2, 1], [-1, 2], [0, 4], [1.5, 2]]) {
+    for (const [a, b] of [
+      [0, 0],
+      [2, 1],
+      [-1, 2],
+      [0, 4],
+      [1.5, 2],
+    ]) {
       assert.throws(() => chunkRangeToByteRange(ends, a, b), RangeError);
       assert.throws(() => chunkRangeUncompressedLength(unpacked, a, b), RangeError);
     }

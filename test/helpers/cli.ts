@@ -37,8 +37,6 @@ export function runCastor(args: string[], options: CliOptions = {}): Promise<Cli
   child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
   return new Promise((resolve, reject) => {
     child.once("error", reject);
-    child.once("close", (code) =>
-      resolve({ code, stdout: Buffer.concat(stdout).toString("utf8"), stderr: Buffer.concat(stderr).toString("utf8") }),
-    );
+    child.once("close", (code) => resolve({ code, stdout: Buffer.concat(stdout).toString("utf8"), stderr: Buffer.concat(stderr).toString("utf8") }));
   });
 }

@@ -54,7 +54,9 @@ export function xorbRecord(label: string, count: number, shape: XorbShape = {}):
 export function fileRecord(label: string, xorb: XorbRecord, options: { terms?: number; sha256?: Uint8Array | null } = {}): FileRecord {
   const { terms = 1 } = options;
   if (terms > xorb.chunks.length) throw new RangeError(`${terms} one-chunk terms need ${terms} chunks; the xorb has ${xorb.chunks.length}`);
-  const fileTerms = xorb.chunks.slice(0, terms).map((chunk, k) => ({ xorbHash: xorb.hash, chunkStart: k, chunkEnd: k + 1, unpackedLength: chunk.uncompressedLength }));
+  const fileTerms = xorb.chunks
+    .slice(0, terms)
+    .map((chunk, k) => ({ xorbHash: xorb.hash, chunkStart: k, chunkEnd: k + 1, unpackedLength: chunk.uncompressedLength }));
   return {
     hash: hashOf(`file ${label}`),
     size: fileTerms.reduce((sum, term) => sum + term.unpackedLength, 0),

@@ -188,7 +188,8 @@ export async function startProxy(options: ProxyOptions = {}): Promise<TestProxy>
       return;
     }
     // GET and HEAD carry no body, so they can be sent again to another node.
-    const replayable = (entry.method === "GET" || entry.method === "HEAD") && req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined;
+    const replayable =
+      (entry.method === "GET" || entry.method === "HEAD") && req.headers["content-length"] === undefined && req.headers["transfer-encoding"] === undefined;
     let clientGone = false;
     // The node's answer being relayed: a client that has read a whole answer may close its
     // connection before the proxy's own end-of-answer event has run; that answer was still
@@ -208,7 +209,11 @@ export async function startProxy(options: ProxyOptions = {}): Promise<TestProxy>
       const node = pickNode(requested, entry.nodes);
       if (node === null) {
         req.resume();
-        badGateway(res, entry, `no live castor node to send ${entry.method} ${entry.path} to (tried: ${entry.nodes.join(", ") || "none"}; last failure: ${entry.failure ?? "none"})`);
+        badGateway(
+          res,
+          entry,
+          `no live castor node to send ${entry.method} ${entry.path} to (tried: ${entry.nodes.join(", ") || "none"}; last failure: ${entry.failure ?? "none"})`,
+        );
         return;
       }
       entry.nodes.push(node);
@@ -262,7 +267,11 @@ export async function startProxy(options: ProxyOptions = {}): Promise<TestProxy>
           attempt();
           return;
         }
-        badGateway(res, entry, `castor node ${node} failed during ${entry.method} ${entry.path} (${entry.failure}) after ${entry.requestBytes} request body bytes; retry the request`);
+        badGateway(
+          res,
+          entry,
+          `castor node ${node} failed during ${entry.method} ${entry.path} (${entry.failure}) after ${entry.requestBytes} request body bytes; retry the request`,
+        );
       });
 
       res.once("close", () => {

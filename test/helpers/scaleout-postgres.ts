@@ -29,9 +29,7 @@ export interface TestDatabase {
 export function requireTestDatabaseUrl(env: NodeJS.ProcessEnv = process.env): string {
   const url = env[TEST_DATABASE_URL_VARIABLE];
   if (url === undefined || url === "") {
-    throw new Error(
-      `${TEST_DATABASE_URL_VARIABLE} is not set: the scale-out tests need a PostgreSQL role allowed to CREATE DATABASE; ${START_SERVICES_HINT}`,
-    );
+    throw new Error(`${TEST_DATABASE_URL_VARIABLE} is not set: the scale-out tests need a PostgreSQL role allowed to CREATE DATABASE; ${START_SERVICES_HINT}`);
   }
   if (!/^postgres(ql)?:\/\//.test(url)) {
     throw new Error(`${TEST_DATABASE_URL_VARIABLE} must be a postgres:// URL, got ${JSON.stringify(url.replace(/:[^:@/]*@/, ":***@"))}`);

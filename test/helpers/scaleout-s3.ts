@@ -7,13 +7,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  AbortMultipartUploadCommand,
-  DeleteObjectsCommand,
-  ListMultipartUploadsCommand,
-  ListObjectsV2Command,
-  type S3Client,
-} from "@aws-sdk/client-s3";
+import { AbortMultipartUploadCommand, DeleteObjectsCommand, ListMultipartUploadsCommand, ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
 import type { S3Config } from "../../src/config.js";
 import { openS3BlobStore, type S3BlobStore, type S3BlobStoreOptions } from "../../src/storage/s3.js";
 import { createS3Client } from "../../src/storage/s3/client.js";
@@ -41,7 +35,9 @@ export interface S3TestEnv {
 export function s3TestEnv(env: NodeJS.ProcessEnv = process.env): S3TestEnv {
   const missing = S3_TEST_ENV_NAMES.filter((name) => !env[name]);
   if (missing.length > 0) {
-    throw new Error(`the scale-out S3 tests need an S3 endpoint, but ${missing.join(", ")} ${missing.length === 1 ? "is" : "are"} not set: ${START_SERVICES_HINT}`);
+    throw new Error(
+      `the scale-out S3 tests need an S3 endpoint, but ${missing.join(", ")} ${missing.length === 1 ? "is" : "are"} not set: ${START_SERVICES_HINT}`,
+    );
   }
   return {
     endpoint: env.CASTOR_TEST_S3_ENDPOINT!,

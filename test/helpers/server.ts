@@ -186,7 +186,7 @@ export class ServerStartError extends Error {
 
 export async function startCastorServer(options: StartServerOptions = {}): Promise<ServerProcess> {
   const ownsBackend = options.scaleOut === true;
-  const scaleOut = options.scaleOut === true ? await createScaleOutBackend() : (options.scaleOut || null);
+  const scaleOut = options.scaleOut === true ? await createScaleOutBackend() : options.scaleOut || null;
   try {
     return await startProcess(options, scaleOut, ownsBackend);
   } catch (error) {

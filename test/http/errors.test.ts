@@ -15,11 +15,9 @@ let app: FastifyInstance;
 
 before(async () => {
   app = createHttpApp({ logger: createLogger("info", { write: (line: string) => void logLines.push(JSON.parse(line)) }) });
-  app.post(
-    "/json",
-    { bodyLimit: 64, schema: { body: { type: "object", required: ["name"], properties: { name: { type: "string" } } } } },
-    async (request) => ({ got: request.body }),
-  );
+  app.post("/json", { bodyLimit: 64, schema: { body: { type: "object", required: ["name"], properties: { name: { type: "string" } } } } }, async (request) => ({
+    got: request.body,
+  }));
   app.get(
     "/query",
     {
@@ -63,7 +61,11 @@ function assertJsonError(response: LightMyRequestResponse, status: number, patte
 
 describe("error answers", () => {
   it("404s an unknown route as JSON, without echoing the query", async () => {
-    const error = assertJsonError(await app.inject({ method: "GET", url: "/no/such/thing?signature=SECRET" }), 404, /^No endpoint answers GET \/no\/such\/thing: check the method and the path/);
+    const error = assertJsonError(
+      await app.inject({ method: "GET", url: "/no/such/thing?signature=SECRET" }),
+      404,
+      /^No endpoint answers GET \/no\/such\/thing: check the method and the path/,
+    );
     assert.doesNotMatch(error, /SECRET/);
     assertJsonError(await app.inject({ method: "DELETE", url: "/json" }), 404, /DELETE \/json/);
   });
@@ -82,7 +84,11 @@ describe("error answers", () => {
   });
 
   it("400s a body or query that fails its schema, naming the field", async () => {
-    assertJsonError(await app.inject({ method: "POST", url: "/json", payload: { other: 1 } }), 400, /^Invalid request: body must have required property 'name'/);
+    assertJsonError(
+      await app.inject({ method: "POST", url: "/json", payload: { other: 1 } }),
+      400,
+      /^Invalid request: body must have required property 'name'/,
+    );
     assertJsonError(await app.inject({ method: "GET", url: "/query?n=0" }), 400, /^Invalid request: querystring\/n must be >= 1/);
   });
 
@@ -97,7 +103,11 @@ describe("error answers", () => {
   });
 
   it("413s a body over the route's limit, naming the limit", async () => {
-    assertJsonError(await app.inject({ method: "POST", url: "/json", payload: { name: "x".repeat(100) } }), 413, /larger than the 64-byte limit of POST \/json/);
+    assertJsonError(
+      await app.inject({ method: "POST", url: "/json", payload: { name: "x".repeat(100) } }),
+      413,
+      /larger than the 64-byte limit of POST \/json/,
+    );
   });
 
   it("415s an unsupported content type", async () => {
@@ -158,7 +168,10 @@ describe("domain errors → HTTP answers (the one map)", () => {
   const statusOf = (error: unknown) => domainErrorAnswer(error)?.statusCode ?? null;
 
   it("refused uploads: every xorb rejection 400, a shard rejection 400 or 413 for its size", () => {
-    assert.deepEqual(domainErrorAnswer(new XorbRejectedError("hash_mismatch", "the body hashes to …")), { statusCode: 400, message: "Xorb rejected: the body hashes to …" });
+    assert.deepEqual(domainErrorAnswer(new XorbRejectedError("hash_mismatch", "the body hashes to …")), {
+      statusCode: 400,
+      message: "Xorb rejected: the body hashes to …",
+    });
     assert.deepEqual(domainErrorAnswer(new ShardRejectedError("missing_xorb", "term 0 …")), { statusCode: 400, message: "Shard rejected: term 0 …" });
     assert.equal(statusOf(new ShardRejectedError("shard_too_large", "…")), 413);
     assert.equal(statusOf(new ShardRejectedError("too_many_chunk_references", "…")), 413);

@@ -71,7 +71,11 @@ interface Answer {
   json(): any;
 }
 
-async function call(method: string, path: string, options: { token?: string; json?: unknown; body?: string | Buffer; type?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
+async function call(
+  method: string,
+  path: string,
+  options: { token?: string; json?: unknown; body?: string | Buffer; type?: string; headers?: Record<string, string> } = {},
+): Promise<Answer> {
   const headers: Record<string, string> = { ...options.headers };
   if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`;
   let body: string | Buffer | undefined = options.body;
@@ -98,7 +102,10 @@ function assertStatus(answer: Answer, status: number, code?: string): void {
 
 const ndjson = (...lines: unknown[]) => `${lines.map((line) => JSON.stringify(line)).join("\n")}\n`;
 const header = (summary: string, parentCommit?: string) => ({ key: "header", value: { summary, description: "", ...(parentCommit ? { parentCommit } : {}) } });
-const inline = (path: string, content: string | Buffer) => ({ key: "file", value: { path, encoding: "base64", content: Buffer.from(content).toString("base64") } });
+const inline = (path: string, content: string | Buffer) => ({
+  key: "file",
+  value: { path, encoding: "base64", content: Buffer.from(content).toString("base64") },
+});
 
 async function commit(repoPath: string, token: string, ...ops: unknown[]): Promise<Answer> {
   return call("POST", `/api/${repoPath}/commit/main`, { token, body: ndjson(header("a commit"), ...ops), type: "application/x-ndjson" });
@@ -176,7 +183,10 @@ describe("hub routes", () => {
       assertStatus(await call("GET", "/api/models/alice/open/xet-read-token/main"), 200);
       assertStatus(await call("GET", "/api/models/alice/open/xet-write-token/main"), 401);
       assertStatus(await commit("models/alice/open", tokens.bob, inline("x.txt", "x")), 403);
-      assertStatus(await call("POST", "/api/models/alice/open/commit/main", { body: ndjson(header("anon"), inline("y", "y")), type: "application/x-ndjson" }), 401);
+      assertStatus(
+        await call("POST", "/api/models/alice/open/commit/main", { body: ndjson(header("anon"), inline("y", "y")), type: "application/x-ndjson" }),
+        401,
+      );
     });
 
     it("settings switch visibility; delete removes the repository", async () => {
@@ -230,9 +240,15 @@ describe("hub routes", () => {
       const readmeEntry = tree.find((e: { path: string }) => e.path === "README.md");
       assert.deepEqual(readmeEntry, { type: "file", path: "README.md", oid: gitBlobId(readme), size: Buffer.byteLength(readme) });
       const top = (await call("GET", "/api/models/alice/bert/tree/main", { token: tokens.alice })).json();
-      assert.deepEqual(top.map((e: { path: string }) => e.path), ["README.md", "configs"]);
+      assert.deepEqual(
+        top.map((e: { path: string }) => e.path),
+        ["README.md", "configs"],
+      );
       const folder = (await call("GET", "/api/models/alice/bert/tree/main/configs%2Fbase", { token: tokens.alice })).json();
-      assert.deepEqual(folder.map((e: { path: string }) => e.path), ["configs/base/config.json"]);
+      assert.deepEqual(
+        folder.map((e: { path: string }) => e.path),
+        ["configs/base/config.json"],
+      );
       assertStatus(await call("GET", "/api/models/alice/bert/tree/main/missing", { token: tokens.alice }), 404, "EntryNotFound");
 
       const file = await call("GET", "/alice/bert/resolve/main/configs/base/config.json", { token: tokens.alice });
@@ -245,7 +261,10 @@ describe("hub routes", () => {
       assert.equal(atCommit.headers.get("content-length"), String(Buffer.byteLength(readme)));
 
       const info = (await call("GET", "/api/models/alice/bert?blobs=true", { token: tokens.alice })).json();
-      assert.deepEqual(info.siblings.map((s: { rfilename: string }) => s.rfilename), ["README.md", "configs/base/config.json"]);
+      assert.deepEqual(
+        info.siblings.map((s: { rfilename: string }) => s.rfilename),
+        ["README.md", "configs/base/config.json"],
+      );
       assert.equal(info.siblings[0].blobId, gitBlobId(readme));
     });
 
@@ -298,7 +317,10 @@ describe("hub routes", () => {
       ]);
       assertStatus(await call("POST", "/api/models/alice/bert/preupload/main", { token: tokens.aliceRead, json: { files: [] } }), 403);
       assertStatus(await call("POST", "/api/models/alice/bert/preupload/main", { token: tokens.bob, json: { files: [] } }), 404, "RepoNotFound");
-      assertStatus(await call("POST", "/api/models/alice/bert/preupload/main", { token: tokens.alice, json: { files: [{ path: "../x", sample: "", size: 1 }] } }), 400);
+      assertStatus(
+        await call("POST", "/api/models/alice/bert/preupload/main", { token: tokens.alice, json: { files: [{ path: "../x", sample: "", size: 1 }] } }),
+        400,
+      );
       assertStatus(await call("POST", "/api/models/alice/bert/preupload/main?create_pr=1", { token: tokens.alice, json: { files: [] } }), 501);
     });
 
@@ -306,8 +328,19 @@ describe("hub routes", () => {
       const before = await head("models/alice/bert");
       const refusals: [Answer, number, string?][] = [
         [await commit("models/alice/bert", tokens.alice, { key: "deletedFile", value: { path: "nope.txt" } }), 404, "EntryNotFound"],
-        [await commit("models/alice/bert", tokens.alice, inline("ok.txt", "fine"), { key: "deletedFolder", value: { path: "nofolder" } }), 404, "EntryNotFound"],
-        [await call("POST", "/api/models/alice/bert/commit/main", { token: tokens.alice, body: ndjson(header("stale", "0".repeat(40)), inline("x", "x")), type: "application/x-ndjson" }), 412],
+        [
+          await commit("models/alice/bert", tokens.alice, inline("ok.txt", "fine"), { key: "deletedFolder", value: { path: "nofolder" } }),
+          404,
+          "EntryNotFound",
+        ],
+        [
+          await call("POST", "/api/models/alice/bert/commit/main", {
+            token: tokens.alice,
+            body: ndjson(header("stale", "0".repeat(40)), inline("x", "x")),
+            type: "application/x-ndjson",
+          }),
+          412,
+        ],
         [await call("POST", "/api/models/alice/bert/commit/main", { token: tokens.alice, body: "{not json\n", type: "application/x-ndjson" }), 400],
         [await call("POST", "/api/models/alice/bert/commit/main", { token: tokens.alice, body: ndjson(inline("x", "x")), type: "application/x-ndjson" }), 400],
         [await commit("models/alice/bert", tokens.alice, { key: "copyFile", value: { path: "x" } }), 400],
@@ -318,8 +351,22 @@ describe("hub routes", () => {
         [await commit("models/alice/bert", tokens.aliceRead, inline("x", "x")), 403],
         [await commit("models/alice/bert", tokens.bob, inline("x", "x")), 404, "RepoNotFound"],
         [await commit("models/alice/bert", "hf_unknown", inline("x", "x")), 401],
-        [await call("POST", `/api/models/alice/bert/commit/${before}`, { token: tokens.alice, body: ndjson(header("to a commit"), inline("x", "x")), type: "application/x-ndjson" }), 400],
-        [await call("POST", "/api/models/alice/bert/commit/main?create_pr=1", { token: tokens.alice, body: ndjson(header("pr"), inline("x", "x")), type: "application/x-ndjson" }), 501],
+        [
+          await call("POST", `/api/models/alice/bert/commit/${before}`, {
+            token: tokens.alice,
+            body: ndjson(header("to a commit"), inline("x", "x")),
+            type: "application/x-ndjson",
+          }),
+          400,
+        ],
+        [
+          await call("POST", "/api/models/alice/bert/commit/main?create_pr=1", {
+            token: tokens.alice,
+            body: ndjson(header("pr"), inline("x", "x")),
+            type: "application/x-ndjson",
+          }),
+          501,
+        ],
         [await commit("models/alice/bert", tokens.alice, { key: "lfsFile", value: { path: "w.bin", algo: "sha256", oid: "ab".repeat(32), size: 10 } }), 400],
       ];
       for (const [answer, status, code] of refusals) assertStatus(answer, status, code);
@@ -330,12 +377,19 @@ describe("hub routes", () => {
       const parent = await head("models/alice/bert");
       const answer = await call("POST", "/api/models/alice/bert/commit/main", {
         token: tokens.alice,
-        body: ndjson(header("remove data", parent), { key: "deletedFolder", value: { path: "data/" } }, { key: "deletedFile", value: { path: "configs/base/config.json" } }),
+        body: ndjson(
+          header("remove data", parent),
+          { key: "deletedFolder", value: { path: "data/" } },
+          { key: "deletedFile", value: { path: "configs/base/config.json" } },
+        ),
         type: "application/x-ndjson",
       });
       assertStatus(answer, 200);
       const tree = (await call("GET", "/api/models/alice/bert/tree/main?recursive=true", { token: tokens.alice })).json();
-      assert.deepEqual(tree.map((e: { path: string }) => e.path), ["README.md"]);
+      assert.deepEqual(
+        tree.map((e: { path: string }) => e.path),
+        ["README.md"],
+      );
       // The old commit is still there, unchanged: commit ids are immutable.
       assertStatus(await call("HEAD", `/alice/bert/resolve/${parent}/data/blob.bin`, { token: tokens.alice }), 200);
     });
@@ -429,7 +483,11 @@ describe("hub routes", () => {
       assertStatus(await call("POST", "/api/models/alice/bert/branch/dev", { token: tokens.alice, json: {} }), 200);
       assertStatus(await call("POST", "/api/models/alice/bert/branch/dev", { token: tokens.alice, json: {} }), 409);
       assertStatus(await call("POST", `/api/models/alice/bert/tag/${main}`, { token: tokens.alice, json: { tag: "v1" } }), 200);
-      const devCommit = await call("POST", "/api/models/alice/bert/commit/dev", { token: tokens.alice, body: ndjson(header("on dev"), inline("dev.txt", "dev")), type: "application/x-ndjson" });
+      const devCommit = await call("POST", "/api/models/alice/bert/commit/dev", {
+        token: tokens.alice,
+        body: ndjson(header("on dev"), inline("dev.txt", "dev")),
+        type: "application/x-ndjson",
+      });
       assertStatus(devCommit, 200);
       assert.equal(await head("models/alice/bert"), main, "a commit to dev leaves main alone");
       const refs = (await call("GET", "/api/models/alice/bert/refs", { token: tokens.alice })).json();
@@ -514,5 +572,7 @@ function mkdtempSyncBare(): string {
 }
 
 function gitIn(dir: string, args: string[], input: string | Buffer, env: Record<string, string> = {}): string {
-  return execFileSync("git", ["--git-dir", dir, ...args], { input, env: { ...process.env, ...env, HOME: dir } }).toString().trim();
+  return execFileSync("git", ["--git-dir", dir, ...args], { input, env: { ...process.env, ...env, HOME: dir } })
+    .toString()
+    .trim();
 }

@@ -161,7 +161,11 @@ describe("hub token operation", () => {
   });
 
   it("400s a malformed path", async () => {
-    assertDenied(await get("/api/foos/alice/bert/xet-read-token/main", secrets.read), 400, /^Unknown repository type segment "foos".*models, datasets or spaces/);
+    assertDenied(
+      await get("/api/foos/alice/bert/xet-read-token/main", secrets.read),
+      400,
+      /^Unknown repository type segment "foos".*models, datasets or spaces/,
+    );
     assertDenied(await get("/api/model/alice/bert/xet-read-token/main", secrets.read), 400, /Unknown repository type segment "model"/);
     assertDenied(await get("/api/models/alice/bert/xet-read-token", secrets.read), 400, /names no revision: append one, e.g. .*\/cas-read-token\/main/);
     assertDenied(await get("/api/models/alice/bert/xet-read-token/", secrets.read), 400, /names no revision/);

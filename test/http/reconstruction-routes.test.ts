@@ -149,7 +149,10 @@ function withPlaceholderUrls(body: Record<string, unknown>): Record<string, unkn
   if ("xorbs" in body) {
     for (const entries of Object.values(body.xorbs as Record<string, { url: string; ranges: { bytes: ByteRange }[] }[]>)) {
       for (const entry of entries) {
-        assert.deepEqual(rangesOf(entry.url), entry.ranges.map((r) => r.bytes));
+        assert.deepEqual(
+          rangesOf(entry.url),
+          entry.ranges.map((r) => r.bytes),
+        );
         entry.url = "<signed url covering all ranges below>";
       }
     }
@@ -207,7 +210,11 @@ describe("reconstruction errors", () => {
   });
 
   it("answers 404 alike for a file of another repository and for one that does not exist", async () => {
-    const elsewhere = assertError(await get(`/v2/reconstructions/${FILE_A}`, { token: corpusRead }), 404, /^No file [0-9a-f]{64} in the repository dataset:bob\/corpus this token is for/);
+    const elsewhere = assertError(
+      await get(`/v2/reconstructions/${FILE_A}`, { token: corpusRead }),
+      404,
+      /^No file [0-9a-f]{64} in the repository dataset:bob\/corpus this token is for/,
+    );
     const nowhere = assertError(await get(`/v2/reconstructions/${"ab".repeat(32)}`, { token: corpusRead }), 404, /^No file/);
     assert.equal(elsewhere.replace(FILE_A, "<id>"), nowhere.replace("ab".repeat(32), "<id>"));
     assertError(await get(`/v1/reconstructions/${FILE_A}`, { token: corpusRead }), 404, /^No file/);
@@ -222,7 +229,10 @@ describe("reconstruction errors", () => {
     await register(corpusId, [file]);
     const response = await get(`/v2/reconstructions/${FILE_B}`, { token: corpusRead });
     assert.equal(response.statusCode, 200, response.body);
-    assert.deepEqual(withPlaceholderUrls(response.json()), vector.cases.find((c: { file: string; range_header: string | null }) => c.file === "B" && c.range_header === null).v2);
+    assert.deepEqual(
+      withPlaceholderUrls(response.json()),
+      vector.cases.find((c: { file: string; range_header: string | null }) => c.file === "B" && c.range_header === null).v2,
+    );
   });
 
   it("needs a token (401) and accepts a write token", async () => {

@@ -101,7 +101,12 @@ function freshXorb(): SerializedXorb {
 }
 
 const upload = (xorb: SerializedXorb) =>
-  app.inject({ method: "POST", url: `/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, payload: Buffer.from(xorb.bytes), headers: { authorization: `Bearer ${writeToken}` } });
+  app.inject({
+    method: "POST",
+    url: `/v1/xorbs/default/${hashToHex(xorb.info.hash)}`,
+    payload: Buffer.from(xorb.bytes),
+    headers: { authorization: `Bearer ${writeToken}` },
+  });
 
 async function readiness(): Promise<{ status: number; error?: string }> {
   const response = await app.inject({ method: "GET", url: "/readyz" });
@@ -115,7 +120,8 @@ describe("storage full beyond the data dir", () => {
       where: "metadata" as const,
       error: postgresDiskFull,
       message: /^The disk of castor's PostgreSQL database \(CASTOR_DATABASE_URL\) is full: free space or grow its volume; nothing was stored/,
-      reason: /^The disk of castor's PostgreSQL database \(CASTOR_DATABASE_URL\) is full: .*; an upload failed for lack of space and none has stored anything since/,
+      reason:
+        /^The disk of castor's PostgreSQL database \(CASTOR_DATABASE_URL\) is full: .*; an upload failed for lack of space and none has stored anything since/,
     },
     {
       name: "the S3 bucket's quota (QuotaExceeded)",

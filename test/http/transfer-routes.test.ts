@@ -27,11 +27,7 @@ const KEY = randomBytes(32);
 const XORB = hashFromHex("ab".repeat(32));
 const MISSING_XORB = hashFromHex("cd".repeat(32));
 const XORB_BYTES = randomBytes(300_000);
-const RANGES: ByteRange[] = [
-  byteRange(0, 99),
-  byteRange(1000, 65_535),
-  byteRange(200_000, 299_999),
-];
+const RANGES: ByteRange[] = [byteRange(0, 99), byteRange(1000, 65_535), byteRange(200_000, 299_999)];
 
 /** A BlobStore that counts bytes handed out and read streams still open (fd not yet closed). */
 class CountingBlobStore implements BlobStore {
@@ -155,10 +151,7 @@ describe("multipartByteRanges", () => {
     const example = loadVector("http-formats.json").multipart_byteranges_example;
     const object = randomBytes(1000);
     const built = multipartByteRanges({
-      ranges: [
-        byteRange(0, 9),
-        byteRange(500, 599),
-      ],
+      ranges: [byteRange(0, 9), byteRange(500, 599)],
       totalSize: 1000,
       boundary: "xet_multipart_boundary",
       openPart: async (range) => Readable.from([object.subarray(range.start, range.end + 1)]),

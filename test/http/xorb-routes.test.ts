@@ -109,7 +109,7 @@ async function assertNothingStored(hex: string): Promise<void> {
 }
 
 describe("POST /v1/xorbs/default/{hash}", () => {
-  it("stores a new xorb and answers exactly {\"was_inserted\":true}, then false for the same xorb", async () => {
+  it('stores a new xorb and answers exactly {"was_inserted":true}, then false for the same xorb', async () => {
     const xorb = freshXorb();
     const hex = hashToHex(xorb.info.hash);
     const first = await upload(hex, xorb.bytes);
@@ -197,8 +197,7 @@ describe("HEAD /v1/xorbs/default/{hash}", () => {
   it("answers 200 with the stored size, 404 when absent, 400 for a bad hash", async () => {
     const xorb = freshXorb({ footer: true });
     const hex = hashToHex(xorb.info.hash);
-    const head = (h: string, token = readToken) =>
-      app.inject({ method: "HEAD", url: `/v1/xorbs/default/${h}`, headers: { authorization: `Bearer ${token}` } });
+    const head = (h: string, token = readToken) => app.inject({ method: "HEAD", url: `/v1/xorbs/default/${h}`, headers: { authorization: `Bearer ${token}` } });
 
     const absent = await head(hex);
     assert.equal(absent.statusCode, 404);

@@ -46,7 +46,23 @@ describe("repository names and references", () => {
     for (const ok of ["a/b", "A9/z.Z-_", `${"a".repeat(96)}/${"b".repeat(96)}`, "gpt2/gpt2.5"]) {
       assert.equal(repoNameProblem(ok), null, ok);
     }
-    for (const bad of ["", "a", "a/", "/b", "a/b/c", "_a/b", "a/.b", "a/-b", "a..b/c", "a/b..", "a b/c", "a/b\n", "é/b", `${"a".repeat(97)}/b`, "a".repeat(10_000)]) {
+    for (const bad of [
+      "",
+      "a",
+      "a/",
+      "/b",
+      "a/b/c",
+      "_a/b",
+      "a/.b",
+      "a/-b",
+      "a..b/c",
+      "a/b..",
+      "a b/c",
+      "a/b\n",
+      "é/b",
+      `${"a".repeat(97)}/b`,
+      "a".repeat(10_000),
+    ]) {
       assert.notEqual(repoNameProblem(bad), null, JSON.stringify(bad));
     }
   });
@@ -65,7 +81,34 @@ describe("revision names", () => {
   });
 
   it("refuses what git refuses, and names over 255 characters", () => {
-    for (const bad of ["", "x".repeat(256), "a b", "a\tb", "a\x00b", "a..b", "..", "/main", "-main", "main/", "a//b", "a.", ".hidden", "a/.b", "a.lock", "a/b.lock/c", "a~1", "a^", "a:b", "a?", "a*", "a[b", "a\\b", "a@{1}", "@", "a\x7f"]) {
+    for (const bad of [
+      "",
+      "x".repeat(256),
+      "a b",
+      "a\tb",
+      "a\x00b",
+      "a..b",
+      "..",
+      "/main",
+      "-main",
+      "main/",
+      "a//b",
+      "a.",
+      ".hidden",
+      "a/.b",
+      "a.lock",
+      "a/b.lock/c",
+      "a~1",
+      "a^",
+      "a:b",
+      "a?",
+      "a*",
+      "a[b",
+      "a\\b",
+      "a@{1}",
+      "@",
+      "a\x7f",
+    ]) {
       assert.notEqual(revisionNameProblem(bad), null, JSON.stringify(bad));
     }
   });

@@ -112,7 +112,10 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
       const result = await hfJsUpload(suite.castor, [{ path: name, bytes }]);
       assert.deepEqual(result.committed, [{ path: name, oid: sha256Hex(bytes), size: bytes.length }], "hf.js commits an LFS pointer to the file");
       for (const request of result.castorRequests) {
-        assert.ok(request.status === 200 || (request.status === 404 && request.url.includes("/v1/chunks/")), `hf.js ${request.method} ${request.url} answered ${request.status}`);
+        assert.ok(
+          request.status === 200 || (request.status === 404 && request.url.includes("/v1/chunks/")),
+          `hf.js ${request.method} ${request.url} answered ${request.status}`,
+        );
       }
       return { hash: result.files[0].hash, sha256: result.files[0].sha256 };
     },
@@ -256,7 +259,10 @@ describe("real clients × castor serve: upload, download, byte-exact", () => {
         const { bytes: got, requests } = await hfJsDownload(suite.castor, { hash, size: bytes.length }, { slice: [start, end], parallelDownloads });
         assertSameBytes(got, bytes.subarray(start, end), "multi-range slice");
         const multiRange = requests.filter((request) => request.range?.includes(","));
-        assert.ok(multiRange.length > 0, `hf.js sent a multi-range request; it sent: ${requests.map((r) => `${r.method} ${new URL(r.url).pathname} ${r.range}`).join("; ")}`);
+        assert.ok(
+          multiRange.length > 0,
+          `hf.js sent a multi-range request; it sent: ${requests.map((r) => `${r.method} ${new URL(r.url).pathname} ${r.range}`).join("; ")}`,
+        );
         checkHfJsTransfers(requests, "multi-range slice");
       });
     }

@@ -528,11 +528,6 @@ export async function castorClientUpload(castor: CastorFixture, path: string): P
 }
 
 /** Downloads `fileHash` (or the inclusive byte `range` of it) into `output`. */
-export function castorClientDownload(
-  castor: CastorFixture,
-  fileHash: string,
-  output: string,
-  range?: { start: number; end: number },
-): Promise<DownloadResult> {
+export function castorClientDownload(castor: CastorFixture, fileHash: string, output: string, range?: { start: number; end: number }): Promise<DownloadResult> {
   return castorDownload({ endpoint: castor.server.url, hubToken: castor.hubTokens.read, repo: REPO, fileHash, output, range });
 }

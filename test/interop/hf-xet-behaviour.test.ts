@@ -108,7 +108,10 @@ describe("castor serve with CASTOR_V2_RECONSTRUCTION=501", () => {
     const fetchedRange = (line: LoggedRequest) => line.method === "GET" && line.statusCode === 206;
     const requests = await suite.castor.server.waitForRequests(logFrom, (logged) => logged.some(usedV1) && logged.some(fetchedRange));
     const seen = describeRequests(requests);
-    assert.ok(requests.some((line) => line.path === `/v2/reconstructions/${hash}` && line.statusCode === 501), `hf_xet tried V2 first:\n${seen}`);
+    assert.ok(
+      requests.some((line) => line.path === `/v2/reconstructions/${hash}` && line.statusCode === 501),
+      `hf_xet tried V2 first:\n${seen}`,
+    );
     assert.ok(requests.some(usedV1), `then used V1:\n${seen}`);
     assert.ok(requests.some(fetchedRange), `and fetched the transfer URLs it got:\n${seen}`);
   });

@@ -164,16 +164,27 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
         const expected = repoContents(type);
 
         let from = hub.server.logLines().length;
-        await runOk(hub, "hf upload small.txt", hf, ["upload", repoId(type), join(dir(), "small.txt"), ...typeArgs(type), "--format", "json"], { env: uploader() });
+        await runOk(hub, "hf upload small.txt", hf, ["upload", repoId(type), join(dir(), "small.txt"), ...typeArgs(type), "--format", "json"], {
+          env: uploader(),
+        });
         let requests = await hub.server.waitForRequests(from, (lines) => lines.some((line) => line.path.includes("/commit/")));
-        assert.ok(!requests.some((line) => line.path.startsWith("/v1/xorbs/")), `a small text file travels inline, not through Xet:\n${describeRequests(requests)}`);
+        assert.ok(
+          !requests.some((line) => line.path.startsWith("/v1/xorbs/")),
+          `a small text file travels inline, not through Xet:\n${describeRequests(requests)}`,
+        );
 
         from = hub.server.logLines().length;
         const xorbsBefore = await hub.countStoredXorbs();
         const uploaded = lastJson<{ url: string }>(
-          await runOk(hub, "hf upload big.bin", hf, ["upload", repoId(type), join(dir(), "big.bin"), "big.bin", ...typeArgs(type), "--format", "json"], { env: uploader() }),
+          await runOk(hub, "hf upload big.bin", hf, ["upload", repoId(type), join(dir(), "big.bin"), "big.bin", ...typeArgs(type), "--format", "json"], {
+            env: uploader(),
+          }),
         );
-        assert.match(uploaded.url, new RegExp(`^${hub.endpoint}/${urlPrefix(type)}${repoId(type)}/commit/[0-9a-f]{40}$`), "the upload answers castor's commit URL");
+        assert.match(
+          uploaded.url,
+          new RegExp(`^${hub.endpoint}/${urlPrefix(type)}${repoId(type)}/commit/[0-9a-f]{40}$`),
+          "the upload answers castor's commit URL",
+        );
         requests = await hub.server.waitForRequests(from, (lines) => lines.some((line) => line.path.includes("/commit/")));
         const sawXorb = requests.some((line) => line.method === "POST" && line.path.startsWith("/v1/xorbs/") && line.statusCode === 200);
         const sawShard = requests.some((line) => line.method === "POST" && /^\/v[12]\/shards$/.test(line.path) && line.statusCode === 200);
@@ -181,7 +192,9 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
         assert.ok((await hub.countStoredXorbs()) > xorbsBefore, "castor stored the file's xorbs");
 
         from = hub.server.logLines().length;
-        await runOk(hub, "hf upload folder", hf, ["upload", repoId(type), join(dir(), "folder"), ".", ...typeArgs(type), "--format", "json"], { env: uploader() });
+        await runOk(hub, "hf upload folder", hf, ["upload", repoId(type), join(dir(), "folder"), ".", ...typeArgs(type), "--format", "json"], {
+          env: uploader(),
+        });
         requests = hub.server.requestLog(from);
         assert.ok(
           requests.some((line) => line.method === "POST" && line.path === "/api/validate-yaml" && line.statusCode === 200),
@@ -191,7 +204,10 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
         const entries = await tree(type);
         const files = entries.filter((entry) => entry.type === "file");
         assert.deepEqual(files.map((entry) => entry.path).sort(), [...expected.keys()].sort(), "the tree lists every uploaded file");
-        assert.ok(entries.some((entry) => entry.type === "directory" && entry.path === "data"), "the tree lists the data folder");
+        assert.ok(
+          entries.some((entry) => entry.type === "directory" && entry.path === "data"),
+          "the tree lists the data folder",
+        );
         for (const entry of files) assert.equal(entry.size, expected.get(entry.path)!.length, `${entry.path}: size in the tree`);
         const big = files.find((entry) => entry.path === "big.bin")!;
         const bigBytes = expected.get("big.bin")!;
@@ -208,19 +224,29 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
         const expected = repoContents(type);
         const env = machine();
 
-        const one = lastJson<{ path: string }>(await runOk(hub, "hf download small.txt", hf, ["download", repoId(type), "small.txt", ...typeArgs(type), "--format", "json"], { env }));
+        const one = lastJson<{ path: string }>(
+          await runOk(hub, "hf download small.txt", hf, ["download", repoId(type), "small.txt", ...typeArgs(type), "--format", "json"], { env }),
+        );
         assert.match(one.path, new RegExp(`snapshots/${heads.get(type)}/small\\.txt$`), "the file lands in the cache's snapshot of the head commit");
         assertSameBytes(await readBytes(one.path), expected.get("small.txt")!, "hf download small.txt");
 
         const localDir = join(workDir, "local", type);
         const big = lastJson<{ path: string }>(
-          await runOk(hub, "hf download big.bin --local-dir", hf, ["download", repoId(type), "big.bin", ...typeArgs(type), "--local-dir", localDir, "--format", "json"], { env }),
+          await runOk(
+            hub,
+            "hf download big.bin --local-dir",
+            hf,
+            ["download", repoId(type), "big.bin", ...typeArgs(type), "--local-dir", localDir, "--format", "json"],
+            { env },
+          ),
         );
         assert.equal(big.path, join(localDir, "big.bin"));
         assertSameBytes(await readBytes(big.path), expected.get("big.bin")!, "hf download big.bin --local-dir");
 
         const from = hub.server.logLines().length;
-        const whole = lastJson<{ path: string }>(await runOk(hub, "hf download (whole repository)", hf, ["download", repoId(type), ...typeArgs(type), "--format", "json"], { env: machine() }));
+        const whole = lastJson<{ path: string }>(
+          await runOk(hub, "hf download (whole repository)", hf, ["download", repoId(type), ...typeArgs(type), "--format", "json"], { env: machine() }),
+        );
         assertSameFiles(await filesBelow(whole.path), expected, "hf download of the whole repository");
         const requests = hub.server.requestLog(from);
         assert.ok(
@@ -270,11 +296,20 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
     const bytes = repoContents(type).get("big.bin")!;
     const xorbsBefore = await hub.countStoredXorbs();
     const from = hub.server.logLines().length;
-    await runOk(hub, "hf upload big.bin as big-copy.bin", hf, ["upload", repoId(type), join(workDir, "data", type, "big.bin"), "big-copy.bin", "--format", "json"], { env: machine() });
+    await runOk(
+      hub,
+      "hf upload big.bin as big-copy.bin",
+      hf,
+      ["upload", repoId(type), join(workDir, "data", type, "big.bin"), "big-copy.bin", "--format", "json"],
+      { env: machine() },
+    );
     const requests = await hub.server.waitForRequests(from, (lines) => lines.some((line) => line.path.includes("/commit/")));
     assert.equal(await hub.countStoredXorbs(), xorbsBefore, `a re-upload stores no new xorb; castor saw:\n${describeRequests(requests)}`);
     assert.ok(!requests.some((line) => line.method === "POST" && line.path.startsWith("/v1/xorbs/")), `no xorb was sent:\n${describeRequests(requests)}`);
-    assert.ok(requests.some((line) => line.method === "POST" && /^\/v[12]\/shards$/.test(line.path) && line.statusCode === 200), "the client registered the file with a shard");
+    assert.ok(
+      requests.some((line) => line.method === "POST" && /^\/v[12]\/shards$/.test(line.path) && line.statusCode === 200),
+      "the client registered the file with a shard",
+    );
     const entries = await tree(type);
     const copy = entries.find((entry) => entry.path === "big-copy.bin");
     assert.equal(copy?.xetHash, expectedFileHash(bytes), "the copy is the same Xet file");
@@ -329,14 +364,24 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
       const bytes = repoContents("model").get("big.bin")!;
       const env = machine();
       await runOk(hub, "hf repos create --public", hf, ["repos", "create", publicId, "--public", "--format", "json"], { env });
-      await runOk(hub, "hf upload big.bin (public)", hf, ["upload", publicId, join(workDir, "data", "model", "big.bin"), "weights/big.bin", "--format", "json"], { env });
+      await runOk(
+        hub,
+        "hf upload big.bin (public)",
+        hf,
+        ["upload", publicId, join(workDir, "data", "model", "big.bin"), "weights/big.bin", "--format", "json"],
+        { env },
+      );
       const head = await fetchExpecting(`${hub.endpoint}/${publicId}/resolve/main/weights/big.bin`, { method: "HEAD" }, 200);
       assert.equal(head.headers.get("x-xet-hash"), expectedFileHash(bytes), "the HEAD names the Xet hash");
       const missing = await fetch(`${hub.endpoint}/${publicId}/resolve/main/weights/nothing.bin`, { method: "HEAD" });
       assert.equal(missing.status, 404);
       assert.equal(missing.headers.get("x-error-code"), "EntryNotFound");
       const listing = await fetchExpecting(`${hub.endpoint}/api/models/${publicId}/tree/main/weights`, {}, 200);
-      assert.deepEqual(((await listing.json()) as TreeEntry[]).map((entry) => entry.path), ["weights/big.bin"], "an anonymous tree listing of a public repository");
+      assert.deepEqual(
+        ((await listing.json()) as TreeEntry[]).map((entry) => entry.path),
+        ["weights/big.bin"],
+        "an anonymous tree listing of a public repository",
+      );
       await readResolve(`${hub.endpoint}/${publicId}/resolve/main/weights/big.bin`, {}, bytes, "public big.bin");
     });
   });
@@ -347,12 +392,20 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
     const localDir = join(workDir, "no-xet");
     const from = hub.server.logLines().length;
     const downloaded = lastJson<{ path: string }>(
-      await runOk(hub, "HF_HUB_DISABLE_XET=1 hf download big.bin", hf, ["download", repoId(type), "big.bin", ...typeArgs(type), "--local-dir", localDir, "--format", "json"], {
-        env: machine({ HF_HUB_DISABLE_XET: "1" }),
-      }),
+      await runOk(
+        hub,
+        "HF_HUB_DISABLE_XET=1 hf download big.bin",
+        hf,
+        ["download", repoId(type), "big.bin", ...typeArgs(type), "--local-dir", localDir, "--format", "json"],
+        {
+          env: machine({ HF_HUB_DISABLE_XET: "1" }),
+        },
+      ),
     );
     assertSameBytes(await readBytes(downloaded.path), bytes, "HF_HUB_DISABLE_XET=1 hf download big.bin");
-    const requests = await hub.server.waitForRequests(from, (lines) => lines.some((line) => line.method === "GET" && line.path.endsWith("/resolve/main/big.bin")));
+    const requests = await hub.server.waitForRequests(from, (lines) =>
+      lines.some((line) => line.method === "GET" && line.path.endsWith("/resolve/main/big.bin")),
+    );
     assert.ok(
       requests.some((line) => line.method === "GET" && line.path === `/datasets/${repoId(type)}/resolve/main/big.bin` && line.statusCode === 200),
       `the file came from a plain GET of resolve:\n${describeRequests(requests)}`,

@@ -192,7 +192,11 @@ export interface ChildResult {
   stderr: string;
 }
 
-export function runChild(command: string, args: string[], options: { env: NodeJS.ProcessEnv; cwd?: string; input?: string; timeoutMs?: number }): Promise<ChildResult> {
+export function runChild(
+  command: string,
+  args: string[],
+  options: { env: NodeJS.ProcessEnv; cwd?: string; input?: string; timeoutMs?: number },
+): Promise<ChildResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { env: options.env, cwd: options.cwd, stdio: ["pipe", "pipe", "pipe"], timeout: options.timeoutMs ?? 180_000 });
     let stdout = "";

@@ -14,19 +14,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
-import {
-  clientEnv,
-  describeRequests,
-  fetchExpecting,
-  lastJson,
-  pythonVenv,
-  removeDir,
-  runOk,
-  startHub,
-  tempDir,
-  USER,
-  type HubServer,
-} from "./hub-clients.js";
+import { clientEnv, describeRequests, fetchExpecting, lastJson, pythonVenv, removeDir, runOk, startHub, tempDir, USER, type HubServer } from "./hub-clients.js";
 
 const REQUIREMENTS = ["huggingface_hub==1.33.0", "hf_xet==1.6.0", "transformers==5.17.0", "torch==2.13.0+cpu", "safetensors", "datasets==5.0.1"];
 const DRIVER = fileURLToPath(new URL("./hub_libraries_driver.py", import.meta.url));
@@ -68,7 +56,11 @@ describe("transformers and datasets (huggingface_hub 1.33.0) against castor's hu
   };
 
   const tree = async (plural: string, repoId: string): Promise<TreeEntry[]> => {
-    const response = await fetchExpecting(`${hub.endpoint}/api/${plural}/${repoId}/tree/main?recursive=true`, { headers: { authorization: `Bearer ${hub.token}` } }, 200);
+    const response = await fetchExpecting(
+      `${hub.endpoint}/api/${plural}/${repoId}/tree/main?recursive=true`,
+      { headers: { authorization: `Bearer ${hub.token}` } },
+      200,
+    );
     return (await response.json()) as TreeEntry[];
   };
 
@@ -85,11 +77,18 @@ describe("transformers and datasets (huggingface_hub 1.33.0) against castor's hu
 
       const files = (await tree("models", repoId)).filter((entry) => entry.type === "file");
       const paths = files.map((entry) => entry.path);
-      assert.deepEqual(pushed.files.filter((name) => !paths.includes(name)), [], `the repository holds what save_pretrained wrote; it has ${paths.join(", ")}`);
+      assert.deepEqual(
+        pushed.files.filter((name) => !paths.includes(name)),
+        [],
+        `the repository holds what save_pretrained wrote; it has ${paths.join(", ")}`,
+      );
       const weights = files.find((entry) => entry.path === "model.safetensors")!;
       assert.match(weights.xetHash ?? "", /^[0-9a-f]{64}$/, "the weights (binary) are stored through Xet");
       const requests = hub.server.requestLog(from);
-      assert.ok(requests.some((line) => line.method === "POST" && line.path.startsWith("/v1/xorbs/")), `the weights travelled as xorbs:\n${describeRequests(requests)}`);
+      assert.ok(
+        requests.some((line) => line.method === "POST" && line.path.startsWith("/v1/xorbs/")),
+        `the weights travelled as xorbs:\n${describeRequests(requests)}`,
+      );
     });
 
     it("AutoTokenizer/AutoModel.from_pretrained on a fresh machine: same tensors, same forward pass", async () => {
@@ -130,7 +129,10 @@ describe("transformers and datasets (huggingface_hub 1.33.0) against castor's hu
       assert.equal(parquet.length, 1, `push_to_hub wrote one parquet file: ${files.map((entry) => entry.path).join(", ")}`);
       // Binary, so stored through Xet: streaming it below needs castor to rebuild byte ranges.
       assert.match(parquet[0].xetHash ?? "", /^[0-9a-f]{64}$/, "the parquet file is stored through Xet");
-      assert.ok(files.some((entry) => entry.path === "README.md"), "push_to_hub wrote the dataset card");
+      assert.ok(
+        files.some((entry) => entry.path === "README.md"),
+        "push_to_hub wrote the dataset card",
+      );
 
       const loaded = await driver<Rows>("load-dataset", [repoId]);
       assert.equal(loaded.type, "Dataset");
@@ -145,7 +147,9 @@ describe("transformers and datasets (huggingface_hub 1.33.0) against castor's hu
       assert.deepEqual(streamed.rows, pushed.rows);
       const requests = hub.server.requestLog(from);
       assert.ok(
-        requests.some((line) => line.method === "GET" && line.path.startsWith(`/datasets/${repoId}/resolve/`) && line.path.endsWith(".parquet") && line.statusCode === 206),
+        requests.some(
+          (line) => line.method === "GET" && line.path.startsWith(`/datasets/${repoId}/resolve/`) && line.path.endsWith(".parquet") && line.statusCode === 206,
+        ),
         `streaming read the parquet file with ranged GETs:\n${describeRequests(requests)}`,
       );
     });

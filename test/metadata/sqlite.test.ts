@@ -12,13 +12,7 @@ import { loadConfig } from "../../src/config.js";
 import { hashToHex, type Hash } from "../../src/format/hash.js";
 import type { FileRecord } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
-import {
-  JOURNAL_SIZE_LIMIT_BYTES,
-  METADATA_FILE_NAME,
-  MIGRATIONS,
-  MetadataSchemaError,
-  SqliteMetadataStore,
-} from "../../src/metadata/sqlite.js";
+import { JOURNAL_SIZE_LIMIT_BYTES, METADATA_FILE_NAME, MIGRATIONS, MetadataSchemaError, SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { PostgresConnectionError } from "../../src/metadata/postgres.js";
 import { ROWS_PER_STEP } from "../../src/metadata/sqlite/shard-registration.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
@@ -158,7 +152,11 @@ describe("SqliteMetadataStore CAS specifics", () => {
       raw.exec(MIGRATIONS[1]);
       raw.pragma("user_version = 2");
       raw.prepare("INSERT INTO repos (id, type, name, created_at) VALUES (1, 'model', 'alice/old', 1000), (2, 'dataset', 'alice/newest', 2000)").run();
-      raw.prepare("INSERT INTO revisions (repo_id, name, kind, created_at) VALUES (1, 'main', 'branch', 1000), (1, 'v1', 'tag', 1500), (2, 'main', 'branch', 2000)").run();
+      raw
+        .prepare(
+          "INSERT INTO revisions (repo_id, name, kind, created_at) VALUES (1, 'main', 'branch', 1000), (1, 'v1', 'tag', 1500), (2, 'main', 'branch', 2000)",
+        )
+        .run();
       raw.prepare("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', ?, 'write', 0, 3000)").run("a".repeat(64));
       raw.prepare("INSERT INTO hub_token_repos (token_id, repo_id) VALUES ('tok_old', 1), ('tok_old', 2)").run();
       raw.close();
@@ -169,14 +167,29 @@ describe("SqliteMetadataStore CAS specifics", () => {
         assert.deepEqual(old, { id: 1, type: "model", name: "alice/old", createdAt: new Date(1000), private: true });
         assert.deepEqual(
           (await store.listRevisions(1)).map((r) => [r.name, r.kind, r.createdAt.getTime(), r.commitOid]),
-          [["main", "branch", 1000, null], ["v1", "tag", 1500, null]],
+          [
+            ["main", "branch", 1000, null],
+            ["v1", "tag", 1500, null],
+          ],
         );
         const token = await store.findHubTokenBySecretHash("a".repeat(64));
         assert.deepEqual([token?.repos, token?.owner, token?.namespaces], [[1, 2], null, []]);
 
         // The new records work on the old rows: a first commit, visibility, deletion without id reuse.
-        const commit = { oid: "1".repeat(40), treeOid: "2".repeat(40), parentOids: [], title: "Initial", message: "Initial\n", author: "alice", createdAt: new Date(5000), object: "tree …" };
-        assert.equal(await store.advanceBranch({ repoId: 1, branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }), "advanced");
+        const commit = {
+          oid: "1".repeat(40),
+          treeOid: "2".repeat(40),
+          parentOids: [],
+          title: "Initial",
+          message: "Initial\n",
+          author: "alice",
+          createdAt: new Date(5000),
+          object: "tree …",
+        };
+        assert.equal(
+          await store.advanceBranch({ repoId: 1, branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }),
+          "advanced",
+        );
         assert.deepEqual(await store.getCommit(1, commit.oid), commit);
         assert.equal(await store.setRepoPrivate(1, false), true);
         assert.equal(await store.deleteRepo(2), true);
@@ -248,7 +261,12 @@ describe("SqliteMetadataStore CAS specifics", () => {
       const xorb = xorbRecord("large", 4);
       await store.putXorb(xorb);
       const term = { xorbHash: xorb.hash, chunkStart: 0, chunkEnd: 1, unpackedLength: 65_536 };
-      const files: FileRecord[] = Array.from({ length: 5 * ROWS_PER_STEP }, (_, f) => ({ hash: hashOf(`file ${f}`), size: 65_536, terms: [term], sha256: null }));
+      const files: FileRecord[] = Array.from({ length: 5 * ROWS_PER_STEP }, (_, f) => ({
+        hash: hashOf(`file ${f}`),
+        size: 65_536,
+        terms: [term],
+        sha256: null,
+      }));
 
       // While the registration is in progress: timers fire, a reader sees none of its files,
       // and a write issued meanwhile completes (after it, since it waits for the write lock).
@@ -396,7 +414,10 @@ describe("SqliteMetadataStore CAS specifics", () => {
       }
       const results = [own, ...(await Promise.all(racers.map((racer) => racer.done)))];
       for (let n = 0; n < xorbCount; n++) {
-        assert.ok(results.every((r) => typeof r[n] === "boolean"), `every racer put xorb ${n}`);
+        assert.ok(
+          results.every((r) => typeof r[n] === "boolean"),
+          `every racer put xorb ${n}`,
+        );
         const winners = results.filter((r) => r[n]).length;
         assert.equal(winners, 1, `xorb ${n}: ${winners} racers were told they inserted it`);
       }

@@ -109,7 +109,10 @@ describe("castor's client on the scale-out backends", () => {
   it("uploads a batch in one shard and downloads every file byte-exact, verified", async () => {
     assert.equal(uploaded.shards.sent, 1);
     const blocks = uploaded.files.find((f) => f.path === paths.get("blocks"))!;
-    assert.ok(blocks.newBytes < 2 * MIB && blocks.dedupedBytes > 10 * MIB, `12 copies of one block: ${blocks.newBytes} new, ${blocks.dedupedBytes} deduplicated`);
+    assert.ok(
+      blocks.newBytes < 2 * MIB && blocks.dedupedBytes > 10 * MIB,
+      `12 copies of one block: ${blocks.newBytes} new, ${blocks.dedupedBytes} deduplicated`,
+    );
     const reader = client();
     for (const [name, bytes] of contents) {
       const output = join(work, `${name}.copy`);
@@ -320,4 +323,3 @@ async function framesOf(response: Response): Promise<Record<string, unknown>[]> 
     .split("\n")
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
-

@@ -90,7 +90,9 @@ describe("hf upload and hf download through two nodes on PostgreSQL + S3", () =>
       const whole = await fetch(`${node.url}/${REPO_ID}/resolve/main/big.bin`, { headers: { authorization: `Bearer ${hub.token}` } });
       assert.equal(whole.status, 200);
       assertSameBytes(new Uint8Array(await whole.arrayBuffer()), big, "resolve GET of big.bin");
-      const part = await fetch(`${node.url}/${REPO_ID}/resolve/main/big.bin`, { headers: { authorization: `Bearer ${hub.token}`, range: "bytes=5000000-6999999" } });
+      const part = await fetch(`${node.url}/${REPO_ID}/resolve/main/big.bin`, {
+        headers: { authorization: `Bearer ${hub.token}`, range: "bytes=5000000-6999999" },
+      });
       assert.equal(part.status, 206);
       assertSameBytes(new Uint8Array(await part.arrayBuffer()), big.subarray(5_000_000, 7_000_000), "ranged resolve GET of big.bin");
     }

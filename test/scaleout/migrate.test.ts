@@ -74,7 +74,13 @@ describe("castor migrate: embedded data dir → PostgreSQL + S3 (Ceph RGW)", () 
     await mkdir(cwd);
     const first = await runCastor(["migrate", "--from", source.dataDir], { env: targetEnv, cwd, timeoutMs: 120_000 });
     assert.equal(first.code, 0, first.stderr);
-    assert.match(first.stderr, new RegExp(`^castor migrate: copying ${source.dataDir} into PostgreSQL 127\\.0\\.0\\.1:\\d+/${database.name} and S3 bucket ${s3Env.bucket} \\(prefix ${s3.prefix}\\) at ${s3Env.endpoint}`, "m"));
+    assert.match(
+      first.stderr,
+      new RegExp(
+        `^castor migrate: copying ${source.dataDir} into PostgreSQL 127\\.0\\.0\\.1:\\d+/${database.name} and S3 bucket ${s3Env.bucket} \\(prefix ${s3.prefix}\\) at ${s3Env.endpoint}`,
+        "m",
+      ),
+    );
     const copied = copiedColumn(first.stdout);
     for (const [step, count] of copied) assert.ok(count > 0, `${step} copied something`);
     assert.deepEqual(await readdir(cwd), [], "nothing is written to the working folder");
@@ -128,7 +134,11 @@ describe("castor migrate: embedded data dir → PostgreSQL + S3 (Ceph RGW)", () 
 
     const again = await runCastor(["migrate", "--from", source.dataDir], { env: targetEnv, cwd, timeoutMs: 120_000 });
     assert.equal(again.code, 0, again.stderr);
-    assert.deepEqual([...copiedColumn(again.stdout).values()].filter((count) => count !== 0), [], "a second run copies nothing");
+    assert.deepEqual(
+      [...copiedColumn(again.stdout).values()].filter((count) => count !== 0),
+      [],
+      "a second run copies nothing",
+    );
     assert.match(again.stdout, /Nothing new to copy/);
   });
 });

@@ -150,7 +150,9 @@ function assertServedBy(requests: ProxiedRequest[], matching: (request: ProxiedR
 }
 
 async function sha256OfFile(path: string): Promise<string> {
-  return createHash("sha256").update(await readFile(path)).digest("hex");
+  return createHash("sha256")
+    .update(await readFile(path))
+    .digest("hex");
 }
 
 describe("one deployment, two nodes", () => {
@@ -213,7 +215,10 @@ describe("one deployment, two nodes", () => {
     assertSameBytes(new Uint8Array(await viaProxy.arrayBuffer()), expected, "A's transfer URL through the proxy to B");
     const transfers = (requests: LoggedRequest[]) => requests.filter((line) => line.path.startsWith("/v1/transfer/"));
     const servedByB = transfers(await nodes.b.waitForRequests(bLogStart, (logged) => transfers(logged).length >= 2));
-    assert.deepEqual(servedByB.map((line) => line.statusCode), [206, 206]);
+    assert.deepEqual(
+      servedByB.map((line) => line.statusCode),
+      [206, 206],
+    );
     assert.equal(transfers(nodes.a.requestLog(aLogStart)).length, 0);
 
     const signature = signed.searchParams.get("s")!;
@@ -342,7 +347,11 @@ describe("a node dies", () => {
       assert.equal(retried.at(-1)!.nodes.at(-1), "b", "the retry reached B");
     }
     const shardPosts = requests.filter((r) => isShardPost(r) && r.status === 200);
-    assert.deepEqual(shardPosts.map((r) => r.nodes.at(-1)), ["b"], "the shard was registered by B");
+    assert.deepEqual(
+      shardPosts.map((r) => r.nodes.at(-1)),
+      ["b"],
+      "the shard was registered by B",
+    );
 
     // The download through B is byte-exact (and the client verified it against the file hash).
     proxy.setRoute({ mode: "pin", node: "b" });
@@ -387,7 +396,12 @@ describe("a node dies", () => {
       await reader.download({ fileHash: hashToHex(file.fileHash), output });
       assertSameBytes(await readBytes(output), content, `download ${i} through both nodes`);
     }
-    const served = new Set(proxy.requests(mark).filter(isDownloadRequest).map((r) => r.nodes.at(-1)));
+    const served = new Set(
+      proxy
+        .requests(mark)
+        .filter(isDownloadRequest)
+        .map((r) => r.nodes.at(-1)),
+    );
     assert.deepEqual([...served].sort(), ["a", "b"], "round-robin spread the downloads over both nodes");
   });
 
@@ -413,12 +427,17 @@ describe("a node dies", () => {
     });
     request.write(xorb.bytes.subarray(0, xorb.bytes.length >> 1));
     const stagingDir = join(doomed.dataDir, "s3-staging");
-    await until(async () => {
-      for (const name of await readdir(stagingDir).catch(() => [] as string[])) {
-        if (name.endsWith(".part") && (await stat(join(stagingDir, name))).size > 0) return true;
-      }
-      return false;
-    }, "the node to stage the half-sent xorb", 10_000, 20);
+    await until(
+      async () => {
+        for (const name of await readdir(stagingDir).catch(() => [] as string[])) {
+          if (name.endsWith(".part") && (await stat(join(stagingDir, name))).size > 0) return true;
+        }
+        return false;
+      },
+      "the node to stage the half-sent xorb",
+      10_000,
+      20,
+    );
     doomed.child.kill("SIGKILL");
     assert.equal((await doomed.exited).signal, "SIGKILL");
     assert.match(await requestFailed, /^E[A-Z]+$/, "the upload failed with a network error, never an answer");

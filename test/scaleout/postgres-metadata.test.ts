@@ -11,12 +11,7 @@ import { loadConfig } from "../../src/config.js";
 import { hashToHex } from "../../src/format/hash.js";
 import type { ShardRegistration } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
-import {
-  MIGRATIONS,
-  PostgresConnectionError,
-  PostgresMetadataStore,
-  PostgresSchemaError,
-} from "../../src/metadata/postgres.js";
+import { MIGRATIONS, PostgresConnectionError, PostgresMetadataStore, PostgresSchemaError } from "../../src/metadata/postgres.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
 import { fileRecord, hashOf, oidOf, xorbRecord } from "../helpers/fixtures.js";
@@ -53,11 +48,7 @@ async function withDatabase(body: (database: TestDatabase, sql: pg.Client) => Pr
 }
 
 /** Opens `count` stores on one database at once; all are closed when `body` ends. */
-async function withStores(
-  database: TestDatabase,
-  count: number,
-  body: (stores: PostgresMetadataStore[]) => Promise<void>,
-): Promise<void> {
+async function withStores(database: TestDatabase, count: number, body: (stores: PostgresMetadataStore[]) => Promise<void>): Promise<void> {
   const opened = await Promise.allSettled(Array.from({ length: count }, () => PostgresMetadataStore.open(database.url)));
   const stores = opened.flatMap((result) => (result.status === "fulfilled" ? [result.value] : []));
   try {
@@ -69,9 +60,7 @@ async function withStores(
 }
 
 async function tableNames(sql: pg.Client): Promise<string[]> {
-  const { rows } = await sql.query<{ tablename: string }>(
-    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
-  );
+  const { rows } = await sql.query<{ tablename: string }>("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename");
   return rows.map((row) => row.tablename);
 }
 
@@ -86,7 +75,20 @@ describe("PostgresMetadataStore specifics", () => {
         await withStores(database, 1, async () => undefined);
         assert.equal(await schemaVersion(sql), MIGRATIONS.length);
         const tables = await tableNames(sql);
-        for (const table of ["repos", "revisions", "hub_tokens", "hub_token_repos", "xorbs", "files", "file_repos", "file_sha256", "shards", "dedup_chunks", "commits", "trees"]) {
+        for (const table of [
+          "repos",
+          "revisions",
+          "hub_tokens",
+          "hub_token_repos",
+          "xorbs",
+          "files",
+          "file_repos",
+          "file_sha256",
+          "shards",
+          "dedup_chunks",
+          "commits",
+          "trees",
+        ]) {
           assert.ok(tables.includes(table), `table ${table} exists`);
         }
 
@@ -108,24 +110,52 @@ describe("PostgresMetadataStore specifics", () => {
         await sql.query("CREATE TABLE castor_schema (one boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)");
         await sql.query("INSERT INTO castor_schema (version) VALUES (1)");
         await sql.query(MIGRATIONS[0]);
-        await sql.query("INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', to_timestamp(1)), ('dataset', 'alice/newest', to_timestamp(2))");
+        await sql.query(
+          "INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', to_timestamp(1)), ('dataset', 'alice/newest', to_timestamp(2))",
+        );
         const ids = (await sql.query<{ id: string }>("SELECT id FROM repos ORDER BY id")).rows.map((row) => Number(row.id));
-        await sql.query("INSERT INTO revisions (repo_id, name, kind, created_at) VALUES ($1, 'main', 'branch', to_timestamp(1)), ($1, 'v1', 'tag', to_timestamp(1.5)), ($2, 'main', 'branch', to_timestamp(2))", ids);
-        await sql.query("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', $1, 'write', false, to_timestamp(3))", ["a".repeat(64)]);
+        await sql.query(
+          "INSERT INTO revisions (repo_id, name, kind, created_at) VALUES ($1, 'main', 'branch', to_timestamp(1)), ($1, 'v1', 'tag', to_timestamp(1.5)), ($2, 'main', 'branch', to_timestamp(2))",
+          ids,
+        );
+        await sql.query("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', $1, 'write', false, to_timestamp(3))", [
+          "a".repeat(64),
+        ]);
         await sql.query("INSERT INTO hub_token_repos (token_id, repo_id) VALUES ('tok_old', $1), ('tok_old', $2)", ids);
 
         await withStores(database, 1, async ([store]) => {
           assert.equal(await schemaVersion(sql), MIGRATIONS.length);
-          assert.deepEqual(await store.getRepo("model", "alice/old"), { id: ids[0], type: "model", name: "alice/old", createdAt: new Date(1000), private: true });
+          assert.deepEqual(await store.getRepo("model", "alice/old"), {
+            id: ids[0],
+            type: "model",
+            name: "alice/old",
+            createdAt: new Date(1000),
+            private: true,
+          });
           assert.deepEqual(
             (await store.listRevisions(ids[0])).map((r) => [r.name, r.kind, r.createdAt.getTime(), r.commitOid]),
-            [["main", "branch", 1000, null], ["v1", "tag", 1500, null]],
+            [
+              ["main", "branch", 1000, null],
+              ["v1", "tag", 1500, null],
+            ],
           );
           const token = await store.findHubTokenBySecretHash("a".repeat(64));
           assert.deepEqual([token?.repos, token?.owner, token?.namespaces], [ids, null, []]);
 
-          const commit = { oid: "1".repeat(40), treeOid: "2".repeat(40), parentOids: [], title: "Initial", message: "Initial\n", author: "alice", createdAt: new Date(5000), object: "tree …" };
-          assert.equal(await store.advanceBranch({ repoId: ids[0], branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }), "advanced");
+          const commit = {
+            oid: "1".repeat(40),
+            treeOid: "2".repeat(40),
+            parentOids: [],
+            title: "Initial",
+            message: "Initial\n",
+            author: "alice",
+            createdAt: new Date(5000),
+            object: "tree …",
+          };
+          assert.equal(
+            await store.advanceBranch({ repoId: ids[0], branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }),
+            "advanced",
+          );
           assert.deepEqual(await store.getCommit(ids[0], commit.oid), commit);
           assert.equal(await store.deleteRepo(ids[1]), true);
           assert.deepEqual((await store.findHubTokenBySecretHash("a".repeat(64)))?.repos, [ids[0]]);
@@ -167,16 +197,32 @@ describe("PostgresMetadataStore specifics", () => {
         await withStores(database, 4, async (stores) => {
           const emptyTree = { oid: oidOf("empty"), entries: [] };
           const commitOf = (label: string, treeOid: string, parents: string[]) => ({
-            oid: oidOf(label), treeOid, parentOids: parents, title: label, message: `${label}\n`, author: "alice", createdAt: new Date(1_767_225_600_000), object: label,
+            oid: oidOf(label),
+            treeOid,
+            parentOids: parents,
+            title: label,
+            message: `${label}\n`,
+            author: "alice",
+            createdAt: new Date(1_767_225_600_000),
+            object: label,
           });
           const initial = commitOf("initial", emptyTree.oid, []);
           const repo = await stores[0].createRepo("model", "alice/raced", { private: false, commit: initial, tree: emptyTree });
           for (const branch of ["b0", "b1", "b2", "b3"]) await stores[0].createRevision(repo.id, branch, "branch", initial.oid);
-          const heads = new Map([["main", initial.oid], ["b0", initial.oid], ["b1", initial.oid], ["b2", initial.oid], ["b3", initial.oid]]);
+          const heads = new Map([
+            ["main", initial.oid],
+            ["b0", initial.oid],
+            ["b1", initial.oid],
+            ["b2", initial.oid],
+            ["b3", initial.oid],
+          ]);
           for (let round = 0; round < 5; round++) {
             // Each node advances main (one wins) and its own branch (all win); the trees new in
             // this round are shared by every advance, listed in a different order by each node.
-            const shared = Array.from({ length: 20 }, (_, i) => ({ oid: oidOf(`round ${round} tree ${i}`), entries: [{ type: "directory" as const, name: `d${i}`, oid: oidOf(`sub ${i}`) }] }));
+            const shared = Array.from({ length: 20 }, (_, i) => ({
+              oid: oidOf(`round ${round} tree ${i}`),
+              entries: [{ type: "directory" as const, name: `d${i}`, oid: oidOf(`sub ${i}`) }],
+            }));
             const advances = stores.flatMap((store, node) => {
               const trees = node % 2 === 0 ? shared : [...shared].reverse();
               return ["main", `b${node}`].map((branch) => {
@@ -187,7 +233,10 @@ describe("PostgresMetadataStore specifics", () => {
             const outcomes = await Promise.all(advances.map((advance) => advance.run));
             const mainWinners = advances.filter((advance, i) => advance.branch === "main" && outcomes[i] === "advanced");
             assert.equal(mainWinners.length, 1, `round ${round}: ${outcomes.join(", ")}`);
-            assert.deepEqual(outcomes.filter((_outcome, i) => advances[i].branch !== "main"), ["advanced", "advanced", "advanced", "advanced"]);
+            assert.deepEqual(
+              outcomes.filter((_outcome, i) => advances[i].branch !== "main"),
+              ["advanced", "advanced", "advanced", "advanced"],
+            );
             for (const [i, advance] of advances.entries()) if (outcomes[i] === "advanced") heads.set(advance.branch, advance.commit.oid);
             for (const store of stores) {
               for (const [branch, head] of heads) assert.equal((await store.getRevision(repo.id, branch))?.commitOid, head);
@@ -213,7 +262,11 @@ describe("PostgresMetadataStore specifics", () => {
               dedupEntries: xorb.chunks.map((chunk) => ({ chunkHash: chunk.hash, xorbHash: hashOf(`holder ${round}`) })),
             };
             const results = await Promise.all([first.registerShard(registration), second.registerShard(registration)]);
-            assert.deepEqual(results.filter((isNew) => isNew), [true], `round ${round}: ${JSON.stringify(results)}`);
+            assert.deepEqual(
+              results.filter((isNew) => isNew),
+              [true],
+              `round ${round}: ${JSON.stringify(results)}`,
+            );
             for (const file of [files[0], files[199]]) {
               assert.deepEqual(await second.getFile(file.hash), file);
               assert.deepEqual(await first.findFileBySha256(repo.id, file.sha256!), file.hash);

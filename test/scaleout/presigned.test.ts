@@ -237,7 +237,10 @@ describe("CASTOR_TRANSFER_MODE=presigned against Ceph RGW", () => {
       const from = castor.server.logLines().length;
       await client.download(wanted);
       for (const [i, file] of Object.values(files).entries()) assertSameBytes(await readBytes(wanted[i].path), file.bytes, "hf_xet download");
-      assert.ok(castor.server.requestLog(from).some((line) => line.path.includes("/reconstructions/")), "hf_xet asked castor for reconstructions");
+      assert.ok(
+        castor.server.requestLog(from).some((line) => line.path.includes("/reconstructions/")),
+        "hf_xet asked castor for reconstructions",
+      );
       assert.deepEqual(transfersSince(from), [], "and fetched every byte from the object store");
     } finally {
       await client.dispose();

@@ -47,8 +47,7 @@ async function withS3Store(body: (opened: S3TestStore) => Promise<void>, overrid
 }
 
 const randomKey = (): BlobKey => blobKey("xorbs", randomBytes(32));
-const keyStartingWith = (hexStart: string): BlobKey =>
-  blobKeyFromHex("xorbs", hexStart + randomBytes(32).toString("hex").slice(hexStart.length));
+const keyStartingWith = (hexStart: string): BlobKey => blobKeyFromHex("xorbs", hexStart + randomBytes(32).toString("hex").slice(hexStart.length));
 
 async function etagOf(opened: S3TestStore, key: BlobKey): Promise<string> {
   const client = s3TestClient(opened.env);
@@ -94,8 +93,7 @@ interface FaultyProxy {
   close(): Promise<void>;
 }
 
-const INJECTED_503 =
-  '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>injected by the test proxy</Message></Error>';
+const INJECTED_503 = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>injected by the test proxy</Message></Error>';
 
 async function startFaultyProxy(target: string, choose: (req: IncomingMessage, seenBefore: SeenRequest[]) => FaultAction): Promise<FaultyProxy> {
   const seen: SeenRequest[] = [];
@@ -208,7 +206,10 @@ describe("S3BlobStore", () => {
           const client = s3TestClient(env);
           try {
             const listing = await client.send(new ListObjectsV2Command({ Bucket: env.bucket, Prefix: opened.prefix }));
-            assert.deepEqual(listing.Contents?.map((entry) => entry.Key), [`${opened.prefix}${key}`]);
+            assert.deepEqual(
+              listing.Contents?.map((entry) => entry.Key),
+              [`${opened.prefix}${key}`],
+            );
           } finally {
             client.destroy();
           }
@@ -216,7 +217,8 @@ describe("S3BlobStore", () => {
           assert.deepEqual(await collect(neighbour.store.list()), []);
           assert.deepEqual(await neighbour.store.putIfAbsent(key, randomBytes(5)), { inserted: true });
           assert.equal(await opened.store.size(key), 100, "the neighbour's put must not touch this prefix");
-        })));
+        }),
+      ));
 
     it("lists across many pages, skipping stray objects under the prefix", () =>
       withS3Store(
@@ -509,7 +511,10 @@ describe("S3BlobStore", () => {
           clearInterval(sampler);
         }
         const peakWhileUploading = (peak - baseline) / MiB;
-        assert.ok(peakWhileUploading < totalMiB / 2, `buffer memory peaked ${peakWhileUploading.toFixed(1)} MiB above baseline while uploading ${totalMiB} MiB`);
+        assert.ok(
+          peakWhileUploading < totalMiB / 2,
+          `buffer memory peaked ${peakWhileUploading.toFixed(1)} MiB above baseline while uploading ${totalMiB} MiB`,
+        );
         assert.deepEqual(await readdir(opened.stagingDir), [], "staging files are removed after commit");
 
         for (const [index, put] of staged.entries()) {
@@ -542,7 +547,10 @@ describe("S3BlobStore", () => {
           const uploads = await client.send(new ListMultipartUploadsCommand({ Bucket: env.bucket, Prefix: opened.prefix }));
           assert.deepEqual(uploads.Uploads ?? [], []);
           const listing = await client.send(new ListObjectsV2Command({ Bucket: env.bucket, Prefix: opened.prefix }));
-          assert.deepEqual(listing.Contents?.map((entry) => entry.Key), [opened.store.objectKeyOf(published)]);
+          assert.deepEqual(
+            listing.Contents?.map((entry) => entry.Key),
+            [opened.store.objectKeyOf(published)],
+          );
         } finally {
           client.destroy();
         }

@@ -57,10 +57,15 @@ describe("FsBlobStore", () => {
       await store.putIfAbsent(key, Readable.from([randomBytes(1000), randomBytes(1000)]));
       await store.putIfAbsent(key, randomBytes(10)); // not inserted
       await assert.rejects(
-        store.putIfAbsent(blobKeyFromHex("xorbs", hexStarting("")), Readable.from((async function* () {
-          yield randomBytes(5000);
-          throw new Error("disconnected");
-        })())),
+        store.putIfAbsent(
+          blobKeyFromHex("xorbs", hexStarting("")),
+          Readable.from(
+            (async function* () {
+              yield randomBytes(5000);
+              throw new Error("disconnected");
+            })(),
+          ),
+        ),
       );
       const local = join(parent, "local.bin");
       await writeFile(local, randomBytes(4000));
@@ -77,10 +82,17 @@ describe("FsBlobStore", () => {
       await aborted.abort();
 
       const failed = await store.beginPut(blobKeyFromHex("xorbs", hexStarting("")));
-      await assert.rejects(pipeline(Readable.from((async function* () {
-        yield randomBytes(10);
-        throw new Error("bad chunk");
-      })()), failed.writable));
+      await assert.rejects(
+        pipeline(
+          Readable.from(
+            (async function* () {
+              yield randomBytes(10);
+              throw new Error("bad chunk");
+            })(),
+          ),
+          failed.writable,
+        ),
+      );
       await assert.rejects(failed.commit());
 
       const unended = await store.beginPut(blobKeyFromHex("xorbs", hexStarting("")));

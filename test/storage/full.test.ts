@@ -10,21 +10,14 @@ import { describe, it } from "node:test";
 import { S3ServiceException } from "@aws-sdk/client-s3";
 import Database from "better-sqlite3";
 import pg from "pg";
-import {
-  freeSpaceOf,
-  isDiskFull,
-  storageFullMessage,
-  storageFullOf,
-  StorageFullWatch,
-  STORAGE_FULL_HOLD_MS,
-} from "../../src/storage/full.js";
+import { freeSpaceOf, isDiskFull, storageFullMessage, storageFullOf, StorageFullWatch, STORAGE_FULL_HOLD_MS } from "../../src/storage/full.js";
 
 function errno(code: string, message = `${code}: some call failed`): NodeJS.ErrnoException {
   return Object.assign(new Error(message), { code, errno: -28, syscall: "write" });
 }
 
 function postgresError(sqlstate: string): Error {
-  const error = new pg.DatabaseError("could not extend file \"base/16384/16385\": No space left on device", 120, "error");
+  const error = new pg.DatabaseError('could not extend file "base/16384/16385": No space left on device', 120, "error");
   error.severity = "ERROR";
   error.code = sqlstate;
   return error;

@@ -9,14 +9,7 @@ import { describe, it } from "node:test";
 import { GetObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { hashToHex } from "../../src/format/hash.js";
-import {
-  blobKey,
-  isBlobStoreError,
-  MAX_PRESIGNED_URL_TTL_SECONDS,
-  rangeHeaderOf,
-  type BlobKey,
-  type ByteSpan,
-} from "../../src/storage/blob-store.js";
+import { blobKey, isBlobStoreError, MAX_PRESIGNED_URL_TTL_SECONDS, rangeHeaderOf, type BlobKey, type ByteSpan } from "../../src/storage/blob-store.js";
 import { S3RangePresigner, type PresignableStore } from "../../src/storage/s3/range-presigner.js";
 import { hashOf } from "../helpers/fixtures.js";
 
@@ -65,7 +58,10 @@ describe("S3RangePresigner", () => {
     { name: "virtual-hosted style on AWS in another region", setup: { region: "eu-west-1", forcePathStyle: false }, prefix: "castor/" },
     {
       name: "temporary credentials (a session token, as from an instance role)",
-      setup: { endpoint: "https://s3.example.com", credentials: { accessKeyId: "ASIATEMP", secretAccessKey: "temp/secret+key", sessionToken: "FwoGZXIvYXdzE//token+with/slashes==" } },
+      setup: {
+        endpoint: "https://s3.example.com",
+        credentials: { accessKeyId: "ASIATEMP", secretAccessKey: "temp/secret+key", sessionToken: "FwoGZXIvYXdzE//token+with/slashes==" },
+      },
       prefix: "p/",
     },
   ];
@@ -117,11 +113,21 @@ describe("S3RangePresigner", () => {
     const store = storeOf(clientOf({ endpoint: "http://127.0.0.1:7480" }));
     const signer = await S3RangePresigner.create(store, { ttlSeconds: 60 });
     const key = blobKey("xorbs", hashOf("x"));
-    for (const span of [{ offset: 0, length: 0 }, { offset: -1, length: 5 }, { offset: 1.5, length: 2 }]) {
-      assert.throws(() => signer.presign(key, span), (err: unknown) => isBlobStoreError(err, "bad_range"));
+    for (const span of [
+      { offset: 0, length: 0 },
+      { offset: -1, length: 5 },
+      { offset: 1.5, length: 2 },
+    ]) {
+      assert.throws(
+        () => signer.presign(key, span),
+        (err: unknown) => isBlobStoreError(err, "bad_range"),
+      );
     }
     for (const bad of ["xorbs/../x", `XORBS/${"0".repeat(64)}`, `xorbs/${"0".repeat(64)}?x=1`]) {
-      assert.throws(() => signer.presign(bad as BlobKey, { offset: 0, length: 1 }), (err: unknown) => isBlobStoreError(err, "invalid_key"));
+      assert.throws(
+        () => signer.presign(bad as BlobKey, { offset: 0, length: 1 }),
+        (err: unknown) => isBlobStoreError(err, "invalid_key"),
+      );
     }
     store.client.destroy();
   });

@@ -94,7 +94,11 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
     const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, API_REVISION_SEGMENT).revision);
     const body = request.body;
     const paths =
-      body instanceof URLSearchParams ? body.getAll("paths") : Array.isArray((body as { paths?: unknown })?.paths) ? (body as { paths: unknown[] }).paths : null;
+      body instanceof URLSearchParams
+        ? body.getAll("paths")
+        : Array.isArray((body as { paths?: unknown })?.paths)
+          ? (body as { paths: unknown[] }).paths
+          : null;
     if (paths === null || !paths.every((p) => typeof p === "string")) throw new HubError(400, 'paths-info needs "paths": a list of file paths');
     if (paths.length > MAX_PATHS_INFO_PATHS) throw new HubError(413, `paths-info takes at most ${MAX_PATHS_INFO_PATHS} paths per request`);
     return (await deps.repos.pathsInfo(repo, commit, paths as string[])).map(treeEntryJson);
@@ -176,7 +180,11 @@ async function readCommitPayload(body: Readable, deps: HubFileRouteDeps): Promis
   }
 }
 
-async function parseCommitLines(body: Readable, deps: HubFileRouteDeps, writes: InlineWrites): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
+async function parseCommitLines(
+  body: Readable,
+  deps: HubFileRouteDeps,
+  writes: InlineWrites,
+): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
   // A base64 line of the largest inline file, plus room for the JSON around it.
   const maxLineBytes = Math.ceil(deps.inlineMaxBytes / 3) * 4 + 64 * 1024;
   let header: CommitHeader | undefined;
@@ -215,7 +223,13 @@ function commitHeaderOf(value: Record<string, unknown>): CommitHeader {
   return { summary, description: (description as string | undefined) ?? "", ...(typeof parentCommit === "string" ? { parentCommit } : {}) };
 }
 
-async function operationOf(key: unknown, value: Record<string, unknown>, lineNumber: number, deps: HubFileRouteDeps, writes: InlineWrites): Promise<CommitOperation> {
+async function operationOf(
+  key: unknown,
+  value: Record<string, unknown>,
+  lineNumber: number,
+  deps: HubFileRouteDeps,
+  writes: InlineWrites,
+): Promise<CommitOperation> {
   const path = value.path;
   if (typeof path !== "string") throw new HubError(400, `commit line ${lineNumber}: the operation needs a "path"`);
   switch (key) {
@@ -225,7 +239,10 @@ async function operationOf(key: unknown, value: Record<string, unknown>, lineNum
       }
       const content = Buffer.from(value.content, "base64");
       if (content.length >= deps.inlineMaxBytes && content.length > 0) {
-        throw new HubError(413, `${JSON.stringify(path)} is ${content.length} bytes: files of ${deps.inlineMaxBytes} bytes or more must be uploaded through Xet (install hf_xet)`);
+        throw new HubError(
+          413,
+          `${JSON.stringify(path)} is ${content.length} bytes: files of ${deps.inlineMaxBytes} bytes or more must be uploaded through Xet (install hf_xet)`,
+        );
       }
       const sha256 = sha256Hex(content);
       const pool = content.length <= SMALL_INLINE_BYTES ? writes.small : writes.large;
@@ -237,7 +254,8 @@ async function operationOf(key: unknown, value: Record<string, unknown>, lineNum
       if (typeof oid !== "string" || !/^[0-9a-f]{64}$/.test(oid) || (algo !== undefined && algo !== "sha256")) {
         throw new HubError(400, `commit line ${lineNumber}: an lfsFile needs "oid", a 64-hex SHA-256`);
       }
-      if (size !== undefined && !(Number.isSafeInteger(size) && (size as number) >= 0)) throw new HubError(400, `commit line ${lineNumber}: "size" must be a whole number of bytes`);
+      if (size !== undefined && !(Number.isSafeInteger(size) && (size as number) >= 0))
+        throw new HubError(400, `commit line ${lineNumber}: "size" must be a whole number of bytes`);
       return { kind: "lfsFile", path, sha256: oid, ...(size === undefined ? {} : { size: size as number }) };
     }
     case "deletedFile":
@@ -245,6 +263,9 @@ async function operationOf(key: unknown, value: Record<string, unknown>, lineNum
     case "deletedFolder":
       return { kind: "deletedFolder", path: path.replace(/\/+$/, "") };
     default:
-      throw new HubError(400, `commit line ${lineNumber}: unknown operation ${JSON.stringify(String(key).slice(0, 40))} (castor takes file, lfsFile, deletedFile, deletedFolder)`);
+      throw new HubError(
+        400,
+        `commit line ${lineNumber}: unknown operation ${JSON.stringify(String(key).slice(0, 40))} (castor takes file, lfsFile, deletedFile, deletedFolder)`,
+      );
   }
 }

@@ -106,7 +106,11 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
       return { url: repoUrl(deps, repo), name: repo.name, id: repo.name };
     } catch (err) {
       // The Hub's 409 carries the URL; clients parse it even when they tolerate the conflict.
-      if (err instanceof RepoExistsError) return reply.code(409).header("x-error-message", err.message).send({ error: err.message, url: repoUrl(deps, err.repo) });
+      if (err instanceof RepoExistsError)
+        return reply
+          .code(409)
+          .header("x-error-message", err.message)
+          .send({ error: err.message, url: repoUrl(deps, err.repo) });
       throw err;
     }
   });

@@ -12,11 +12,22 @@
 import type pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
 import { bytesToPlainHex, hashToHex, HASH_BYTES, type Hash } from "../../format/hash.js";
-import { checkHash, packFileRecord, packXorbRecord, storedHash, type FileRecord, type ShardRegistration, type XorbRecord, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
+import {
+  checkHash,
+  packFileRecord,
+  packXorbRecord,
+  storedHash,
+  type FileRecord,
+  type ShardRegistration,
+  type XorbRecord,
+  fileRecordOf,
+  xorbRecordOf,
+  type FileRow,
+  type XorbRow,
+} from "../cas.js";
 import type { DedupEntry } from "../migration.js";
 import { InvalidRecordError, NotFoundError } from "../errors.js";
 import type { PostgresConnection } from "./connection.js";
-
 
 /** The `index`-th (1-based) hash of a parameter holding packed 32-byte hashes. */
 const hashAt = (param: string, index: string): string => `substring(${param}::bytea FROM (${index})::integer * 32 - 31 FOR 32)`;
@@ -230,4 +241,3 @@ function packRegistration(files: readonly FileRecord[], dedupEntries: readonly D
     dedupXorbHashes,
   };
 }
-

@@ -358,7 +358,9 @@ async function importing<T>(write: () => Promise<T>): Promise<T> {
     return await write();
   } catch (err) {
     if (isViolation(err, PG_FOREIGN_KEY_VIOLATION)) {
-      throw new NotFoundError(`an imported row refers to something the store lacks (${(err as pg.DatabaseError).detail ?? (err as Error).message}): import repositories and files before what refers to them`);
+      throw new NotFoundError(
+        `an imported row refers to something the store lacks (${(err as pg.DatabaseError).detail ?? (err as Error).message}): import repositories and files before what refers to them`,
+      );
     }
     if (isViolation(err, PG_UNIQUE_VIOLATION)) throw new AlreadyExistsError("another hub token has the secret hash of an imported one");
     throw err;

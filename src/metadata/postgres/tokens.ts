@@ -56,17 +56,7 @@ export class PostgresTokenRecords {
     const owner = token.owner ?? null;
     const createdAt = new Date();
     try {
-      await this.run("createToken", [
-        token.id,
-        token.secretHash,
-        token.access,
-        token.repos === "all",
-        createdAt,
-        token.expiresAt,
-        repoIds,
-        owner,
-        namespaces,
-      ]);
+      await this.run("createToken", [token.id, token.secretHash, token.access, token.repos === "all", createdAt, token.expiresAt, repoIds, owner, namespaces]);
     } catch (err) {
       if (isViolation(err, PG_UNIQUE_VIOLATION)) {
         throw new AlreadyExistsError(

@@ -4,7 +4,18 @@
  */
 import type Database from "better-sqlite3";
 import { bytesToPlainHex, hashToHex, type Hash } from "../../format/hash.js";
-import { checkHash, packXorbRecord, storedHash, type FileRecord, type ShardRegistration, type XorbRecord, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
+import {
+  checkHash,
+  packXorbRecord,
+  storedHash,
+  type FileRecord,
+  type ShardRegistration,
+  type XorbRecord,
+  fileRecordOf,
+  xorbRecordOf,
+  type FileRow,
+  type XorbRow,
+} from "../cas.js";
 import { InvalidRecordError } from "../errors.js";
 import type { SqliteConnection } from "./connection.js";
 import { runToEnd } from "../../format/steps.js";
@@ -31,19 +42,11 @@ function prepareCasStatements(db: Database.Database): CasStatements {
       `INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
        VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
     ),
-    xorbSize: db.prepare<[Uint8Array], { serialized_length: number }>(
-      "SELECT serialized_length FROM xorbs WHERE hash = ?",
-    ),
+    xorbSize: db.prepare<[Uint8Array], { serialized_length: number }>("SELECT serialized_length FROM xorbs WHERE hash = ?"),
     getFile: db.prepare<[Uint8Array], FileRow>("SELECT size, sha256, terms FROM files WHERE hash = ?"),
-    fileInRepo: db.prepare<[Uint8Array, number], { ok: number }>(
-      "SELECT 1 AS ok FROM file_repos WHERE file_hash = ? AND repo_id = ?",
-    ),
-    fileBySha256: db.prepare<[number, Uint8Array], { file_hash: Buffer }>(
-      "SELECT file_hash FROM file_sha256 WHERE repo_id = ? AND sha256 = ?",
-    ),
-    dedupXorbs: db.prepare<[Uint8Array, number], { xorb_hash: Buffer }>(
-      "SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = ? ORDER BY seq LIMIT ?",
-    ),
+    fileInRepo: db.prepare<[Uint8Array, number], { ok: number }>("SELECT 1 AS ok FROM file_repos WHERE file_hash = ? AND repo_id = ?"),
+    fileBySha256: db.prepare<[number, Uint8Array], { file_hash: Buffer }>("SELECT file_hash FROM file_sha256 WHERE repo_id = ? AND sha256 = ?"),
+    dedupXorbs: db.prepare<[Uint8Array, number], { xorb_hash: Buffer }>("SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = ? ORDER BY seq LIMIT ?"),
   };
 }
 
@@ -75,9 +78,7 @@ export class SqliteCasRecords {
   async putXorb(xorb: XorbRecord): Promise<boolean> {
     return this.connection.write(() => {
       const chunks = packXorbRecord(xorb);
-      return (
-        this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, Date.now(), chunks).changes > 0
-      );
+      return this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, Date.now(), chunks).changes > 0;
     });
   }
 
@@ -140,4 +141,3 @@ export class SqliteCasRecords {
     this.bulkShards.close();
   }
 }
-

@@ -63,17 +63,13 @@ function prepareMigrationStatements(db: Database.Database) {
       `INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at, owner, namespaces)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
     ),
-    exportCommits: db.prepare<[number, string, number], CommitRow>(
-      "SELECT * FROM commits WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?",
-    ),
+    exportCommits: db.prepare<[number, string, number], CommitRow>("SELECT * FROM commits WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?"),
     exportTrees: db.prepare<[number, string, number], TreeRow>("SELECT * FROM trees WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?"),
     carryRevocation: db.prepare<[number, string]>("UPDATE hub_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"),
     exportXorbs: db.prepare<[Uint8Array, number], DatedXorbRow>(
       "SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > ? ORDER BY hash LIMIT ?",
     ),
-    exportFiles: db.prepare<[Uint8Array, number], DatedFileRow>(
-      "SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > ? ORDER BY hash LIMIT ?",
-    ),
+    exportFiles: db.prepare<[Uint8Array, number], DatedFileRow>("SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > ? ORDER BY hash LIMIT ?"),
     exportFileRepos: db.prepare<[Uint8Array, number, number], { file_hash: Buffer; repo_id: number }>(
       "SELECT file_hash, repo_id FROM file_repos WHERE (file_hash, repo_id) > (?, ?) ORDER BY file_hash, repo_id LIMIT ?",
     ),
@@ -242,7 +238,9 @@ export class SqliteMigrationRecords {
 
   async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
     checkPageLimit(limit);
-    const rows = this.sql.exportFiles.all(parseHashCursor(after), limit).map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: new Date(row.created_at) }));
+    const rows = this.sql.exportFiles
+      .all(parseHashCursor(after), limit)
+      .map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: new Date(row.created_at) }));
     return exportPage(rows, limit, (last) => hashCursor(last.hash));
   }
 
@@ -262,7 +260,9 @@ export class SqliteMigrationRecords {
   async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
     checkPageLimit(limit);
     const [fileHash, repoId] = parseHashIdCursor(after);
-    const rows = this.sql.exportFileRepos.all(fileHash, repoId, limit).map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
+    const rows = this.sql.exportFileRepos
+      .all(fileHash, repoId, limit)
+      .map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
     return exportPage(rows, limit, (last) => hashIdCursor(last.fileHash, last.repoId));
   }
 

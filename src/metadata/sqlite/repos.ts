@@ -41,8 +41,7 @@ export interface RepoStatements {
  * The id of a new repository: after every id in use and every id deleted, so an id is never
  * reused (schema.ts keeps the largest deleted one).
  */
-export const REPO_ID_AFTER_DELETIONS =
-  "(SELECT max(coalesce((SELECT max(id) FROM repos), 0), coalesce((SELECT max_id FROM deleted_repo_ids), 0)) + 1)";
+export const REPO_ID_AFTER_DELETIONS = "(SELECT max(coalesce((SELECT max(id) FROM repos), 0), coalesce((SELECT max_id FROM deleted_repo_ids), 0)) + 1)";
 
 function prepareRepoStatements(db: Database.Database): RepoStatements {
   return {

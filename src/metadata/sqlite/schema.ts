@@ -204,7 +204,6 @@ export function migrate(db: Database.Database, path: string): void {
   }).immediate();
 }
 
-
 /** Whether `err` is SQLite's constraint failure `code` (e.g. `SQLITE_CONSTRAINT_UNIQUE`). */
 export function isConstraint(err: unknown, code: string): boolean {
   return err instanceof Database.SqliteError && err.code === code;

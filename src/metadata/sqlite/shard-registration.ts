@@ -48,9 +48,7 @@ export function prepareShardStatements(db: Database.Database): ShardStatements {
        ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash`,
     ),
     advanceDedupSeq: db.prepare<[number], { next: number }>("UPDATE dedup_seq SET next = next + ? WHERE one = 1 RETURNING next"),
-    insertDedup: db.prepare<[Uint8Array, Uint8Array, number]>(
-      "INSERT INTO dedup_chunks (chunk_hash, xorb_hash, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-    ),
+    insertDedup: db.prepare<[Uint8Array, Uint8Array, number]>("INSERT INTO dedup_chunks (chunk_hash, xorb_hash, seq) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
   };
 }
 
@@ -93,7 +91,6 @@ export function* registrationSteps(sql: ShardStatements, registration: ShardRegi
   }
   return isNew;
 }
-
 
 /**
  * The second connection large registrations are written on, opened on first use. Its

@@ -116,9 +116,7 @@ export class SqliteTokenRecords {
         if (list) list.push(link.repo_id);
         else reposByToken.set(link.token_id, [link.repo_id]);
       }
-      return this.sql.listTokens
-        .all()
-        .map((row) => toHubToken(row, row.all_repos === 1 ? "all" : (reposByToken.get(row.id) ?? [])));
+      return this.sql.listTokens.all().map((row) => toHubToken(row, row.all_repos === 1 ? "all" : (reposByToken.get(row.id) ?? [])));
     })();
   }
 

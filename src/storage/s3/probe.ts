@@ -34,10 +34,9 @@ export async function checkBucket(target: S3Target): Promise<void> {
       throw new Error(`S3 ${describeTarget(target)} does not exist: create it, or set CASTOR_S3_BUCKET to an existing bucket`, { cause: err });
     }
     if (status === 403 || status === 401) {
-      throw new Error(
-        `S3 ${describeTarget(target)} refused access: check CASTOR_S3_ACCESS_KEY_ID / CASTOR_S3_SECRET_ACCESS_KEY and the bucket policy`,
-        { cause: err },
-      );
+      throw new Error(`S3 ${describeTarget(target)} refused access: check CASTOR_S3_ACCESS_KEY_ID / CASTOR_S3_SECRET_ACCESS_KEY and the bucket policy`, {
+        cause: err,
+      });
     }
     throw describeS3Error("HeadBucket", target.bucket, err);
   }
@@ -87,9 +86,7 @@ async function probeMultipartCompletion(target: S3Target, probeKey: string): Pro
   const { client, bucket } = target;
   const { UploadId } = await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: probeKey }));
   try {
-    const { ETag } = await client.send(
-      new UploadPartCommand({ Bucket: bucket, Key: probeKey, UploadId, PartNumber: 1, Body: Buffer.from("multipart probe") }),
-    );
+    const { ETag } = await client.send(new UploadPartCommand({ Bucket: bucket, Key: probeKey, UploadId, PartNumber: 1, Body: Buffer.from("multipart probe") }));
     await client.send(
       new CompleteMultipartUploadCommand({
         Bucket: bucket,

@@ -82,9 +82,7 @@ export class S3Reads {
       if (first !== range.offset || last !== range.offset + range.length - 1) {
         // S3 clips a range that runs past the end rather than refusing it.
         if (objectSize !== null) checkByteSpan(key, range, objectSize);
-        throw new Error(
-          `S3 GetObject of ${objectKey} answered bytes ${first}-${last} for bytes ${range.offset}-${range.offset + range.length - 1}`,
-        );
+        throw new Error(`S3 GetObject of ${objectKey} answered bytes ${first}-${last} for bytes ${range.offset}-${range.offset + range.length - 1}`);
       }
       return { body, objectSize };
     } catch (err) {

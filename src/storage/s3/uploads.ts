@@ -154,8 +154,7 @@ export class S3Uploads {
     let uploadId: string | undefined;
     let completed = false;
     try {
-      uploadId = (await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: objectKey, Metadata: { [PUT_ID_META]: putId } })))
-        .UploadId;
+      uploadId = (await client.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: objectKey, Metadata: { [PUT_ID_META]: putId } }))).UploadId;
       if (!uploadId) throw new Error("CreateMultipartUpload answered without an UploadId");
       const etags: string[] = new Array(partCount);
       let nextPart = 0;
@@ -257,9 +256,7 @@ export class S3Uploads {
     let keyMarker: string | undefined;
     let uploadIdMarker: string | undefined;
     for (;;) {
-      const page = await client.send(
-        new ListMultipartUploadsCommand({ Bucket: bucket, Prefix: prefix, KeyMarker: keyMarker, UploadIdMarker: uploadIdMarker }),
-      );
+      const page = await client.send(new ListMultipartUploadsCommand({ Bucket: bucket, Prefix: prefix, KeyMarker: keyMarker, UploadIdMarker: uploadIdMarker }));
       for (const upload of page.Uploads ?? []) {
         if (!upload.Key || !upload.UploadId) continue;
         if (upload.Initiated !== undefined && upload.Initiated.getTime() > cutoff) continue;
