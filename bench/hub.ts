@@ -3,8 +3,8 @@
  *
  * - plain HTTP download of a 256 MiB Xet-stored file (`GET /{ns}/{name}/resolve/main/…`,
  *   reconstructed and verified by the server) against fetching the same file's xorb ranges
- *   through the transfer route, as a Xet client does; one stream each, over keep-alive. Target:
- *   resolve ≥ 0.7 × transfer.
+ *   through the transfer route, as a Xet client does; one stream each, over keep-alive, 5 paired
+ *   rounds. Target: resolve ≥ 0.7 × transfer.
  * - one NDJSON commit of 1,000 small inline files.
  * - tree listings of a 10,000-file repository (100 folders × 100 files): a full recursive
  *   page (1,000 entries) and a one-folder listing, requests per second from 4 clients.
@@ -22,7 +22,7 @@ import { benchRow, deterministicRandomBytes, median, megabytesPerSecond, type Be
 const GROUP = "hub";
 const MiB = 1024 * 1024;
 const FILE_BYTES = 256 * MiB;
-const REPETITIONS = 3;
+const REPETITIONS = 5;
 const COMMIT_FILES = 1000;
 const TREE_FOLDERS = 100;
 const FILES_PER_FOLDER = 100;
@@ -47,18 +47,24 @@ export async function run(): Promise<BenchRow[]> {
     const uploaded = await upload({ endpoint: server.url, hubToken: token, repo: "model:bench/hub", files: [path] });
     await commit(server, token, "bench/hub", [JSON.stringify({ key: "lfsFile", value: { path: "model.bin", algo: "sha256", oid: sha256, size: FILE_BYTES } })]);
 
-    const resolveSeconds: number[] = [];
-    const transferSeconds: number[] = [];
+    // Each round times both routes back to back, and the ratio is the median of the rounds' ratios: on a
+    // shared machine a burst of other work then moves both sides of a round, not just one.
+    const resolveRates: number[] = [];
+    const transferRates: number[] = [];
+    const ratios: number[] = [];
     for (let i = 0; i < REPETITIONS; i++) {
-      resolveSeconds.push(await timed(() => drain(agent, `${server.url}/bench/hub/resolve/main/model.bin`, { authorization: `Bearer ${token}` }, FILE_BYTES)));
+      const resolveSeconds = await timed(() =>
+        drain(agent, `${server.url}/bench/hub/resolve/main/model.bin`, { authorization: `Bearer ${token}` }, FILE_BYTES),
+      );
       const casToken = (await fixture.casToken("read")).accessToken;
-      transferSeconds.push(await timed(() => fetchThroughTransferRoute(agent, server, uploaded.files[0].fileHash, casToken)));
+      const transferSeconds = await timed(() => fetchThroughTransferRoute(agent, server, uploaded.files[0].fileHash, casToken));
+      resolveRates.push(megabytesPerSecond(FILE_BYTES, resolveSeconds));
+      transferRates.push(megabytesPerSecond(FILE_BYTES, transferSeconds));
+      ratios.push(transferSeconds / resolveSeconds);
     }
-    const resolveRate = megabytesPerSecond(FILE_BYTES, median(resolveSeconds));
-    const transferRate = megabytesPerSecond(FILE_BYTES, median(transferSeconds));
-    rows.push(benchRow(GROUP, "resolve GET, 256 MiB Xet file (server reconstructs)", resolveRate, "MB/s"));
-    rows.push(benchRow(GROUP, "transfer route, same file's xorb ranges", transferRate, "MB/s"));
-    rows.push(benchRow(GROUP, "resolve GET / transfer route", resolveRate / transferRate, "ratio", { target: { atLeast: RATIO_TARGET } }));
+    rows.push(benchRow(GROUP, "resolve GET, 256 MiB Xet file (server reconstructs)", median(resolveRates), "MB/s"));
+    rows.push(benchRow(GROUP, "transfer route, same file's xorb ranges", median(transferRates), "MB/s"));
+    rows.push(benchRow(GROUP, "resolve GET / transfer route (median of paired rounds)", median(ratios), "ratio", { target: { atLeast: RATIO_TARGET } }));
 
     // One commit of 1,000 inline files.
     const files = Array.from({ length: COMMIT_FILES }, (_, i) =>
