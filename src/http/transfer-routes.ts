@@ -25,12 +25,13 @@
  * Logs: the request line carries the path without the query (logging.ts); nothing here logs
  * the URL, the signature or the Range header.
  */
-import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import type { ServerResponse } from "node:http";
 import { selectRequestedRanges, type TransferUrlVerifier } from "../auth/transfer-url.js";
 import type { ByteRange } from "../format/ranges.js";
 import { BlobStoreError, blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type ByteSpan, type SpanReader } from "../storage/blob-store.js";
 import { BufferPool } from "./buffer-pool.js";
+import { sendHijacked } from "./hijacked-body.js";
 import { multipartByteRanges } from "./multipart.js";
 
 export interface TransferRouteDeps {
@@ -109,7 +110,12 @@ export const transferRoutes: FastifyPluginAsync<TransferRouteDeps> = async (app,
     if (transfer.ranges.length === 1 && openSpan) {
       const span = await openRange(transfer, transfer.ranges[0], openSpan);
       describe(reply, transfer);
-      return sendSpan(app, request, reply, span);
+      // The client retries a response cut short.
+      return sendHijacked(app, request, reply, {
+        write: (out) => pumpSpan(span, out),
+        close: () => span.close(),
+        failure: "transfer aborted while reading the stored xorb",
+      });
     }
     const singleBody = transfer.ranges.length === 1 ? await open(transfer, transfer.ranges[0]) : null;
     const multipartBody = describe(reply, transfer);
@@ -132,31 +138,7 @@ export const transferRoutes: FastifyPluginAsync<TransferRouteDeps> = async (app,
  */
 const spanBuffers = new BufferPool(1024 * 1024, 64);
 
-/**
- * Writes the span as the response body (status and headers already set on `reply`), reading
- * into pooled buffers and giving each back in its write's callback, once the socket has it.
- * Fastify is bypassed (`hijack`) for the body only because `reply.send` takes a stream, whose
- * buffers cannot be known to be written; the request is still logged as usual.
- */
-async function sendSpan(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply, span: SpanReader): Promise<void> {
-  reply.hijack();
-  const out = reply.raw;
-  try {
-    for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) out.setHeader(name, value);
-    // The onSend hook that says so during shutdown does not run for a hijacked reply.
-    if (!app.server.listening) out.setHeader("connection", "close");
-    out.writeHead(reply.statusCode);
-    await pumpSpan(span, out);
-    out.end();
-  } catch (error) {
-    // The status line is out: all that is left is to cut the response short, which the client
-    // sees as a body shorter than its Content-Length, and retries.
-    request.log.error({ err: error }, "transfer aborted while reading the stored xorb");
-    out.destroy();
-  } finally {
-    await span.close();
-  }
-}
+/** Reads the span into pooled buffers and gives each back in its write's callback, once the socket has it. */
 
 async function pumpSpan(span: SpanReader, out: ServerResponse): Promise<void> {
   let from = 0;

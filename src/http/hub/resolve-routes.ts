@@ -22,6 +22,7 @@ import { HubError } from "../../hub/errors.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js";
 import { parseRangeHeader, ReconstructionError, resolveFileRange } from "../../cas/reconstruction.js";
+import { sendHijacked } from "../hijacked-body.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
 import { addressOf, PLURAL_BY_REPO_TYPE, revisionAndPath } from "./address.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
@@ -84,7 +85,12 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
       if (file.xetHash === null) {
         return reply.send(await deps.blobs.read(blobKeyFromHex("inline", file.sha256), { offset: span.start, length: span.end - span.start }));
       }
-      return sendBody(app, request, reply, await xetBody(deps, file.xetHash, file.size, span));
+      const body = await xetBody(deps, file.xetHash, file.size, span);
+      return sendHijacked(app, request, reply, {
+        write: (out) => body.writeTo(out),
+        close: () => body.close(),
+        failure: "resolve aborted: the Xet file could not be reconstructed",
+      });
     });
   }
 }
@@ -136,28 +142,4 @@ async function xetBody(deps: HubResolveRouteDeps, xetHash: string, size: number,
   if (stored === null) throw new Error(`Xet file ${xetHash} of a committed path is not registered`);
   if (stored.size !== size) throw new Error(`Xet file ${xetHash} has ${stored.size} bytes; the commit recorded ${size}`);
   return stored.body({ start: span.start, end: span.end - 1 });
-}
-
-/**
- * Writes the status, the headers set on `reply` and the body to the socket, bypassing fastify
- * (`hijack`; the request is still logged as usual). As in the transfer route, the onSend hook
- * that says `Connection: close` during shutdown does not run for a hijacked reply, so this does.
- */
-async function sendBody(app: FastifyInstance, request: FastifyRequest, reply: FastifyReply, body: FileBody): Promise<void> {
-  reply.hijack();
-  const out = reply.raw;
-  try {
-    for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) out.setHeader(name, value);
-    if (!app.server.listening) out.setHeader("connection", "close");
-    out.writeHead(reply.statusCode);
-    await body.writeTo(out);
-    if (!out.destroyed) out.end();
-  } catch (error) {
-    // The status line is out: all that is left is to cut the response short, which the client
-    // sees as a body shorter than its Content-Length.
-    request.log.error({ err: error }, "resolve aborted: the Xet file could not be reconstructed");
-    out.destroy();
-  } finally {
-    await body.close();
-  }
 }
