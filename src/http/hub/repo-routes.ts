@@ -139,8 +139,6 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     const files = await deps.repos.allFiles(repo, commit);
     return {
       ...repoSummaryJson(repo, commit),
-      sha: commit.oid,
-      lastModified: commit.createdAt.toISOString(),
       siblings: files.map(({ path, entry }) => siblingJson(path, entry, blobs)),
       ...(repo.type === "space" ? { sdk: "static" } : {}),
     };
