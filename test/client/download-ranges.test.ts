@@ -6,15 +6,15 @@
  * xorbs packed by the client's own `XorbBuilder`, with bodies delivered in small pieces.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { CastorClient, type FetchFunction } from "../../src/client/index.js";
 import { XorbBuilder, type SealedXorb } from "../../src/client/packing.js";
 import { CompressionScheme, chunkHash, fileHash, hashToHex, splitIntoChunks, type MerkleEntry } from "../../src/format/index.js";
 import { createCipheriv, createHash } from "node:crypto";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 
 const HUB = "http://hub.test";
 const CAS = "http://cas.test";
@@ -139,13 +139,7 @@ function clientFor(fetch: FetchFunction): CastorClient {
   return new CastorClient({ endpoint: HUB, hubToken: "hf_test", repo: "model:alice/bert", fetch, retry: { maxAttempts: 1 } });
 }
 
-let dir: string;
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "castor-client-ranges-"));
-});
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDirForFile("castor-client-ranges-");
 
 describe("download of multi-MiB ranges", () => {
   it("packs the fixture as intended: raw random chunks and LZ4 text chunks", () => {
@@ -157,7 +151,7 @@ describe("download of multi-MiB ranges", () => {
   for (const bufferBytes of [undefined, 1]) {
     it(`writes a file byte-exact, verified, with ${bufferBytes === undefined ? "the default budget (ranges shared)" : "a 1-byte budget (the repeated range fetched again)"}`, async () => {
       const { fetch, transfers } = fakeCas();
-      const output = join(dir, `out-${bufferBytes}`);
+      const output = join(dir.path, `out-${bufferBytes}`);
       const result = await clientFor(fetch).download({ fileHash: FILE_HASH, output, bufferBytes });
       const written = await readFile(output);
       assert.equal(written.length, FILE.length);

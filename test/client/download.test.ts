@@ -6,16 +6,16 @@
  * ranges, expired URLs and corrupted data; the e2e suite runs the same code against castor.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { decodeChunkStream } from "../../src/client/chunk-stream.js";
 import { parseReconstruction } from "../../src/client/reconstruction-query.js";
 import { CastorClient, CastorClientError, HttpStatusError, type FetchFunction, type ProgressEvent } from "../../src/client/index.js";
 import { hashToHex } from "../../src/format/index.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 
 const xorbVector = loadVector("xorb-small.json");
 const reconVector = loadVector("reconstruction.json");
@@ -117,19 +117,13 @@ function clientFor(fetch: FetchFunction): CastorClient {
   return new CastorClient({ endpoint: HUB, hubToken: "hf_test", repo: "model:alice/bert", fetch, retry: { maxAttempts: 1 } });
 }
 
-let dir: string;
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "castor-client-download-"));
-});
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDirForFile("castor-client-download-");
 
 describe("download against the vector answers", () => {
   it("downloads whole files byte-exact and verifies them against the file hash", async () => {
     for (const name of ["A", "B"] as const) {
       const { fetch, log } = fakeCas();
-      const out = join(dir, `whole-${name}`);
+      const out = join(dir.path, `whole-${name}`);
       const events: ProgressEvent[] = [];
       const result = await clientFor(fetch).download({ fileHash: FILES[name].hash, output: out, onProgress: (e) => events.push(e) });
       // The first window reaches the end of the file, so the total is known from the start.
@@ -182,7 +176,7 @@ describe("download against the vector answers", () => {
   it("falls back to V1 when V2 answers 501, and stays there", async () => {
     const { fetch, log } = fakeCas({ v2: "501" });
     const client = clientFor(fetch);
-    const out = join(dir, "v1-A");
+    const out = join(dir.path, "v1-A");
     const result = await client.download({ fileHash: FILES.A.hash, output: out });
     assert.deepEqual(await readFile(out), FILES.A.data);
     assert.equal(result.reconstructionVersion, 1);
@@ -195,7 +189,7 @@ describe("download against the vector answers", () => {
 
   it("re-queries the reconstruction when a transfer URL has expired (403) and retries with the new URL", async () => {
     const { fetch, log } = fakeCas({ expireUrlsOnce: true });
-    const out = join(dir, "expired-B");
+    const out = join(dir.path, "expired-B");
     const result = await clientFor(fetch).download({ fileHash: FILES.B.hash, output: out });
     assert.deepEqual(await readFile(out), FILES.B.data);
     assert.equal(result.verified, "file-hash");
@@ -217,7 +211,7 @@ describe("download against the vector answers", () => {
   it("refuses a directory as output before fetching anything", async () => {
     const { fetch, log } = fakeCas();
     await assert.rejects(
-      clientFor(fetch).download({ fileHash: FILES.A.hash, output: dir }),
+      clientFor(fetch).download({ fileHash: FILES.A.hash, output: dir.path }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "usage" && /is a directory/.test(error.message),
     );
     assert.deepEqual(
@@ -228,13 +222,13 @@ describe("download against the vector answers", () => {
 
   it("refuses data that does not hash to the file hash and leaves no output file behind", async () => {
     const { fetch } = fakeCas({ corruptByteAt: 500 }); // inside chunk 1, stored uncompressed
-    const out = join(dir, "corrupt-A");
+    const out = join(dir.path, "corrupt-A");
     await assert.rejects(
       clientFor(fetch).download({ fileHash: FILES.A.hash, output: out }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "integrity" && error.message.includes(FILES.A.hash),
     );
     assert.deepEqual(
-      (await readdir(dir)).filter((name) => name.startsWith("corrupt-A")),
+      (await readdir(dir.path)).filter((name) => name.startsWith("corrupt-A")),
       [],
     );
   });
@@ -254,7 +248,7 @@ describe("download against the vector answers", () => {
 
   it("writes the empty file for the zero hash without asking the server", async () => {
     const { fetch, log } = fakeCas();
-    const out = join(dir, "empty");
+    const out = join(dir.path, "empty");
     const result = await clientFor(fetch).download({ fileHash: "0".repeat(64), output: out });
     assert.equal((await readFile(out)).length, 0);
     assert.equal(result.verified, "file-hash");

@@ -7,10 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { createCipheriv, createHash } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { CastorClient, CastorClientError, type FetchFunction } from "../../src/client/index.js";
 import {
   chunkHash,
@@ -27,6 +26,7 @@ import {
   type Hash,
   type ShardXorb,
 } from "../../src/format/index.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 
 const HUB = "http://hub.test";
 const CAS = "http://cas.test";
@@ -135,20 +135,14 @@ function clientFor(fetch: FetchFunction): CastorClient {
   return new CastorClient({ endpoint: HUB, hubToken: "hf_x", repo: "dataset:org/data", fetch, retry: { maxAttempts: 1 } });
 }
 
-let dir: string;
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "castor-client-upload-"));
-});
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDirForFile("castor-client-upload-");
 
 describe("upload against an in-memory CAS", () => {
   it("sends xorbs, then one shard whose every term, verification hash and file hash checks out", async () => {
     const cas = memoryCas();
-    const a = join(dir, "a");
-    const b = join(dir, "b");
-    const empty = join(dir, "empty");
+    const a = join(dir.path, "a");
+    const b = join(dir.path, "b");
+    const empty = join(dir.path, "empty");
     const dataA = pseudoRandom(1, 3 * 1024 * 1024 + 17);
     const dataB = Buffer.concat([dataA.subarray(0, 1024 * 1024), pseudoRandom(2, 500_000)]);
     await writeFile(a, dataA);
@@ -192,13 +186,13 @@ describe("upload against an in-memory CAS", () => {
     }
     const chunks = splitIntoChunks(data!);
     const cas = memoryCas();
-    const original = join(dir, "original");
+    const original = join(dir.path, "original");
     await writeFile(original, data!);
     await clientFor(cas.fetch).upload([original]);
 
     const edited = Buffer.from(data!);
     edited[0] ^= 0xff; // only chunk 0 changes: boundaries depend on the last 64 bytes before a cut
-    const copy = join(dir, "edited");
+    const copy = join(dir.path, "edited");
     await writeFile(copy, edited);
     const result = await clientFor(cas.fetch).upload([copy]);
     // The first-chunk query misses; each eligible chunk's query hits, and the first hit covers
@@ -214,7 +208,7 @@ describe("upload against an in-memory CAS", () => {
 
   it("fails with the server's message when a xorb is refused, and registers nothing", async () => {
     const cas = memoryCas({ rejectXorbs: "Xorb hash mismatch: the body hashes to something else" });
-    const path = join(dir, "refused");
+    const path = join(dir.path, "refused");
     await writeFile(path, pseudoRandom(7, 100_000));
     await assert.rejects(
       clientFor(cas.fetch).upload([path]),
@@ -229,7 +223,7 @@ describe("upload against an in-memory CAS", () => {
       Array.from({ length: 80_000 }, (_, i) => `2025-06-${10 + (i % 20)} level=info id=${(i * 7919) % 100_003} ok\n`).join(""),
       "latin1",
     );
-    const path = join(dir, "log.txt");
+    const path = join(dir.path, "log.txt");
     await writeFile(path, text);
     const result = await clientFor(cas.fetch).upload([path]);
     assert.equal(result.files[0].size, text.length);
@@ -240,7 +234,7 @@ describe("upload against an in-memory CAS", () => {
   it("makes the xorbs smaller toward the end, so the server's last one is quick", async () => {
     const cas = memoryCas();
     const size = 40 * 1024 * 1024;
-    const path = join(dir, "forty");
+    const path = join(dir.path, "forty");
     await writeFile(path, pseudoRandom(9, size));
     const result = await clientFor(cas.fetch).upload([path]);
     const sizes = [...cas.xorbs.values()].map((x) => x.sizes.reduce((a, b) => a + b, 0));
@@ -258,7 +252,7 @@ describe("upload against an in-memory CAS", () => {
 
   it("refuses missing files and directories before asking for a token", async () => {
     const cas = memoryCas();
-    for (const path of [join(dir, "missing"), dir]) {
+    for (const path of [join(dir.path, "missing"), dir.path]) {
       await assert.rejects(clientFor(cas.fetch).upload([path]), (error: unknown) => error instanceof CastorClientError && error.kind === "io");
     }
     await assert.rejects(clientFor(cas.fetch).upload([]), (error: unknown) => error instanceof CastorClientError && error.kind === "usage");
