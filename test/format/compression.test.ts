@@ -14,18 +14,10 @@ import {
   MAX_CHUNK_COMPRESSED_BYTES,
   MAX_CHUNK_UNCOMPRESSED_BYTES,
 } from "../../src/format/compression.js";
-import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
+import { FormatError } from "../../src/format/errors.js";
+import { expectFormatError } from "../helpers/format-errors.js";
 import { encodeLz4Frame } from "../../src/format/lz4.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes, toHex } from "../helpers/vectors.js";
-
-function expectFormatError(fn: () => unknown, code: FormatErrorCode, message?: RegExp): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof FormatError, `expected a FormatError, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    if (message) assert.match(err.message, message);
-    return true;
-  });
-}
 
 /** Deterministic log-like text: compresses well with LZ4, not helped by BG4. */
 function logLines(length: number): Uint8Array {
