@@ -23,6 +23,18 @@ function tempDir(): Promise<string> {
   return makeTempDir("castor-sqlite-");
 }
 
+/** Runs `body` on a store opened in a fresh folder; closes the store and removes the folder afterwards. */
+async function withFreshStore(body: (store: SqliteMetadataStore, root: string) => Promise<void>): Promise<void> {
+  await withTempDir("castor-sqlite-", async (root) => {
+    const store = await SqliteMetadataStore.open(root);
+    try {
+      await body(store, root);
+    } finally {
+      await store.close();
+    }
+  });
+}
+
 /** The schema version of the database at `path`, read through a connection of its own. */
 function schemaVersionOf(path: string): unknown {
   const raw = new Database(path, { readonly: true });
@@ -73,8 +85,7 @@ runMetadataStoreContract("SQLite", async () => {
 
 describe("SqliteMetadataStore specifics", () => {
   it("creates the data folder and metadata.sqlite in WAL mode at the latest schema version", async () => {
-    const root = await tempDir();
-    try {
+    await withTempDir("castor-sqlite-", async (root) => {
       const dataDir = join(root, "a", "b");
       const store = await SqliteMetadataStore.open(dataDir);
       assert.equal(store.path, join(dataDir, METADATA_FILE_NAME));
@@ -92,14 +103,11 @@ describe("SqliteMetadataStore specifics", () => {
       const again = await SqliteMetadataStore.open(dataDir);
       await again.ping();
       await again.close();
-    } finally {
-      await removeTempDir(root);
-    }
+    });
   });
 
   it("refuses a database written by a newer castor, naming the fix", async () => {
-    const root = await tempDir();
-    try {
+    await withTempDir("castor-sqlite-", async (root) => {
       const raw = new Database(join(root, METADATA_FILE_NAME));
       raw.pragma(`user_version = ${MIGRATIONS.length + 1}`);
       raw.close();
@@ -108,9 +116,7 @@ describe("SqliteMetadataStore specifics", () => {
         assert.match(err.message, /schema version \d+.*upgrade castor/);
         return true;
       });
-    } finally {
-      await removeTempDir(root);
-    }
+    });
   });
 
   it("waits for another connection's write lock instead of failing", async () => {
@@ -179,9 +185,7 @@ describe("SqliteMetadataStore CAS specifics", () => {
   });
 
   it("answers CorruptRecordError for damaged rows instead of reading out of bounds", async () => {
-    const root = await tempDir();
-    const store = await SqliteMetadataStore.open(root);
-    try {
+    await withFreshStore(async (store) => {
       const repo = await store.createRepo("model", "alice/damaged");
       const healthy = xorbRecord("healthy", 4);
       const damaged = xorbRecord("damaged", 4);
@@ -216,16 +220,11 @@ describe("SqliteMetadataStore CAS specifics", () => {
       await assert.rejects(store.findDedupXorbs(chunk, 5), CorruptRecordError);
       assert.deepEqual((await store.getXorbs([healthy.hash])).get(hashToHex(healthy.hash)), healthy, "healthy rows still read");
       assert.equal(await store.getXorbSize(damaged.hash), damaged.serializedLength);
-    } finally {
-      await store.close();
-      await removeTempDir(root);
-    }
+    });
   });
 
   it("writes a large registration in steps, as one transaction: the event loop runs, readers see all or nothing, other writes wait", async () => {
-    const root = await tempDir();
-    const store = await SqliteMetadataStore.open(root);
-    try {
+    await withFreshStore(async (store) => {
       const repo = await store.createRepo("model", "alice/large");
       const xorb = xorbRecord("large", 4);
       await store.putXorb(xorb);
@@ -268,10 +267,7 @@ describe("SqliteMetadataStore CAS specifics", () => {
       assert.equal(await store.isFileInRepo(more[0].hash, repo.id), false, "rolled back");
       assert.equal(await store.registerShard({ shardHash: hashOf("shard 2"), repoId: repo.id, files: more, dedupEntries: [] }), true);
       assert.equal(await store.isFileInRepo(more[0].hash, repo.id), true);
-    } finally {
-      await store.close();
-      await removeTempDir(root);
-    }
+    });
   });
 
   it("keeps the WAL bounded: sustained writes beside a reader, and after one oversized transaction", async () => {
@@ -401,8 +397,7 @@ describe("SqliteMetadataStore CAS specifics", () => {
 
 describe("openMetadataStore", () => {
   it("opens SQLite in the data folder when no database URL is set", async () => {
-    const root = await tempDir();
-    try {
+    await withTempDir("castor-sqlite-", async (root) => {
       const store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: root }));
       try {
         assert.ok(store instanceof SqliteMetadataStore);
@@ -411,9 +406,7 @@ describe("openMetadataStore", () => {
       } finally {
         await store.close();
       }
-    } finally {
-      await removeTempDir(root);
-    }
+    });
   });
 
   it("opens PostgreSQL (not SQLite) for a postgres:// URL, naming the server but never the password", async () => {
