@@ -39,14 +39,14 @@
  * hf_xet's chunk cache) otherwise lands on whichever transfer comes next and swamps the
  * difference between servers. castor's data dir stays on disk: that is the server's real work.
  */
-import { createHash } from "node:crypto";
-import { createReadStream, existsSync, readFileSync } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { existsSync, readFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { castorClientDownload, castorClientUpload, interopPython, startCastorFixture, type CastorFixture } from "../test/interop/harness.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { benchRow, megabytesPerSecond, median, type BenchRow } from "./lib.js";
 import { startDoNothingCas } from "./support/do-nothing-cas.js";
+import { verifyDownload, writeRandomFile } from "./support/random-file.js";
 import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 
 const GROUP = "clients";
@@ -97,7 +97,7 @@ export async function run(): Promise<BenchRow[]> {
     while (rounds < MAX_ROUNDS && (rounds <= 1 || (performance.now() - groupStarted) / 1000 < ROUND_BUDGET_SECONDS)) {
       const counted = rounds > 0;
       const source = join(scratch, `random-256MiB-${rounds}.bin`);
-      const check = new DownloadCheck(await writeRandomFile(source, FILE_SEED + rounds), scratch);
+      const file = await writeRandomFile(source, FILE_BYTES, FILE_SEED + rounds);
       const doNothing = await startDoNothingCas();
       const contenders = [
         hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => childCpuSeconds(castorForHfXet.server.child.pid)),
@@ -118,11 +118,12 @@ export async function run(): Promise<BenchRow[]> {
         if (fileHashes.size !== 1) throw new Error(`the clients disagree on the file hash: ${[...fileHashes].join(", ")}`);
         const [fileHash] = fileHashes;
         for (const contender of contenders) {
-          const output = check.nextPath();
+          // Each copy is checked and removed before the next download.
+          const output = join(scratch, `download-${rounds}.bin`);
           const cpuBefore = contender.serverCpuSeconds();
           const seconds = await contender.download(fileHash, output);
           const cpuSeconds = cpuSince(contender, cpuBefore);
-          await check.verify(output, contender.setup);
+          await verifyDownload(output, file, contender.setup);
           if (counted) record(contender.setup, "download", seconds, cpuSeconds);
         }
       } finally {
@@ -260,43 +261,4 @@ function castorClientContender(castor: CastorFixture, source: string): Contender
 
 function castorTokens(castor: CastorFixture): XetTokenSource {
   return { tokenUrl: (access) => castor.tokenUrl(access), hubToken: (access) => castor.hubTokens[access] };
-}
-
-/** Writes a deterministic random file; returns its SHA-256 (hex). */
-async function writeRandomFile(path: string, seed: number): Promise<string> {
-  const bytes = deterministicRandomBytes(FILE_BYTES, seed);
-  await writeFile(path, bytes);
-  return createHash("sha256").update(bytes).digest("hex");
-}
-
-/** Byte-exact checks of downloaded copies, each removed once checked (256 MiB apiece). */
-class DownloadCheck {
-  private count = 0;
-
-  constructor(
-    private readonly expectedSha256: string,
-    private readonly dir: string,
-  ) {}
-
-  nextPath(): string {
-    return join(this.dir, `download-${++this.count}.bin`);
-  }
-
-  async verify(path: string, what: string): Promise<void> {
-    try {
-      const hash = createHash("sha256");
-      let size = 0;
-      for await (const piece of createReadStream(path, { highWaterMark: 4 * 1024 * 1024 }) as AsyncIterable<Buffer>) {
-        size += piece.length;
-        hash.update(piece);
-      }
-      const sha256 = hash.digest("hex");
-      // A benchmark of a wrong download measures nothing: stop loudly.
-      if (size !== FILE_BYTES || sha256 !== this.expectedSha256) {
-        throw new Error(`${what}: the download has ${size} bytes with SHA-256 ${sha256}; the file has ${FILE_BYTES} bytes with SHA-256 ${this.expectedSha256}`);
-      }
-    } finally {
-      await rm(path, { force: true });
-    }
-  }
 }

@@ -18,15 +18,14 @@
  * the file ↔ repository link in the metadata store on every request, which is where the
  * two modes differ).
  */
-import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { Agent, request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CastorClient } from "../src/client/index.js";
 import { hubFixture, scaleOutUnavailable, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { benchRow, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { verifyDownload, writeRandomFile } from "./support/random-file.js";
 
 const GROUP = "scaleout";
 const FILE_BYTES = 256 * 1024 * 1024;
@@ -63,9 +62,7 @@ export async function run(): Promise<BenchRow[]> {
   const scratch = await mkdtemp(join(tmpdir(), "castor-bench-scaleout-"));
   try {
     const source = join(scratch, "random-256MiB.bin");
-    const bytes = deterministicRandomBytes(FILE_BYTES, FILE_SEED);
-    await writeFile(source, bytes);
-    const expectedSha256 = createHash("sha256").update(bytes).digest("hex");
+    const file = await writeRandomFile(source, FILE_BYTES, FILE_SEED);
     const rates: Record<Mode, Rates> = { embedded: { upload: [], download: [] }, "scale-out": { upload: [], download: [] } };
     const load = {} as Record<Mode, LoadResult>;
 
@@ -88,7 +85,7 @@ export async function run(): Promise<BenchRow[]> {
           const started = performance.now();
           await deployment.client.download({ fileHash: fileHashes.get(deployment.mode)!, output });
           rates[deployment.mode].download.push(megabytesPerSecond(FILE_BYTES, (performance.now() - started) / 1000));
-          await verifyDownload(output, expectedSha256, deployment.mode);
+          await verifyDownload(output, file, deployment.mode);
         }
         if (round === ROUNDS - 1) {
           for (const deployment of deployments) {
@@ -160,24 +157,6 @@ async function deploymentOn(mode: Mode, server: ServerProcess): Promise<Deployme
     client: new CastorClient({ endpoint: server.url, hubToken: fixture.hubTokens.write, repo: `${REPO.type}:${REPO.name}` }),
     readToken: async () => (await fixture.casToken("read")).accessToken,
   };
-}
-
-async function verifyDownload(path: string, expectedSha256: string, what: string): Promise<void> {
-  try {
-    const hash = createHash("sha256");
-    let size = 0;
-    for await (const piece of createReadStream(path, { highWaterMark: 4 * 1024 * 1024 }) as AsyncIterable<Buffer>) {
-      size += piece.length;
-      hash.update(piece);
-    }
-    const sha256 = hash.digest("hex");
-    // A benchmark of a wrong download measures nothing: stop loudly.
-    if (size !== FILE_BYTES || sha256 !== expectedSha256) {
-      throw new Error(`${what}: the download has ${size} bytes with SHA-256 ${sha256}; the file has ${FILE_BYTES} bytes with SHA-256 ${expectedSha256}`);
-    }
-  } finally {
-    await rm(path, { force: true });
-  }
 }
 
 interface LoadResult {

@@ -13,13 +13,10 @@
  * gear hash h has its top 16 bits zero, else at size 131072. h only depends on the last 64
  * bytes (older ones are shifted out of the u64), so hashing starts 64 bytes before the first
  * tested offset and h is never reset: at every tested byte it holds exactly the spec's value.
- * The equivalence is tested byte for byte against the format's scanner and chunking.json.
+ * The cutting loop around the scan is the format's own (`cutPiece`); the equivalence is tested
+ * byte for byte against the format's scanner and chunking.json.
  */
-import { GEAR_TABLE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE } from "../format/index.js";
-
-const GEAR_WINDOW = 64;
-const FIRST_HASHED_OFFSET = MIN_CHUNK_SIZE - GEAR_WINDOW;
-const FIRST_TESTED_OFFSET = MIN_CHUNK_SIZE - 1;
+import { GEAR_TABLE, cutPiece } from "../format/index.js";
 
 /** Memory layout: the 256 gear constants (u64 LE), then the bytes being scanned. */
 const TABLE_BYTES = 256 * 8;
@@ -98,6 +95,11 @@ const [FROM, TO, TEST_FROM, H, WARM_END] = [0, 1, 2, 3, 4];
 const GEAR_STEP = [op.localGet, H, op.i64Const, 1, op.i64Shl, op.localGet, FROM, op.i32Load8U, 0, 0, op.i32Const, 3, op.i32Shl, op.i64Load, 3, 0, op.i64Add];
 const NEXT_BYTE = [op.localGet, FROM, op.i32Const, 1, op.i32Add, op.localSet, FROM];
 
+/** `while (from < local end) { body; from++ }`: a loop in a block, which the exit branch leaves. */
+function overBytesUpTo(end: number, body: number[]): number[] {
+  return [op.block, VOID, op.loop, VOID, op.localGet, FROM, op.localGet, end, op.i32GeU, op.brIf, 1, ...body, ...NEXT_BYTE, op.br, 0, op.end, op.end];
+}
+
 /**
  * scan(from, to, testFrom) → i32: feeds memory[from, to) into h (a global kept between calls),
  * testing from `testFrom` on; returns the address of the first byte after which h matches
@@ -126,57 +128,27 @@ const SCAN_BODY = [
   op.select,
   op.localSet,
   WARM_END,
-  op.block,
-  VOID,
-  op.loop,
-  VOID,
-  op.localGet,
-  FROM,
-  op.localGet,
-  WARM_END,
-  op.i32GeU,
-  op.brIf,
-  1,
-  ...GEAR_STEP,
-  op.localSet,
-  H,
-  ...NEXT_BYTE,
-  op.br,
-  0,
-  op.end,
-  op.end,
-  op.block,
-  VOID,
-  op.loop,
-  VOID,
-  op.localGet,
-  FROM,
-  op.localGet,
-  TO,
-  op.i32GeU,
-  op.brIf,
-  1,
-  ...GEAR_STEP,
-  op.localTee,
-  H,
-  op.i64Const,
-  ...signedLeb(1n << 48n),
-  op.i64LtU,
-  op.if,
-  VOID,
-  op.localGet,
-  H,
-  op.globalSet,
-  0,
-  op.localGet,
-  FROM,
-  op.return,
-  op.end,
-  ...NEXT_BYTE,
-  op.br,
-  0,
-  op.end,
-  op.end,
+  // while (from < warmEnd) h = step(h)
+  ...overBytesUpTo(WARM_END, [...GEAR_STEP, op.localSet, H]),
+  // while (from < to) if ((h = step(h)) < 2^48) { keep h; return from }
+  ...overBytesUpTo(TO, [
+    ...GEAR_STEP,
+    op.localTee,
+    H,
+    op.i64Const,
+    ...signedLeb(1n << 48n),
+    op.i64LtU,
+    op.if,
+    VOID,
+    op.localGet,
+    H,
+    op.globalSet,
+    0,
+    op.localGet,
+    FROM,
+    op.return,
+    op.end,
+  ]),
   op.localGet,
   H,
   op.globalSet,
@@ -280,38 +252,17 @@ export class GearBoundaryScanner {
       this.memory.grow(Math.ceil((needed - this.view.length) / PAGE_BYTES));
       this.view = new Uint8Array(this.memory.buffer);
     }
-    const base = this.streamOffset;
-    const cuts: number[] = [];
-    const end = piece.length;
-    let length = this.chunkLength;
-    let pos = 0;
     // Bytes before the first hashed one need no copy (a new stream starts with an 8 KiB skip).
     let copied = false;
-    while (pos < end) {
-      if (length < FIRST_HASHED_OFFSET) {
-        const skipped = Math.min(FIRST_HASHED_OFFSET - length, end - pos);
-        pos += skipped;
-        length += skipped;
-        if (pos === end) break;
-      }
+    const { cuts, chunkLength } = cutPiece(piece.length, this.streamOffset, this.chunkLength, (from, to, testFrom) => {
       if (!copied) {
-        this.view.set(piece.subarray(pos), INPUT_OFFSET + pos);
+        this.view.set(piece.subarray(from), INPUT_OFFSET + from);
         copied = true;
       }
-      const limit = Math.min(end, pos + (MAX_CHUNK_SIZE - length));
-      const testFrom = pos + Math.max(0, FIRST_TESTED_OFFSET - length);
-      const match = this.scan(INPUT_OFFSET + pos, INPUT_OFFSET + limit, INPUT_OFFSET + testFrom);
-      if (match >= 0) {
-        pos = match - INPUT_OFFSET + 1;
-      } else {
-        length += limit - pos;
-        pos = limit;
-        if (length < MAX_CHUNK_SIZE) break;
-      }
-      cuts.push(base + pos);
-      length = 0;
-    }
-    this.chunkLength = length;
+      const match = this.scan(INPUT_OFFSET + from, INPUT_OFFSET + to, INPUT_OFFSET + testFrom);
+      return match < 0 ? match : match - INPUT_OFFSET;
+    });
+    this.chunkLength = chunkLength;
     this.streamOffset += piece.length;
     return cuts;
   }

@@ -454,44 +454,62 @@ export class ChunkBoundaryScanner {
 
   /** `base` + each offset within `piece` after which a chunk ends; advances the per-chunk state. */
   private cutsWithin(piece: Uint8Array, base: number): number[] {
-    const cuts: number[] = [];
-    const end = piece.length;
     const gear = this.gear;
-    let length = this.chunkLength;
-    let pos = 0;
-    while (pos < end) {
-      if (length < FIRST_HASHED_OFFSET) {
-        const skipped = Math.min(FIRST_HASHED_OFFSET - length, end - pos);
-        pos += skipped;
-        length += skipped;
-        if (pos === end) break;
-      }
-      if (length < FIRST_TESTED_OFFSET) {
-        const warmEnd = Math.min(pos + (FIRST_TESTED_OFFSET - length), end);
-        absorb(gear, piece, pos, warmEnd);
-        length += warmEnd - pos;
-        pos = warmEnd;
-        if (pos === end) break;
-      }
-      const limit = Math.min(end, pos + (MAX_CHUNK_SIZE - length));
-      const match = scanForMatch(gear, piece, pos, limit);
-      if (match >= 0) {
-        pos = match + 1;
-      } else {
-        length += limit - pos;
-        pos = limit;
-        if (length < MAX_CHUNK_SIZE) break;
-      }
-      cuts.push(base + pos);
-      // The spec resets h at every cut. With the skip-ahead the old value would be shifted out
-      // before the first test anyway, but the reset keeps the state equal to the spec's.
-      length = 0;
-      gear[0] = 0;
-      gear[1] = 0;
-    }
-    this.chunkLength = length;
+    const { cuts, chunkLength } = cutPiece(piece.length, base, this.chunkLength, (from, to, testFrom) => {
+      const warmEnd = Math.min(testFrom, to);
+      if (warmEnd > from) absorb(gear, piece, from, warmEnd);
+      return scanForMatch(gear, piece, warmEnd, to);
+    });
+    this.chunkLength = chunkLength;
     return cuts;
   }
+}
+
+/**
+ * The chunk ends within one piece of a stream: the cutting loop of every boundary scanner, this
+ * file's and the WebAssembly one of src/client/gear-scan.ts, so that they cut alike by
+ * construction and differ only in how they hash.
+ *
+ * `chunkLength` bytes of the current chunk came before the piece. Per chunk, the bytes before
+ * chunk offset FIRST_HASHED_OFFSET are skipped unhashed; then `findMatch(from, to, testFrom)`
+ * must feed the piece's bytes [from, to) into the rolling hash, testing it after every byte from
+ * `testFrom` on (earlier bytes only warm it up), and return the index of the first byte after
+ * which it matches, or -1 once all of them are absorbed. A chunk ends after that byte, or at
+ * MAX_CHUNK_SIZE. The hash needs no reset at a cut: the 64 bytes hashed before the first test
+ * shift all older state out of it.
+ *
+ * Returns the stream offsets of the cuts (`base` + the offset in the piece) and the length of
+ * the chunk left unfinished at the end of the piece.
+ */
+export function cutPiece(
+  pieceLength: number,
+  base: number,
+  chunkLength: number,
+  findMatch: (from: number, to: number, testFrom: number) => number,
+): { cuts: number[]; chunkLength: number } {
+  const cuts: number[] = [];
+  let length = chunkLength;
+  let pos = 0;
+  while (pos < pieceLength) {
+    if (length < FIRST_HASHED_OFFSET) {
+      const skipped = Math.min(FIRST_HASHED_OFFSET - length, pieceLength - pos);
+      pos += skipped;
+      length += skipped;
+      if (pos === pieceLength) break;
+    }
+    const limit = Math.min(pieceLength, pos + (MAX_CHUNK_SIZE - length));
+    const match = findMatch(pos, limit, pos + Math.max(0, FIRST_TESTED_OFFSET - length));
+    if (match >= 0) {
+      pos = match + 1;
+    } else {
+      length += limit - pos;
+      pos = limit;
+      if (length < MAX_CHUNK_SIZE) break;
+    }
+    cuts.push(base + pos);
+    length = 0;
+  }
+  return { cuts, chunkLength: length };
 }
 
 /**

@@ -21,7 +21,7 @@
  *   token's revocation (never undone).
  */
 import type { Hash } from "../format/hash.js";
-import type { FileRecord, XorbRecord } from "./cas.js";
+import { storedHash, type FileRecord, type XorbRecord } from "./cas.js";
 import type { CommitRecord, HubToken, Repo, Revision, TreeRecord } from "./store.js";
 
 /** Rows per export page at most; memory per page is bounded by this times the largest row. */
@@ -148,23 +148,117 @@ export interface MetadataMigration {
   importDedupEntries(entries: readonly DedupEntry[]): Promise<number>;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Paged exports. Both backends page every family by the same key and hand out the same cursor
+// forms, so the keys, the cursor texts and the page cut are defined here once; a backend only
+// reads the rows after a key.
+
 /**
- * The page of `rows` read with `limit`: a full page may have more rows after it, from the cursor
- * of its last row; a short page is the end.
+ * How one family is keyset-paged: the key after which a page starts (the lowest key for a null
+ * cursor, i.e. the first page), as the values the backend's query takes, and the cursor of a
+ * page's last row.
  */
-export function exportPage<T>(rows: T[], limit: number, cursorOf: (last: T) => string): ExportPage<T> {
-  return { rows, next: rows.length < limit ? null : cursorOf(rows[rows.length - 1]) };
+export interface ExportKey<K extends readonly unknown[], T> {
+  parse(cursor: string | null): K;
+  cursorOf(last: T): string;
+}
+
+/** The export key of each paged family (the dedup index pages by chunk hash: `exportDedupPage`). */
+export const EXPORT_KEYS = {
+  commits: { parse: parseIdTextCursor, cursorOf: (last: RepoCommit) => idTextCursor(last.repoId, last.oid) },
+  trees: { parse: parseIdTextCursor, cursorOf: (last: RepoTree) => idTextCursor(last.repoId, last.oid) },
+  xorbs: { parse: parseHashKey, cursorOf: (last: DatedXorb) => hashCursor(last.hash) },
+  files: { parse: parseHashKey, cursorOf: (last: DatedFile) => hashCursor(last.hash) },
+  fileRepoLinks: { parse: parseHashIdCursor, cursorOf: (last: FileRepoLink) => hashIdCursor(last.fileHash, last.repoId) },
+  sha256Index: { parse: parseIdHashCursor, cursorOf: (last: Sha256IndexEntry) => idHashCursor(last.repoId, last.sha256) },
+  shards: { parse: parseHashKey, cursorOf: (last: ShardRow) => hashCursor(last.hash) },
+} as const satisfies Record<string, ExportKey<readonly unknown[], never>>;
+
+/**
+ * One export page: checks `limit`, reads at most `limit` rows after the key of `after` (in key
+ * order) and gives a full page the cursor of its last row; a short page is the end.
+ */
+export async function pagedExport<K extends readonly unknown[], T>(
+  key: ExportKey<K, T>,
+  after: string | null,
+  limit: number,
+  readAfter: (afterKey: K) => T[] | Promise<T[]>,
+): Promise<ExportPage<T>> {
+  checkPageLimit(limit);
+  const rows = await readAfter(key.parse(after));
+  return { rows, next: rows.length < limit ? null : key.cursorOf(rows[rows.length - 1]) };
 }
 
 /** Checks an export page size; a caller bug otherwise. */
-export function checkPageLimit(limit: number): void {
+function checkPageLimit(limit: number): void {
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_EXPORT_PAGE_ROWS) {
     throw new RangeError(`an export page holds 1 to ${MAX_EXPORT_PAGE_ROWS} rows, got ${String(limit)}`);
   }
 }
 
+// Stored rows of the families whose columns both backends name and type alike.
+
+interface FileRepoRow {
+  file_hash: Uint8Array;
+  repo_id: number;
+}
+
+export function fileRepoLinkOf(row: FileRepoRow): FileRepoLink {
+  return { fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id };
+}
+
+interface Sha256IndexRow {
+  repo_id: number;
+  sha256: Uint8Array;
+  file_hash: Uint8Array;
+}
+
+export function sha256IndexEntryOf(row: Sha256IndexRow): Sha256IndexEntry {
+  return {
+    repoId: row.repo_id,
+    sha256: storedHash(row.sha256, "digest in the SHA-256 index"),
+    fileHash: storedHash(row.file_hash, "file hash in the SHA-256 index"),
+  };
+}
+
+interface DedupRow {
+  chunk_hash: Uint8Array;
+  xorb_hash: Uint8Array;
+}
+
+function dedupEntryOf(row: DedupRow): DedupEntry {
+  return {
+    chunkHash: storedHash(row.chunk_hash, "chunk hash in the dedup index"),
+    xorbHash: storedHash(row.xorb_hash, "xorb hash in the dedup index"),
+  };
+}
+
+/**
+ * One page of the dedup index, which never splits a chunk's entries. `readAfter` reads at most
+ * `limit` rows after a chunk hash, in chunk order (each chunk's entries oldest first);
+ * `readChunk` all entries of one chunk. When the page is full, the entries of its last chunk are
+ * dropped (the next page starts with them) — unless that chunk is all the page holds; then
+ * `readChunk` loads all of its entries.
+ */
+export async function exportDedupPage(
+  after: string | null,
+  limit: number,
+  readAfter: (afterChunk: Buffer) => DedupRow[] | Promise<DedupRow[]>,
+  readChunk: (chunkHash: Hash) => DedupRow[] | Promise<DedupRow[]>,
+): Promise<ExportPage<DedupEntry>> {
+  checkPageLimit(limit);
+  const rows = (await readAfter(parseHashCursor(after))).map(dedupEntryOf);
+  if (rows.length < limit) return { rows, next: null };
+  const lastChunk = rows[rows.length - 1].chunkHash;
+  let keep = rows.length;
+  while (keep > 0 && Buffer.compare(rows[keep - 1].chunkHash, lastChunk) === 0) keep--;
+  if (keep === 0) return { rows: (await readChunk(lastChunk)).map(dedupEntryOf), next: hashCursor(lastChunk) };
+  const kept = rows.slice(0, keep);
+  return { rows: kept, next: hashCursor(kept[keep - 1].chunkHash) };
+}
+
 // ---------------------------------------------------------------------------------------------
-// Cursors: the last key of a page, as text. Both backends use the same forms.
+// Cursors: the last key of a page, as text.
 
 const HASH_CURSOR = /^[0-9a-f]{64}$/;
 const HASH_ID_CURSOR = /^([0-9a-f]{64}):(-?\d{1,16})$/;
@@ -176,23 +270,27 @@ function badCursor(cursor: string): RangeError {
 }
 
 /** Cursor of a table keyed by one hash. */
-export function hashCursor(hash: Uint8Array): string {
+function hashCursor(hash: Uint8Array): string {
   return Buffer.from(hash.buffer, hash.byteOffset, hash.byteLength).toString("hex");
 }
 
 /** The hash after which a page starts; empty (below every hash) for the first page. */
-export function parseHashCursor(cursor: string | null): Buffer {
+function parseHashCursor(cursor: string | null): Buffer {
   if (cursor === null) return Buffer.alloc(0);
   if (!HASH_CURSOR.test(cursor)) throw badCursor(cursor);
   return Buffer.from(cursor, "hex");
 }
 
+function parseHashKey(cursor: string | null): [Buffer] {
+  return [parseHashCursor(cursor)];
+}
+
 /** Cursor of a table keyed by (hash, repository id). */
-export function hashIdCursor(hash: Uint8Array, id: number): string {
+function hashIdCursor(hash: Uint8Array, id: number): string {
   return `${hashCursor(hash)}:${id}`;
 }
 
-export function parseHashIdCursor(cursor: string | null): [Buffer, number] {
+function parseHashIdCursor(cursor: string | null): [Buffer, number] {
   if (cursor === null) return [Buffer.alloc(0), Number.MIN_SAFE_INTEGER];
   const match = HASH_ID_CURSOR.exec(cursor);
   if (match === null || !Number.isSafeInteger(Number(match[2]))) throw badCursor(cursor);
@@ -200,11 +298,11 @@ export function parseHashIdCursor(cursor: string | null): [Buffer, number] {
 }
 
 /** Cursor of a table keyed by (repository id, hash). */
-export function idHashCursor(id: number, hash: Uint8Array): string {
+function idHashCursor(id: number, hash: Uint8Array): string {
   return `${id}:${hashCursor(hash)}`;
 }
 
-export function parseIdHashCursor(cursor: string | null): [number, Buffer] {
+function parseIdHashCursor(cursor: string | null): [number, Buffer] {
   if (cursor === null) return [Number.MIN_SAFE_INTEGER, Buffer.alloc(0)];
   const match = ID_HASH_CURSOR.exec(cursor);
   if (match === null || !Number.isSafeInteger(Number(match[1]))) throw badCursor(cursor);
@@ -212,33 +310,13 @@ export function parseIdHashCursor(cursor: string | null): [number, Buffer] {
 }
 
 /** Cursor of a table keyed by (repository id, text), such as a git oid. */
-export function idTextCursor(id: number, text: string): string {
+function idTextCursor(id: number, text: string): string {
   return `${id}:${text}`;
 }
 
-export function parseIdTextCursor(cursor: string | null): [number, string] {
+function parseIdTextCursor(cursor: string | null): [number, string] {
   if (cursor === null) return [Number.MIN_SAFE_INTEGER, ""];
   const match = ID_TEXT_CURSOR.exec(cursor);
   if (match === null || !Number.isSafeInteger(Number(match[1]))) throw badCursor(cursor);
   return [Number(match[1]), match[2]];
-}
-
-/**
- * Cuts a dedup page fetched with `LIMIT limit` (rows in chunk order) so that it never splits a
- * chunk's entries: when the page is full, the entries of its last chunk are dropped (the next
- * page starts with them) — unless that chunk is all the page holds; then `completeChunk` loads
- * all of its entries.
- */
-export async function wholeChunkPage(
-  rows: DedupEntry[],
-  limit: number,
-  completeChunk: (chunkHash: Hash) => Promise<DedupEntry[]>,
-): Promise<ExportPage<DedupEntry>> {
-  if (rows.length < limit) return { rows, next: null };
-  const lastChunk = rows[rows.length - 1].chunkHash;
-  let keep = rows.length;
-  while (keep > 0 && Buffer.compare(rows[keep - 1].chunkHash, lastChunk) === 0) keep--;
-  if (keep === 0) return { rows: await completeChunk(lastChunk), next: hashCursor(lastChunk) };
-  const kept = rows.slice(0, keep);
-  return { rows: kept, next: hashCursor(kept[keep - 1].chunkHash) };
 }

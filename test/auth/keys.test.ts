@@ -1,11 +1,10 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { generateKeyPairSync, type KeyObject } from "node:crypto";
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import {
   DEDUP_KEY_SEED_FILE_NAME,
   keysDir,
@@ -16,18 +15,13 @@ import {
   type KeyConfig,
 } from "../../src/auth/keys.js";
 import { ConfigError, loadConfig } from "../../src/config.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 
-let root: string;
-before(async () => {
-  root = await mkdtemp(join(tmpdir(), "castor-keys-"));
-});
-after(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const root = tempDirForFile("castor-keys-");
 
 let counter = 0;
 function freshConfig(overrides: Partial<KeyConfig> = {}): KeyConfig {
-  return { dataDir: join(root, `data-${counter++}`), signingKeyFile: null, urlKey: null, dedupKeySeed: null, ...overrides };
+  return { dataDir: join(root.path, `data-${counter++}`), signingKeyFile: null, urlKey: null, dedupKeySeed: null, ...overrides };
 }
 
 function publicPem(key: KeyObject): string {
@@ -97,7 +91,7 @@ describe("loadOrCreateKeys", () => {
     const generated = await loadOrCreateKeys(config);
     const dir = keysDir(config.dataDir);
     const shared = loadConfig({
-      CASTOR_DATA_DIR: join(root, `other-${counter++}`),
+      CASTOR_DATA_DIR: join(root.path, `other-${counter++}`),
       CASTOR_SIGNING_KEY_FILE: join(dir, SIGNING_KEY_FILE_NAME),
       CASTOR_URL_KEY: (await readFile(join(dir, URL_KEY_FILE_NAME), "utf8")).trim(),
       CASTOR_DEDUP_KEY_SEED: (await readFile(join(dir, DEDUP_KEY_SEED_FILE_NAME), "utf8")).trim(),
@@ -108,7 +102,7 @@ describe("loadOrCreateKeys", () => {
   });
 
   it("uses configured keys and generates only what is missing", async () => {
-    const pemPath = join(root, `configured-${counter++}.pem`);
+    const pemPath = join(root.path, `configured-${counter++}.pem`);
     const { privateKey, publicKey } = generateKeyPairSync("ed25519");
     await writeFile(pemPath, privateKey.export({ type: "pkcs8", format: "pem" }));
     const config = freshConfig({ signingKeyFile: pemPath, urlKey: "u".repeat(40) });
@@ -120,19 +114,19 @@ describe("loadOrCreateKeys", () => {
 
   it("refuses a signing key file that is missing, not PEM, or not Ed25519", async () => {
     await rejectsWithConfigError(
-      loadOrCreateKeys(freshConfig({ signingKeyFile: join(root, "absent.pem") })),
+      loadOrCreateKeys(freshConfig({ signingKeyFile: join(root.path, "absent.pem") })),
       /CASTOR_SIGNING_KEY_FILE names .*cannot be read \(ENOENT\)/,
     );
 
-    const garbage = join(root, `garbage-${counter++}.pem`);
+    const garbage = join(root.path, `garbage-${counter++}.pem`);
     await writeFile(garbage, "not a key");
     await rejectsWithConfigError(loadOrCreateKeys(freshConfig({ signingKeyFile: garbage })), /is not a PEM private key.*Ed25519/);
 
-    const rsa = join(root, `rsa-${counter++}.pem`);
+    const rsa = join(root.path, `rsa-${counter++}.pem`);
     await writeFile(rsa, generateKeyPairSync("rsa", { modulusLength: 1024 }).privateKey.export({ type: "pkcs8", format: "pem" }));
     await rejectsWithConfigError(loadOrCreateKeys(freshConfig({ signingKeyFile: rsa })), /holds a rsa key.*Ed25519/);
 
-    const huge = join(root, `huge-${counter++}.pem`);
+    const huge = join(root.path, `huge-${counter++}.pem`);
     await writeFile(huge, Buffer.alloc(100 * 1024, 0x41));
     await rejectsWithConfigError(loadOrCreateKeys(freshConfig({ signingKeyFile: huge })), /far too large/);
   });

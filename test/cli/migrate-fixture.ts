@@ -198,6 +198,17 @@ export async function carriedKeys(dataDir: string): Promise<Record<string, strin
  * writer and the reader of both), the old CAS token reconstructs, the old transfer URL serves
  * the same bytes; the revoked hub token stays refused.
  */
+/** The `COPIED NOW` column of `castor migrate`'s summary table, by step name. */
+export function copiedColumn(stdout: string): Map<string, number> {
+  const rows = stdout.split("\n").filter((line) => /\s\d+\s+\d+$/.test(line));
+  return new Map(
+    rows.map((line) => {
+      const match = /^(.*?)\s+(\d+)\s+(\d+)$/.exec(line)!;
+      return [match[1], Number(match[3])];
+    }),
+  );
+}
+
 export async function checkMigratedServer(source: EmbeddedDataDir, serverUrl: string): Promise<void> {
   const outDir = await mkdtemp(join(tmpdir(), "castor-migrate-out-"));
   try {

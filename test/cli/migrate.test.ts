@@ -18,7 +18,7 @@ import { blobKeyFromHex, type BlobStore } from "../../src/storage/blob-store.js"
 import { openFsBlobStore } from "../../src/storage/fs.js";
 import { runCastor, type CliResult } from "../helpers/cli.js";
 import { startCastorServer } from "../helpers/server.js";
-import { buildEmbeddedDataDir, carriedKeys, checkMigratedServer, type EmbeddedDataDir } from "./migrate-fixture.js";
+import { buildEmbeddedDataDir, carriedKeys, checkMigratedServer, copiedColumn, type EmbeddedDataDir } from "./migrate-fixture.js";
 
 /** Exit code 2 with a one-line `castor migrate:` message and no stack trace. */
 function assertUsageError(result: CliResult, message: RegExp): void {
@@ -26,17 +26,6 @@ function assertUsageError(result: CliResult, message: RegExp): void {
   assert.match(result.stderr, /^castor migrate: /);
   assert.match(result.stderr, message);
   assert.doesNotMatch(result.stderr, /\n\s+at /, "no stack trace");
-}
-
-/** The `COPIED NOW` column of the summary table, by step name. */
-function copiedColumn(stdout: string): Map<string, number> {
-  const rows = stdout.split("\n").filter((line) => /\s\d+\s+\d+$/.test(line));
-  return new Map(
-    rows.map((line) => {
-      const match = /^(.*?)\s+(\d+)\s+(\d+)$/.exec(line)!;
-      return [match[1], Number(match[3])];
-    }),
-  );
 }
 
 async function openSource(dataDir: string): Promise<MigrationSource & { close(): Promise<void> }> {

@@ -6,18 +6,20 @@
  * xorbs packed by the client's own `XorbBuilder`, with bodies delivered in small pieces.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
-import { after, before, describe, it } from "node:test";
-import { CastorClient, type FetchFunction } from "../../src/client/index.js";
+import { describe, it } from "node:test";
+import type { FetchFunction } from "../../src/client/index.js";
 import { XorbBuilder, type SealedXorb } from "../../src/client/packing.js";
 import { CompressionScheme, chunkHash, fileHash, hashToHex, splitIntoChunks, type MerkleEntry } from "../../src/format/index.js";
 import { createCipheriv, createHash } from "node:crypto";
+import { tempDirForFile } from "../helpers/temp-dir.js";
+import { CAS, HUB, casTokenAnswer, fakeHubClient, jsonResponse } from "../helpers/fake-hub.js";
 
-const HUB = "http://hub.test";
-const CAS = "http://cas.test";
+const REPO = "model:alice/bert";
+const HUB_TOKEN = "hf_test";
+
 const MiB = 1024 * 1024;
 
 /** Fast deterministic bytes (AES-CTR keystream) — splitmix64's BigInts are too slow for MiBs. */
@@ -100,15 +102,14 @@ interface FakeOptions {
 
 function fakeCas(options: FakeOptions = {}) {
   const transfers: string[] = [];
-  const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
   const fetch: FetchFunction = async (input, init) => {
     const url = new URL(String(input));
     const range = new Headers(init?.headers).get("range");
-    if (url.origin === HUB) return json(200, { accessToken: "t", exp: Math.floor(Date.now() / 1000) + 3600, casUrl: CAS });
+    if (url.origin === HUB) return casTokenAnswer("t");
     if (url.pathname === `/v2/reconstructions/${FILE_HASH}`) {
       const start = Number(/^bytes=(\d+)-/.exec(range ?? "bytes=0-")![1]);
       if (start >= FILE.length) return new Response(null, { status: 416, headers: { "content-range": `bytes */${FILE.length}` } });
-      return json(200, reconstruction());
+      return jsonResponse(200, reconstruction());
     }
     const transfer = /^\/transfer\/([0-9a-f]{64})$/.exec(url.pathname);
     if (transfer) {
@@ -130,22 +131,12 @@ function fakeCas(options: FakeOptions = {}) {
       });
       return new Response(stream, { status: 206, headers: { "content-length": String(body.length) } });
     }
-    return json(404, { error: `unexpected ${url.pathname}` });
+    return jsonResponse(404, { error: `unexpected ${url.pathname}` });
   };
   return { fetch, transfers };
 }
 
-function clientFor(fetch: FetchFunction): CastorClient {
-  return new CastorClient({ endpoint: HUB, hubToken: "hf_test", repo: "model:alice/bert", fetch, retry: { maxAttempts: 1 } });
-}
-
-let dir: string;
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "castor-client-ranges-"));
-});
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDirForFile("castor-client-ranges-");
 
 describe("download of multi-MiB ranges", () => {
   it("packs the fixture as intended: raw random chunks and LZ4 text chunks", () => {
@@ -157,8 +148,8 @@ describe("download of multi-MiB ranges", () => {
   for (const bufferBytes of [undefined, 1]) {
     it(`writes a file byte-exact, verified, with ${bufferBytes === undefined ? "the default budget (ranges shared)" : "a 1-byte budget (the repeated range fetched again)"}`, async () => {
       const { fetch, transfers } = fakeCas();
-      const output = join(dir, `out-${bufferBytes}`);
-      const result = await clientFor(fetch).download({ fileHash: FILE_HASH, output, bufferBytes });
+      const output = join(dir.path, `out-${bufferBytes}`);
+      const result = await fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILE_HASH, output, bufferBytes });
       const written = await readFile(output);
       assert.equal(written.length, FILE.length);
       assert.ok(written.equals(FILE));
@@ -174,7 +165,7 @@ describe("download of multi-MiB ranges", () => {
     const sink = new PassThrough();
     const parts: Buffer[] = [];
     sink.on("data", (part: Buffer) => parts.push(part));
-    const result = await clientFor(fetch).download({ fileHash: FILE_HASH, output: sink, bufferBytes: 1 });
+    const result = await fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILE_HASH, output: sink, bufferBytes: 1 });
     const written = Buffer.concat(parts);
     assert.ok(written.equals(FILE));
     assert.equal(result.verified, "file-hash");
@@ -199,7 +190,7 @@ describe("download of multi-MiB ranges", () => {
       parts.push(part);
       sawOutput();
     });
-    await clientFor(fetch).download({ fileHash: FILE_HASH, output: sink });
+    await fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILE_HASH, output: sink });
     assert.ok(Buffer.concat(parts).equals(FILE));
   });
 });

@@ -6,16 +6,20 @@
  * ranges, expired URLs and corrupted data; the e2e suite runs the same code against castor.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { decodeChunkStream } from "../../src/client/chunk-stream.js";
 import { parseReconstruction } from "../../src/client/reconstruction-query.js";
-import { CastorClient, CastorClientError, HttpStatusError, type FetchFunction, type ProgressEvent } from "../../src/client/index.js";
+import { CastorClientError, HttpStatusError, type FetchFunction, type ProgressEvent } from "../../src/client/index.js";
 import { hashToHex } from "../../src/format/index.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
+import { CAS, HUB, casTokenAnswer, fakeHubClient, jsonResponse } from "../helpers/fake-hub.js";
+
+const REPO = "model:alice/bert";
+const HUB_TOKEN = "hf_test";
 
 const xorbVector = loadVector("xorb-small.json");
 const reconVector = loadVector("reconstruction.json");
@@ -26,8 +30,6 @@ const FILES: Record<"A" | "B", { hash: string; data: Buffer }> = {
   A: { hash: reconVector.file_hashes.A, data: Buffer.concat([CHUNKS[0], CHUNKS[1], CHUNKS[2]]) },
   B: { hash: reconVector.file_hashes.B, data: Buffer.concat([CHUNKS[2], CHUNKS[0], CHUNKS[1]]) },
 };
-const CAS = "http://cas.test";
-const HUB = "http://hub.test";
 
 interface Case {
   file: "A" | "B";
@@ -63,8 +65,6 @@ function fakeCas(options: FakeOptions = {}) {
     // The vectors hold placeholders such as "<signed url covering all ranges below>".
     return JSON.parse(JSON.stringify(body).replace(/"<[^"]*url[^"]*>"/g, JSON.stringify(url)));
   };
-  const json = (status: number, body: unknown, headers: Record<string, string> = {}) =>
-    new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...headers } });
 
   const fetch: FetchFunction = async (input, init) => {
     const url = new URL(String(input));
@@ -74,32 +74,32 @@ function fakeCas(options: FakeOptions = {}) {
     if (url.origin === HUB) {
       log.push({ kind: "token", path: url.pathname, range, auth });
       assert.equal(auth, "Bearer hf_test");
-      return json(200, { accessToken: "cas-token", exp: Math.floor(Date.now() / 1000) + 3600, casUrl: CAS });
+      return casTokenAnswer("cas-token");
     }
     const recon = /^\/v([12])\/reconstructions\/([0-9a-f]{64})$/.exec(url.pathname);
     if (recon) {
       const version = Number(recon[1]) as 1 | 2;
       log.push({ kind: `v${version}`, path: url.pathname, range, auth });
       assert.equal(auth, "Bearer cas-token");
-      if (version === 2 && options.v2 === "501") return json(501, { error: "V2 is off" });
+      if (version === 2 && options.v2 === "501") return jsonResponse(501, { error: "V2 is off" });
       const file = (Object.keys(FILES) as ("A" | "B")[]).find((name) => FILES[name].hash === recon[2]);
-      if (file === undefined) return json(404, { error: `No file ${recon[2]} here` });
+      if (file === undefined) return jsonResponse(404, { error: `No file ${recon[2]} here` });
       const size = FILES[file].data.length;
       const start = range === null ? 0 : Number(/^bytes=(\d+)-/.exec(range)![1]);
-      if (start >= size) return json(416, { error: "range past the end" }, { "content-range": `bytes */${size}` });
+      if (start >= size) return jsonResponse(416, { error: "range past the end" }, { "content-range": `bytes */${size}` });
       const wanted = normalized(range, size);
       const match = CASES.find((c) => c.file === file && c.status === 200 && normalized(c.range_header, size) === wanted);
-      if (match === undefined) return json(400, { error: `the fake has no vector case for ${file} ${wanted}` });
+      if (match === undefined) return jsonResponse(400, { error: `the fake has no vector case for ${file} ${wanted}` });
       if (options.expireUrlsOnce && generation === 0) expired = true;
       else expired = false;
       const body = withUrls((version === 2 ? match.v2 : match.v1)!);
       generation++;
-      return json(200, body);
+      return jsonResponse(200, body);
     }
     if (url.pathname === `/transfer/${XORB_HEX}`) {
       log.push({ kind: "transfer", path: url.pathname, range, auth });
       assert.equal(auth, null, "transfer URLs never see the CAS token");
-      if (options.refuseTransfers || (expired && url.searchParams.get("gen") === "0")) return json(403, { error: "URL expired" });
+      if (options.refuseTransfers || (expired && url.searchParams.get("gen") === "0")) return jsonResponse(403, { error: "URL expired" });
       const [, s, e] = /^bytes=(\d+)-(\d+)$/.exec(range ?? "") ?? [];
       assert.ok(s !== undefined, `single-range request expected, got ${range}`);
       const bytes = Buffer.from(BODY.subarray(Number(s), Number(e) + 1));
@@ -108,30 +108,20 @@ function fakeCas(options: FakeOptions = {}) {
       }
       return new Response(bytes, { status: 206, headers: { "content-range": `bytes ${s}-${e}/${BODY.length}`, "content-length": String(bytes.length) } });
     }
-    return json(404, { error: `unexpected ${url.pathname}` });
+    return jsonResponse(404, { error: `unexpected ${url.pathname}` });
   };
   return { fetch, log };
 }
 
-function clientFor(fetch: FetchFunction): CastorClient {
-  return new CastorClient({ endpoint: HUB, hubToken: "hf_test", repo: "model:alice/bert", fetch, retry: { maxAttempts: 1 } });
-}
-
-let dir: string;
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "castor-client-download-"));
-});
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDirForFile("castor-client-download-");
 
 describe("download against the vector answers", () => {
   it("downloads whole files byte-exact and verifies them against the file hash", async () => {
     for (const name of ["A", "B"] as const) {
       const { fetch, log } = fakeCas();
-      const out = join(dir, `whole-${name}`);
+      const out = join(dir.path, `whole-${name}`);
       const events: ProgressEvent[] = [];
-      const result = await clientFor(fetch).download({ fileHash: FILES[name].hash, output: out, onProgress: (e) => events.push(e) });
+      const result = await fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILES[name].hash, output: out, onProgress: (e) => events.push(e) });
       // The first window reaches the end of the file, so the total is known from the start.
       assert.deepEqual(
         events.map((e) => [e.bytesDone, e.bytesTotal]),
@@ -162,7 +152,7 @@ describe("download against the vector answers", () => {
       const sink = new PassThrough();
       const parts: Buffer[] = [];
       sink.on("data", (part: Buffer) => parts.push(part));
-      const result = await clientFor(fetch).download({ fileHash: FILES[c.file].hash, output: sink, range: { start, end } });
+      const result = await fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILES[c.file].hash, output: sink, range: { start, end } });
       const expected = data.subarray(start, Math.min(end, data.length - 1) + 1);
       assert.deepEqual(Buffer.concat(parts), expected, `${c.file} ${c.range_header}`);
       assert.equal(result.bytesWritten, expected.length);
@@ -174,15 +164,15 @@ describe("download against the vector answers", () => {
   it("reports a range that starts past the end as a usage error naming the file size", async () => {
     const { fetch } = fakeCas();
     await assert.rejects(
-      clientFor(fetch).download({ fileHash: FILES.A.hash, output: new PassThrough(), range: { start: 3565, end: 4000 } }),
+      fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILES.A.hash, output: new PassThrough(), range: { start: 3565, end: 4000 } }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "usage" && /past the end of the file \(3565 bytes\)/.test(error.message),
     );
   });
 
   it("falls back to V1 when V2 answers 501, and stays there", async () => {
     const { fetch, log } = fakeCas({ v2: "501" });
-    const client = clientFor(fetch);
-    const out = join(dir, "v1-A");
+    const client = fakeHubClient(fetch, REPO, HUB_TOKEN);
+    const out = join(dir.path, "v1-A");
     const result = await client.download({ fileHash: FILES.A.hash, output: out });
     assert.deepEqual(await readFile(out), FILES.A.data);
     assert.equal(result.reconstructionVersion, 1);
@@ -195,8 +185,8 @@ describe("download against the vector answers", () => {
 
   it("re-queries the reconstruction when a transfer URL has expired (403) and retries with the new URL", async () => {
     const { fetch, log } = fakeCas({ expireUrlsOnce: true });
-    const out = join(dir, "expired-B");
-    const result = await clientFor(fetch).download({ fileHash: FILES.B.hash, output: out });
+    const out = join(dir.path, "expired-B");
+    const result = await fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILES.B.hash, output: out });
     assert.deepEqual(await readFile(out), FILES.B.data);
     assert.equal(result.verified, "file-hash");
     assert.deepEqual(
@@ -208,7 +198,7 @@ describe("download against the vector answers", () => {
   it("gives up with a 403 error when fresh URLs are refused too, after two re-queries", async () => {
     const { fetch, log } = fakeCas({ refuseTransfers: true });
     await assert.rejects(
-      clientFor(fetch).download({ fileHash: FILES.A.hash, output: new PassThrough() }),
+      fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILES.A.hash, output: new PassThrough() }),
       (error: unknown) => error instanceof HttpStatusError && error.status === 403 && /even after 2 fresh reconstructions/.test(error.message),
     );
     assert.equal(log.filter((l) => l.kind === "v2").length, 3);
@@ -217,7 +207,7 @@ describe("download against the vector answers", () => {
   it("refuses a directory as output before fetching anything", async () => {
     const { fetch, log } = fakeCas();
     await assert.rejects(
-      clientFor(fetch).download({ fileHash: FILES.A.hash, output: dir }),
+      fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILES.A.hash, output: dir.path }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "usage" && /is a directory/.test(error.message),
     );
     assert.deepEqual(
@@ -228,13 +218,13 @@ describe("download against the vector answers", () => {
 
   it("refuses data that does not hash to the file hash and leaves no output file behind", async () => {
     const { fetch } = fakeCas({ corruptByteAt: 500 }); // inside chunk 1, stored uncompressed
-    const out = join(dir, "corrupt-A");
+    const out = join(dir.path, "corrupt-A");
     await assert.rejects(
-      clientFor(fetch).download({ fileHash: FILES.A.hash, output: out }),
+      fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: FILES.A.hash, output: out }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "integrity" && error.message.includes(FILES.A.hash),
     );
     assert.deepEqual(
-      (await readdir(dir)).filter((name) => name.startsWith("corrupt-A")),
+      (await readdir(dir.path)).filter((name) => name.startsWith("corrupt-A")),
       [],
     );
   });
@@ -243,7 +233,7 @@ describe("download against the vector answers", () => {
     const { fetch, log } = fakeCas();
     const unknown = "ab".repeat(32);
     await assert.rejects(
-      clientFor(fetch).download({ fileHash: unknown, output: new PassThrough() }),
+      fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: unknown, output: new PassThrough() }),
       (error: unknown) => error instanceof CastorClientError && error.kind === "http" && error.message.includes(`No file ${unknown} here`),
     );
     assert.deepEqual(
@@ -254,8 +244,8 @@ describe("download against the vector answers", () => {
 
   it("writes the empty file for the zero hash without asking the server", async () => {
     const { fetch, log } = fakeCas();
-    const out = join(dir, "empty");
-    const result = await clientFor(fetch).download({ fileHash: "0".repeat(64), output: out });
+    const out = join(dir.path, "empty");
+    const result = await fakeHubClient(fetch, REPO, HUB_TOKEN).download({ fileHash: "0".repeat(64), output: out });
     assert.equal((await readFile(out)).length, 0);
     assert.equal(result.verified, "file-hash");
     assert.deepEqual(log, []);
@@ -263,7 +253,7 @@ describe("download against the vector answers", () => {
 
   it("rejects a malformed hash or range before any request", async () => {
     const { fetch, log } = fakeCas();
-    const client = clientFor(fetch);
+    const client = fakeHubClient(fetch, REPO, HUB_TOKEN);
     for (const request of [
       { fileHash: "XYZ", output: new PassThrough() },
       { fileHash: FILES.A.hash, output: new PassThrough(), range: { start: 5, end: 4 } },

@@ -6,15 +6,15 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { readdirSync } from "node:fs";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { ChunkBatcher, ScanError, SCAN_BUFFER_BYTES, SCAN_READ_BYTES, batchChunkBytes, scanFile, type ScannedBatch } from "../../src/client/file-scan.js";
 import { WORKER_DIGEST_MIN_BYTES, sha256OfFile, sha256OfFileInWorker } from "../../src/client/file-digest.js";
 import { ChunkBoundaryScanner, chunkBoundaries } from "../../src/format/chunker.js";
 import { HASH_BYTES, chunkHash, hashToHex } from "../../src/format/hash.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 
 /** Fast deterministic bytes: splitmix64 blocks repeated with a changing byte (its BigInts are slow for MiBs). */
 function fileBytes(length: number, seed: number): Uint8Array {
@@ -75,13 +75,7 @@ function expected(data: Uint8Array): Scanned {
   return { ends, hashes, bytes: Buffer.from(data) };
 }
 
-let work: string;
-before(async () => {
-  work = await mkdtemp(join(tmpdir(), "castor-file-scan-"));
-});
-after(async () => {
-  await rm(work, { recursive: true, force: true });
-});
+const work = tempDirForFile("castor-file-scan-");
 
 describe("ChunkBatcher", () => {
   it("carries each partial chunk to the next buffer, so batches hold whole chunks that add up to the input", () => {
@@ -129,7 +123,7 @@ describe("scanFile", () => {
   for (const size of [0, 1, 8191, 8192, 300_000, SCAN_READ_BYTES + 12_345]) {
     it(`gives the chunks, hashes and SHA-256 of a ${size}-byte file (hashed on this thread)`, async () => {
       const data = fileBytes(size, size);
-      const path = join(work, `small-${size}`);
+      const path = join(work.path, `small-${size}`);
       await writeFile(path, data);
       const got = await scanAll(path, size);
       assert.deepEqual({ ends: got.ends, hashes: got.hashes, bytes: got.bytes }, expected(data));
@@ -140,7 +134,7 @@ describe("scanFile", () => {
   it("reuses released buffers without mixing their old bytes into new batches, and hashes a large file on the worker", async () => {
     const size = WORKER_DIGEST_MIN_BYTES + 3 * SCAN_READ_BYTES + 777;
     const data = fileBytes(size, 9);
-    const path = join(work, "large");
+    const path = join(work.path, "large");
     await writeFile(path, data);
     const released = await scanAll(path, size, true);
     assert.ok(released.batches >= 8);
@@ -159,8 +153,8 @@ describe("scanFile", () => {
 
   it("reports a missing file or a directory as a ScanError with the system code", async () => {
     for (const [path, code] of [
-      [join(work, "missing"), "ENOENT"],
-      [work, "EISDIR"],
+      [join(work.path, "missing"), "ENOENT"],
+      [work.path, "EISDIR"],
     ] as const) {
       await assert.rejects(
         (async () => {
@@ -175,7 +169,7 @@ describe("scanFile", () => {
 describe("file digests", () => {
   it("computes the same SHA-256 on the worker and on this thread", async () => {
     const data = fileBytes(3_000_000, 12);
-    const path = join(work, "digest");
+    const path = join(work.path, "digest");
     await writeFile(path, data);
     const want = createHash("sha256").update(data).digest("hex");
     assert.equal(Buffer.from(await sha256OfFileInWorker(path).digest).toString("hex"), want);
@@ -183,11 +177,11 @@ describe("file digests", () => {
   });
 
   it("falls back to this thread when the worker cannot read the file, which then reports the I/O error", async () => {
-    await assert.rejects(sha256OfFileInWorker(join(work, "nope")).digest, (error: unknown) => (error as NodeJS.ErrnoException).code === "ENOENT");
+    await assert.rejects(sha256OfFileInWorker(join(work.path, "nope")).digest, (error: unknown) => (error as NodeJS.ErrnoException).code === "ENOENT");
   });
 
   it("stops the worker when cancelled", async () => {
-    const path = join(work, "digest-cancel");
+    const path = join(work.path, "digest-cancel");
     await writeFile(path, fileBytes(2_000_000, 13));
     // The worker is an OS thread of this process, listed in /proc/self/task until it has
     // exited: a cancel() that only let go of it (unref, dropped listeners) leaves it there.

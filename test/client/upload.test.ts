@@ -7,11 +7,10 @@
  */
 import assert from "node:assert/strict";
 import { createCipheriv, createHash } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
-import { CastorClient, CastorClientError, type FetchFunction } from "../../src/client/index.js";
+import { describe, it } from "node:test";
+import { CastorClientError, type FetchFunction } from "../../src/client/index.js";
 import {
   chunkHash,
   fileHash,
@@ -27,9 +26,12 @@ import {
   type Hash,
   type ShardXorb,
 } from "../../src/format/index.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
+import { HUB, casTokenAnswer, fakeHubClient, jsonResponse } from "../helpers/fake-hub.js";
 
-const HUB = "http://hub.test";
-const CAS = "http://cas.test";
+const REPO = "dataset:org/data";
+const HUB_TOKEN = "hf_x";
+
 const DEDUP_KEY = hashFromHex("5a".repeat(32));
 
 /** Fast deterministic bytes (AES-CTR keystream) — splitmix64's BigInts are too slow for MiBs. */
@@ -49,7 +51,6 @@ function memoryCas(options: { rejectXorbs?: string } = {}) {
   /** chunk hash hex → xorb hex, filled like castor: files' first chunks and 1-in-1024 chunks. */
   const dedupIndex = new Map<string, string>();
   const calls: string[] = [];
-  const json = (status: number, body: unknown) => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
 
   function registerShard(bytes: Uint8Array): void {
     const shard = parseUploadShard(bytes);
@@ -93,23 +94,23 @@ function memoryCas(options: { rejectXorbs?: string } = {}) {
     const url = new URL(String(input));
     const method = init?.method ?? "GET";
     calls.push(`${method} ${url.pathname.replace(/[0-9a-f]{64}/, "<hash>")}`);
-    if (url.origin === HUB) return json(200, { accessToken: "t", exp: Math.floor(Date.now() / 1000) + 3600, casUrl: CAS });
+    if (url.origin === HUB) return casTokenAnswer("t");
     const body = init?.body as Uint8Array | undefined;
     let match: RegExpExecArray | null;
     if ((match = /^\/v1\/xorbs\/default\/([0-9a-f]{64})$/.exec(url.pathname)) && method === "POST") {
-      if (options.rejectXorbs) return json(400, { error: options.rejectXorbs });
+      if (options.rejectXorbs) return jsonResponse(400, { error: options.rejectXorbs });
       const info = validateXorb(body!, { expectedHash: hashFromHex(match[1]) });
       const known = xorbs.has(match[1]);
       xorbs.set(match[1], { hashes: info.chunks.map((c) => c.hash), sizes: info.chunks.map((c) => c.uncompressedLength) });
-      return json(200, { was_inserted: !known });
+      return jsonResponse(200, { was_inserted: !known });
     }
     if (url.pathname === "/v1/shards" && method === "POST") {
       registerShard(body!);
-      return json(200, { result: 1 });
+      return jsonResponse(200, { result: 1 });
     }
     if ((match = /^\/v1\/chunks\/default\/([0-9a-f]{64})$/.exec(url.pathname))) {
       const xorbHex = dedupIndex.get(match[1]);
-      if (xorbHex === undefined) return json(404, { error: "not tracked" });
+      if (xorbHex === undefined) return jsonResponse(404, { error: "not tracked" });
       const stored = xorbs.get(xorbHex)!;
       let offset = 0;
       const block: ShardXorb = {
@@ -126,35 +127,25 @@ function memoryCas(options: { rejectXorbs?: string } = {}) {
       const now = Math.floor(Date.now() / 1000);
       return new Response(serializeFullShard({ files: [], xorbs: [block] }, { hmacKey: DEDUP_KEY, creationTimestamp: now, keyExpiry: now + 3600 }));
     }
-    return json(404, { error: `unexpected ${method} ${url.pathname}` });
+    return jsonResponse(404, { error: `unexpected ${method} ${url.pathname}` });
   };
   return { fetch, xorbs, files, calls };
 }
 
-function clientFor(fetch: FetchFunction): CastorClient {
-  return new CastorClient({ endpoint: HUB, hubToken: "hf_x", repo: "dataset:org/data", fetch, retry: { maxAttempts: 1 } });
-}
-
-let dir: string;
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), "castor-client-upload-"));
-});
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
+const dir = tempDirForFile("castor-client-upload-");
 
 describe("upload against an in-memory CAS", () => {
   it("sends xorbs, then one shard whose every term, verification hash and file hash checks out", async () => {
     const cas = memoryCas();
-    const a = join(dir, "a");
-    const b = join(dir, "b");
-    const empty = join(dir, "empty");
+    const a = join(dir.path, "a");
+    const b = join(dir.path, "b");
+    const empty = join(dir.path, "empty");
     const dataA = pseudoRandom(1, 3 * 1024 * 1024 + 17);
     const dataB = Buffer.concat([dataA.subarray(0, 1024 * 1024), pseudoRandom(2, 500_000)]);
     await writeFile(a, dataA);
     await writeFile(b, dataB);
     await writeFile(empty, "");
-    const result = await clientFor(cas.fetch).upload([a, b, empty]);
+    const result = await fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([a, b, empty]);
 
     assert.deepEqual(
       result.files.map((f) => [f.path, f.size, f.sha256]),
@@ -192,15 +183,15 @@ describe("upload against an in-memory CAS", () => {
     }
     const chunks = splitIntoChunks(data!);
     const cas = memoryCas();
-    const original = join(dir, "original");
+    const original = join(dir.path, "original");
     await writeFile(original, data!);
-    await clientFor(cas.fetch).upload([original]);
+    await fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([original]);
 
     const edited = Buffer.from(data!);
     edited[0] ^= 0xff; // only chunk 0 changes: boundaries depend on the last 64 bytes before a cut
-    const copy = join(dir, "edited");
+    const copy = join(dir.path, "edited");
     await writeFile(copy, edited);
-    const result = await clientFor(cas.fetch).upload([copy]);
+    const result = await fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([copy]);
     // The first-chunk query misses; each eligible chunk's query hits, and the first hit covers
     // chunks 1.. too — also those before it, which were read before its answer came.
     const eligible = chunks.slice(1).filter((chunk) => isGlobalDedupEligible(chunkHash(chunk))).length;
@@ -214,10 +205,10 @@ describe("upload against an in-memory CAS", () => {
 
   it("fails with the server's message when a xorb is refused, and registers nothing", async () => {
     const cas = memoryCas({ rejectXorbs: "Xorb hash mismatch: the body hashes to something else" });
-    const path = join(dir, "refused");
+    const path = join(dir.path, "refused");
     await writeFile(path, pseudoRandom(7, 100_000));
     await assert.rejects(
-      clientFor(cas.fetch).upload([path]),
+      fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([path]),
       (error: unknown) => error instanceof CastorClientError && error.kind === "http" && /answered 400 Bad Request: Xorb hash mismatch/.test(error.message),
     );
     assert.equal(cas.calls.filter((c) => c === "POST /v1/shards").length, 0);
@@ -229,9 +220,9 @@ describe("upload against an in-memory CAS", () => {
       Array.from({ length: 80_000 }, (_, i) => `2025-06-${10 + (i % 20)} level=info id=${(i * 7919) % 100_003} ok\n`).join(""),
       "latin1",
     );
-    const path = join(dir, "log.txt");
+    const path = join(dir.path, "log.txt");
     await writeFile(path, text);
-    const result = await clientFor(cas.fetch).upload([path]);
+    const result = await fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([path]);
     assert.equal(result.files[0].size, text.length);
     assert.ok(result.xorbs.bytesSent < text.length / 2, `sent ${result.xorbs.bytesSent} of ${text.length}`);
     assert.equal(result.files[0].fileHash, hashToHex(fileHash(splitIntoChunks(text).map((c) => ({ hash: chunkHash(c), size: c.length })))));
@@ -240,9 +231,9 @@ describe("upload against an in-memory CAS", () => {
   it("makes the xorbs smaller toward the end, so the server's last one is quick", async () => {
     const cas = memoryCas();
     const size = 40 * 1024 * 1024;
-    const path = join(dir, "forty");
+    const path = join(dir.path, "forty");
     await writeFile(path, pseudoRandom(9, size));
-    const result = await clientFor(cas.fetch).upload([path]);
+    const result = await fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([path]);
     const sizes = [...cas.xorbs.values()].map((x) => x.sizes.reduce((a, b) => a + b, 0));
     assert.equal(result.xorbs.inserted, sizes.length);
     assert.equal(
@@ -258,10 +249,16 @@ describe("upload against an in-memory CAS", () => {
 
   it("refuses missing files and directories before asking for a token", async () => {
     const cas = memoryCas();
-    for (const path of [join(dir, "missing"), dir]) {
-      await assert.rejects(clientFor(cas.fetch).upload([path]), (error: unknown) => error instanceof CastorClientError && error.kind === "io");
+    for (const path of [join(dir.path, "missing"), dir.path]) {
+      await assert.rejects(
+        fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([path]),
+        (error: unknown) => error instanceof CastorClientError && error.kind === "io",
+      );
     }
-    await assert.rejects(clientFor(cas.fetch).upload([]), (error: unknown) => error instanceof CastorClientError && error.kind === "usage");
+    await assert.rejects(
+      fakeHubClient(cas.fetch, REPO, HUB_TOKEN).upload([]),
+      (error: unknown) => error instanceof CastorClientError && error.kind === "usage",
+    );
     assert.deepEqual(cas.calls, []);
   });
 });

@@ -188,9 +188,24 @@ interface CopyCounts {
   trees: number;
 }
 
+/** The counts of a copy that found everything in place. */
+const NO_CHANGES: Readonly<CopyCounts> = {
+  repos: 0,
+  revisions: 0,
+  tokens: 0,
+  xorbs: 0,
+  files: 0,
+  links: 0,
+  sha256: 0,
+  shards: 0,
+  dedup: 0,
+  commits: 0,
+  trees: 0,
+};
+
 /** Copies `source` into `target` with the migration methods, in pages of `limit`; returns the counts the imports reported. */
 async function copyStore(source: MetadataStore, target: MetadataStore, limit: number): Promise<{ counts: CopyCounts; repoIds: Map<number, number> }> {
-  const counts: CopyCounts = { repos: 0, revisions: 0, tokens: 0, xorbs: 0, files: 0, links: 0, sha256: 0, shards: 0, dedup: 0, commits: 0, trees: 0 };
+  const counts: CopyCounts = { ...NO_CHANGES };
   const repoIds = new Map<number, number>();
   for (const repo of await source.listRepos()) {
     const { repo: imported, inserted } = await target.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt, private: repo.private });
@@ -219,38 +234,16 @@ async function copyStore(source: MetadataStore, target: MetadataStore, limit: nu
       after = page.next;
     }
   };
-  counts.xorbs = await pages(
-    (a, n) => source.exportXorbs(a, n),
-    (rows) => target.importXorbs(rows),
-  );
-  counts.files = await pages(
-    (a, n) => source.exportFiles(a, n),
-    (rows) => target.importFiles(rows),
-  );
-  counts.links = await pages(
-    (a, n) => source.exportFileRepoLinks(a, n),
-    (rows) => target.importFileRepoLinks(rows.map((l) => ({ ...l, repoId: mapId(l.repoId) }))),
-  );
-  counts.sha256 = await pages(
-    (a, n) => source.exportSha256Index(a, n),
-    (rows) => target.importSha256Index(rows.map((e) => ({ ...e, repoId: mapId(e.repoId) }))),
-  );
-  counts.shards = await pages(
-    (a, n) => source.exportShards(a, n),
-    (rows) => target.importShards(rows),
-  );
-  counts.dedup = await pages(
-    (a, n) => source.exportDedupEntries(a, n),
-    (rows) => target.importDedupEntries(rows),
-  );
-  counts.trees = await pages(
-    (a, n) => source.exportTrees(a, n),
-    (rows) => target.importTrees(rows.map((t) => ({ ...t, repoId: mapId(t.repoId) }))),
-  );
-  counts.commits = await pages(
-    (a, n) => source.exportCommits(a, n),
-    (rows) => target.importCommits(rows.map((c) => ({ ...c, repoId: mapId(c.repoId) }))),
-  );
+  /** A row naming a repository, with the source's id mapped to the target's. */
+  const toTarget = <R extends { repoId: number }>(row: R): R => ({ ...row, repoId: mapId(row.repoId) });
+  counts.xorbs = await pages(source.exportXorbs.bind(source), target.importXorbs.bind(target));
+  counts.files = await pages(source.exportFiles.bind(source), target.importFiles.bind(target));
+  counts.links = await pages(source.exportFileRepoLinks.bind(source), (rows) => target.importFileRepoLinks(rows.map(toTarget)));
+  counts.sha256 = await pages(source.exportSha256Index.bind(source), (rows) => target.importSha256Index(rows.map(toTarget)));
+  counts.shards = await pages(source.exportShards.bind(source), target.importShards.bind(target));
+  counts.dedup = await pages(source.exportDedupEntries.bind(source), target.importDedupEntries.bind(target));
+  counts.trees = await pages(source.exportTrees.bind(source), (rows) => target.importTrees(rows.map(toTarget)));
+  counts.commits = await pages(source.exportCommits.bind(source), (rows) => target.importCommits(rows.map(toTarget)));
   return { counts, repoIds };
 }
 
@@ -475,19 +468,7 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
         const before = await exportEverything(target);
         const tokensBefore = await target.listHubTokens();
         const again = await copyStore(source, target, 3);
-        assert.deepEqual(again.counts, {
-          repos: 0,
-          revisions: 0,
-          tokens: 0,
-          xorbs: 0,
-          files: 0,
-          links: 0,
-          sha256: 0,
-          shards: 0,
-          dedup: 0,
-          commits: 0,
-          trees: 0,
-        });
+        assert.deepEqual(again.counts, NO_CHANGES);
         assert.deepEqual(await exportEverything(target), before);
         assert.deepEqual(await target.listHubTokens(), tokensBefore);
         assert.equal((await target.listRepos()).length, 3);
@@ -522,19 +503,7 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
         await source.setRepoPrivate(data.id, false);
         await source.createRevision(bert.id, "v2", "tag", third.oid);
         const again = await copyStore(source, target, 10);
-        assert.deepEqual(again.counts, {
-          repos: 0,
-          revisions: 3,
-          tokens: 0,
-          xorbs: 0,
-          files: 0,
-          links: 0,
-          sha256: 0,
-          shards: 0,
-          dedup: 0,
-          commits: 2,
-          trees: 1,
-        });
+        assert.deepEqual(again.counts, { ...NO_CHANGES, revisions: 3, commits: 2, trees: 1 });
         for (const repo of [bert, data]) {
           const mapped = again.repoIds.get(repo.id)!;
           assert.deepEqual(await target.getRepoById(mapped), { ...(await source.getRepoById(repo.id))!, id: mapped }, "visibility carried");

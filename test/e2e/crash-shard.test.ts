@@ -5,10 +5,8 @@
  * entry or shard row — until the retried upload registers all of it.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import Database from "better-sqlite3";
 import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
 import type { ShardFile } from "../../src/format/shard.js";
@@ -17,26 +15,20 @@ import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { METADATA_FILE_NAME } from "../../src/metadata/sqlite.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 import { makeData } from "../helpers/vectors.js";
 
 const FILE_COUNT = 10_000;
 const XORB_COUNT = 16;
 const CHUNKS_PER_XORB = 64;
 
-let dataDir: string;
 let server: ServerProcess | undefined;
-
-before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "castor-crash-shard-"));
-});
-
-after(async () => {
-  await server?.stop("SIGKILL");
-  await rm(dataDir, { recursive: true, force: true });
-});
+// Registered before the data dir's removal, so the server is dead before its folder goes.
+after(() => server?.stop("SIGKILL"));
+const dataDir = tempDirForFile("castor-crash-shard-");
 
 async function cli(...args: string[]): Promise<string> {
-  const result = await runCastor(args, { env: { CASTOR_DATA_DIR: dataDir } });
+  const result = await runCastor(args, { env: { CASTOR_DATA_DIR: dataDir.path } });
   assert.equal(result.code, 0, result.stderr);
   return result.stdout.trim();
 }
@@ -87,7 +79,7 @@ function buildFiles(xorbs: SerializedXorb[]): ShardFile[] {
 }
 
 function rowCounts(): Record<string, number> {
-  const db = new Database(join(dataDir, METADATA_FILE_NAME), { readonly: true });
+  const db = new Database(join(dataDir.path, METADATA_FILE_NAME), { readonly: true });
   try {
     const counts: Record<string, number> = {};
     for (const table of ["xorbs", "shards", "files", "file_repos", "dedup_chunks"]) {
@@ -105,7 +97,7 @@ async function postShard(token: string, body: Uint8Array): Promise<Response> {
 
 describe("SIGKILL during a /v2/shards registration", () => {
   it("leaves nothing of the shard behind, and the retried upload registers it whole", async () => {
-    server = await startCastorServer({ dataDir });
+    server = await startCastorServer({ dataDir: dataDir.path });
     await cli("repo", "create", "model", "alice/bert");
     const hubToken = await cli("token", "create", "--repo", "model:alice/bert", "--access", "write");
     let token = await writeToken(hubToken);
@@ -149,7 +141,7 @@ describe("SIGKILL during a /v2/shards registration", () => {
     }
     assert.doesNotMatch(received, /"type":"result"/, "the server died before it could answer");
 
-    server = await startCastorServer({ dataDir });
+    server = await startCastorServer({ dataDir: dataDir.path });
     assert.deepEqual(rowCounts(), { xorbs: XORB_COUNT, shards: 0, files: 0, file_repos: 0, dedup_chunks: 0 }, "nothing partial survives");
     token = await writeToken(hubToken);
     const miss = await fetch(`${server.url}/v1/chunks/default/${firstChunk}`, { headers: { authorization: `Bearer ${token}` } });

@@ -5,16 +5,16 @@
  */
 import assert from "node:assert/strict";
 import { request as httpRequest, type ClientRequest } from "node:http";
-import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, it } from "node:test";
+import { after, it } from "node:test";
 import { loadOrCreateKeys } from "../../src/auth/keys.js";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
 import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 import { until } from "../helpers/wait.js";
 
@@ -23,17 +23,10 @@ const CHUNKS = 64;
 const CHUNK_BYTES = 128 * 1024;
 const SENT_BEFORE_CRASH = 3 * 1024 * 1024;
 
-let dataDir: string;
 let server: ServerProcess | undefined;
-
-before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "castor-crash-xorb-"));
-});
-
-after(async () => {
-  await server?.stop("SIGKILL");
-  await rm(dataDir, { recursive: true, force: true });
-});
+// Registered before the data dir's removal, so the server is dead before its folder goes.
+after(() => server?.stop("SIGKILL"));
+const dataDir = tempDirForFile("castor-crash-xorb-");
 
 /**
  * A write token signed with the data dir's key, as the hub would issue it. Minted here rather
@@ -41,12 +34,12 @@ after(async () => {
  * test, which already starts two servers, short; xorb-upload.test.ts covers the hub path.
  */
 async function writeToken(): Promise<string> {
-  const keys = await loadOrCreateKeys({ dataDir, signingKeyFile: null, urlKey: null, dedupKeySeed: null });
+  const keys = await loadOrCreateKeys({ dataDir: dataDir.path, signingKeyFile: null, urlKey: null, dedupKeySeed: null });
   return casTokenSignedWith(keys.jwtSigningKey, "write");
 }
 
-const tempDir = () => join(dataDir, "blobs", "tmp");
-const blobPath = (hex: string) => join(dataDir, "blobs", "xorbs", hex.slice(0, 2), hex);
+const tempDir = () => join(dataDir.path, "blobs", "tmp");
+const blobPath = (hex: string) => join(dataDir.path, "blobs", "xorbs", hex.slice(0, 2), hex);
 
 async function exists(path: string): Promise<boolean> {
   return stat(path).then(
@@ -68,7 +61,7 @@ function write(request: ClientRequest, bytes: Uint8Array): Promise<void> {
 
 it("leaves nothing partial after a SIGKILL mid-upload, and the retried upload succeeds", async () => {
   const token = await writeToken();
-  server = await startCastorServer({ dataDir });
+  server = await startCastorServer({ dataDir: dataDir.path });
 
   const xorb = serializeXorb(
     Array.from({ length: CHUNKS }, (_, i) => ({ data: splitmix64Bytes(BigInt(i) + 77n, CHUNK_BYTES), scheme: CompressionScheme.None })),
@@ -95,7 +88,7 @@ it("leaves nothing partial after a SIGKILL mid-upload, and the retried upload su
   assert.ok((await readdir(tempDir())).length > 0, "the crash left a partial temp file behind");
   assert.equal(await exists(blobPath(hex)), false, "nothing was published");
 
-  server = await startCastorServer({ dataDir });
+  server = await startCastorServer({ dataDir: dataDir.path });
   assert.deepEqual(await readdir(tempDir()), [], "the start-up sweep removed the partial upload");
   const headers = { authorization: `Bearer ${token}` };
 

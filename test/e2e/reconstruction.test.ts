@@ -13,7 +13,14 @@ import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
-import { downloadAnswer, fileOfChunks, vectorFileContents, withPlaceholderUrls, type Answer } from "../helpers/reconstruction-answer.js";
+import {
+  downloadAnswer,
+  fileOfChunks,
+  reconstructionVectorCases,
+  vectorFileContents,
+  withPlaceholderUrls,
+  type Answer,
+} from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector, makeData } from "../helpers/vectors.js";
 
 const vector = loadVector("reconstruction.json");
@@ -91,16 +98,10 @@ function reconstruct(
 }
 
 describe("reconstruction.json against a real server, with downloads", () => {
-  for (const vectorCase of vector.cases) {
-    const file: string = vector.file_hashes[vectorCase.file];
-    const range: string | undefined = vectorCase.range_header ?? undefined;
-    it(`file ${vectorCase.file}, Range ${range ?? "(none)"} → ${vectorCase.status}`, async () => {
-      for (const [path, expected] of [
-        [`/v2/reconstructions/${file}`, vectorCase.v2],
-        [`/v1/reconstructions/${file}`, vectorCase.v1],
-        [`/reconstructions/${file}`, vectorCase.v1],
-      ] as const) {
-        const response = await reconstruct(path, { range });
+  for (const vectorCase of reconstructionVectorCases()) {
+    it(vectorCase.title, async () => {
+      for (const [path, expected] of vectorCase.requests) {
+        const response = await reconstruct(path, { range: vectorCase.range });
         const text = await response.text();
         assert.equal(response.status, vectorCase.status, text);
         if (vectorCase.status !== 200) {
@@ -112,7 +113,7 @@ describe("reconstruction.json against a real server, with downloads", () => {
         assert.deepEqual(withPlaceholderUrls(body), expected, path);
 
         const content = CONTENT[vectorCase.file];
-        const [first, last] = range === undefined ? [0, content.length - 1] : range.slice("bytes=".length).split("-").map(Number);
+        const [first, last] = vectorCase.range === undefined ? [0, content.length - 1] : vectorCase.range.slice("bytes=".length).split("-").map(Number);
         const wanted = content.subarray(first, Math.min(last, content.length - 1) + 1);
         assert.deepEqual(await downloadAnswer(body, wanted.length), wanted, `${path}: downloaded bytes`);
       }

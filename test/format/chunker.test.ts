@@ -72,30 +72,28 @@ function fixedPieceSizes(total: number, size: number): number[] {
   return sizes;
 }
 
-function streamedBoundaries(data: Uint8Array, pieceSizes: number[]): number[] {
-  const scanner = new ChunkBoundaryScanner();
-  const ends: number[] = [];
+/** Feeds `data` to `update` in pieces of `pieceSizes` (which must cover it); what the calls returned, in order. */
+function feedInPieces<T>(data: Uint8Array, pieceSizes: number[], update: (piece: Uint8Array) => T[]): T[] {
+  const out: T[] = [];
   let at = 0;
   for (const size of pieceSizes) {
-    ends.push(...scanner.update(data.subarray(at, at + size)));
+    out.push(...update(data.subarray(at, at + size)));
     at += size;
   }
   assert.equal(at, data.length, "the piece sizes cover the data");
+  return out;
+}
+
+function streamedBoundaries(data: Uint8Array, pieceSizes: number[]): number[] {
+  const scanner = new ChunkBoundaryScanner();
+  const ends = feedInPieces(data, pieceSizes, (piece) => scanner.update(piece));
   assert.equal(scanner.bytesSeen, data.length);
-  ends.push(...scanner.finish());
-  return ends;
+  return [...ends, ...scanner.finish()];
 }
 
 function streamedChunks(data: Uint8Array, pieceSizes: number[]): Uint8Array[] {
   const chunker = new Chunker();
-  const chunks: Uint8Array[] = [];
-  let at = 0;
-  for (const size of pieceSizes) {
-    chunks.push(...chunker.update(data.subarray(at, at + size)));
-    at += size;
-  }
-  chunks.push(...chunker.finish());
-  return chunks;
+  return [...feedInPieces(data, pieceSizes, (piece) => chunker.update(piece)), ...chunker.finish()];
 }
 
 function endsOf(chunks: Uint8Array[]): number[] {

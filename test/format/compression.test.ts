@@ -14,18 +14,10 @@ import {
   MAX_CHUNK_COMPRESSED_BYTES,
   MAX_CHUNK_UNCOMPRESSED_BYTES,
 } from "../../src/format/compression.js";
-import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
+import { FormatError } from "../../src/format/errors.js";
+import { expectFormatError } from "../helpers/format-errors.js";
 import { encodeLz4Frame } from "../../src/format/lz4.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes, toHex } from "../helpers/vectors.js";
-
-function expectFormatError(fn: () => unknown, code: FormatErrorCode, message?: RegExp): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof FormatError, `expected a FormatError, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    if (message) assert.match(err.message, message);
-    return true;
-  });
-}
 
 /** Deterministic log-like text: compresses well with LZ4, not helped by BG4. */
 function logLines(length: number): Uint8Array {
@@ -139,18 +131,22 @@ describe("decompressChunk: bad headers and payloads", () => {
   });
 });
 
+/** Chunks of every kind the codecs meet: tiny, compressible text, floats (BG4's case), incompressible noise, a run. */
+const CHUNK_INPUTS: [string, Uint8Array][] = [
+  ["empty", new Uint8Array(0)],
+  ["1 byte", Uint8Array.of(7)],
+  ["3 bytes", Uint8Array.of(1, 2, 3)],
+  ["1000 bytes of makeData", makeData(1000, 7, 13)],
+  ["64 KiB of log text", logLines(65_536)],
+  ["64 KiB + 1 of log text", logLines(65_537)],
+  ["100,001 bytes of log text", logLines(100_001)],
+  ["128 KiB of float samples", floatSamples(32_768)],
+  ["128 KiB of random bytes", splitmix64Bytes(77n, MAX_CHUNK_UNCOMPRESSED_BYTES)],
+  ["64 KiB of zeros", new Uint8Array(65_536)],
+];
+
 describe("compressChunk", () => {
-  const inputs: [string, Uint8Array][] = [
-    ["empty", new Uint8Array(0)],
-    ["1 byte", Uint8Array.of(7)],
-    ["3 bytes", Uint8Array.of(1, 2, 3)],
-    ["1000 bytes of makeData", makeData(1000, 7, 13)],
-    ["64 KiB of log text", logLines(65_536)],
-    ["64 KiB + 1 of log text", logLines(65_537)],
-    ["128 KiB of float samples", floatSamples(32_768)],
-    ["128 KiB of random bytes", splitmix64Bytes(77n, MAX_CHUNK_UNCOMPRESSED_BYTES)],
-  ];
-  for (const [name, data] of inputs) {
+  for (const [name, data] of CHUNK_INPUTS) {
     it(`round-trips ${name} through every scheme`, () => {
       for (const scheme of [CompressionScheme.None, CompressionScheme.LZ4, CompressionScheme.ByteGrouping4LZ4]) {
         const payload = compressChunk(data, scheme);
@@ -279,19 +275,8 @@ describe("lz4SamplesIncompressible", () => {
 });
 
 describe("compressChunkBestAsync", () => {
-  const inputs: [string, Uint8Array][] = [
-    ["empty", new Uint8Array(0)],
-    ["3 bytes", Uint8Array.of(1, 2, 3)],
-    ["1000 bytes of makeData", makeData(1000, 7, 13)],
-    ["64 KiB of log text", logLines(65_536)],
-    ["100,001 bytes of log text", logLines(100_001)],
-    ["128 KiB of float samples", floatSamples(32_768)],
-    ["128 KiB of random bytes", splitmix64Bytes(26n, MAX_CHUNK_UNCOMPRESSED_BYTES)],
-    ["64 KiB of zeros", new Uint8Array(65_536)],
-  ];
-
   it("keeps the contract and makes compressChunkBest's choice, on views at any offset", async () => {
-    for (const [name, data] of inputs) {
+    for (const [name, data] of CHUNK_INPUTS) {
       for (const shift of [0, 1, 3]) {
         const shifted = new Uint8Array(data.length + shift);
         shifted.set(data, shift);

@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { compressFrameSync, compressSync, decompressFrameSync, uncompressSync } from "lz4-napi";
 import { decodeLz4Frame, encodeLz4Frame, LZ4_BLOCK_MAX_SIZES, LZ4_NATIVE_BLOCK_MIN_BYTES, xxh32, type Lz4FrameOptions } from "../../src/format/lz4.js";
-import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
+import { FormatError } from "../../src/format/errors.js";
+import { expectFormatError } from "../helpers/format-errors.js";
 import { fromHex, loadVector, splitmix64Bytes, toHex } from "../helpers/vectors.js";
 
 const xorbSmall = loadVector("xorb-small.json");
@@ -23,15 +24,6 @@ function textLike(length: number, seed: number): Uint8Array {
     total += part.length;
   }
   return new Uint8Array(Buffer.from(parts.join("").slice(0, length), "latin1"));
-}
-
-function expectFormatError(fn: () => unknown, code: FormatErrorCode, message?: RegExp): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof FormatError, `expected a FormatError, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    if (message) assert.match(err.message, message);
-    return true;
-  });
 }
 
 function sameBytes(actual: Uint8Array, expected: Uint8Array): void {

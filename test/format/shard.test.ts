@@ -18,7 +18,7 @@ import {
   type ShardXorb,
 } from "../../src/format/shard.js";
 import { serializeFullShard, serializeUploadShard } from "../../src/format/shard-writer.js";
-import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
+import { expectFormatError } from "../helpers/format-errors.js";
 import { firstWord, hashFromHex, hashToHex, keyedChunkHash, verificationHash, ZERO_HASH } from "../../src/format/hash.js";
 import { fromHex, loadVector, toHex } from "../helpers/vectors.js";
 
@@ -29,15 +29,6 @@ const xorbSmallVector = loadVector("xorb-small.json");
 
 const xetCoreUpload = (): Uint8Array => fromHex(uploadVector.xet_core_style_hex);
 const hfJsUpload = (): Uint8Array => fromHex(uploadVector.huggingface_js_style_hex);
-
-function rejects(fn: () => unknown, code: FormatErrorCode, messagePart?: RegExp): void {
-  assert.throws(fn, (err: unknown) => {
-    assert.ok(err instanceof FormatError, `expected a FormatError, got ${String(err)}`);
-    assert.equal(err.code, code, err.message);
-    if (messagePart) assert.match(err.message, messagePart);
-    return true;
-  });
-}
 
 function u32At(bytes: Uint8Array, at: number): number {
   return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(at, true);
@@ -333,55 +324,55 @@ describe("upload shard rejections", () => {
   it("rejects input that does not start with the shard tag", () => {
     const bytes = xetCoreUpload();
     bytes[13] ^= 0x20; // "HFRepoMetaDatA"
-    rejects(() => parseUploadShard(bytes), "bad_shard_header", /shard tag/);
+    expectFormatError(() => parseUploadShard(bytes), "bad_shard_header", /shard tag/);
     const tail = xetCoreUpload();
     tail[31] ^= 1; // the last magic byte counts too
-    rejects(() => parseUploadShard(tail), "bad_shard_header");
-    rejects(() => parseUploadShard(Buffer.from('{"not":"a shard"}')), "bad_shard_header");
+    expectFormatError(() => parseUploadShard(tail), "bad_shard_header");
+    expectFormatError(() => parseUploadShard(Buffer.from('{"not":"a shard"}')), "bad_shard_header");
   });
 
   it("rejects a header shorter than 48 bytes as truncated", () => {
-    rejects(() => parseUploadShard(new Uint8Array(0)), "truncated");
-    rejects(() => parseUploadShard(xetCoreUpload().subarray(0, 20)), "truncated");
-    rejects(() => parseUploadShard(xetCoreUpload().subarray(0, 47)), "truncated");
+    expectFormatError(() => parseUploadShard(new Uint8Array(0)), "truncated");
+    expectFormatError(() => parseUploadShard(xetCoreUpload().subarray(0, 20)), "truncated");
+    expectFormatError(() => parseUploadShard(xetCoreUpload().subarray(0, 47)), "truncated");
   });
 
   it("rejects any header version but 2", () => {
     for (const version of [0n, 1n, 3n, 1n << 63n]) {
       const bytes = xetCoreUpload();
       setU64(bytes, 32, version);
-      rejects(() => parseUploadShard(bytes), "bad_shard_header", new RegExp(`version ${version}`));
+      expectFormatError(() => parseUploadShard(bytes), "bad_shard_header", new RegExp(`version ${version}`));
     }
   });
 
   it("rejects every truncation of the sections", () => {
     const bytes = xetCoreUpload();
     for (let length = 48; length < bytes.length; length++) {
-      rejects(() => parseUploadShard(bytes.subarray(0, length)), "truncated");
+      expectFormatError(() => parseUploadShard(bytes.subarray(0, length)), "truncated");
     }
   });
 
   it("rejects a file section without bookend", () => {
     // Header, then file block 0 only: the shard ends where the next block or bookend should be.
     const bytes = xetCoreUpload().subarray(0, uploadVectorFileBlockOffset(1));
-    rejects(() => parseUploadShard(bytes), "truncated", /file info section, before its bookend/);
+    expectFormatError(() => parseUploadShard(bytes), "truncated", /file info section, before its bookend/);
   });
 
   it("rejects a xorb section without bookend", () => {
     const bytes = xetCoreUpload();
-    rejects(() => parseUploadShard(bytes.subarray(0, bytes.length - SHARD_RECORD_BYTES)), "truncated", /xorb info section, before its bookend/);
+    expectFormatError(() => parseUploadShard(bytes.subarray(0, bytes.length - SHARD_RECORD_BYTES)), "truncated", /xorb info section, before its bookend/);
   });
 
   it("rejects an absurd term count before allocating for it", () => {
     const bytes = xetCoreUpload();
     setU32(bytes, 48 + 36, 0xffffffff);
-    rejects(() => parseUploadShard(bytes), "truncated", /declares 4294967295 terms/);
+    expectFormatError(() => parseUploadShard(bytes), "truncated", /declares 4294967295 terms/);
   });
 
   it("rejects an absurd chunk count before allocating for it", () => {
     const bytes = xetCoreUpload();
     setU32(bytes, uploadVector.expected.xorb_info_section.offset + 36, 0xffffffff);
-    rejects(() => parseUploadShard(bytes), "truncated", /declares 4294967295 chunks/);
+    expectFormatError(() => parseUploadShard(bytes), "truncated", /declares 4294967295 chunks/);
   });
 
   it("rejects a term count that would swallow the section bookend", () => {
@@ -393,17 +384,17 @@ describe("upload shard rejections", () => {
     const at = 48 + 2 * SHARD_RECORD_BYTES;
     assert.equal(u32At(bytes, at + 36), 2);
     setU32(bytes, at + 36, 3);
-    rejects(() => parseUploadShard(bytes), "bad_shard", /file block 1 .* bookend appears at byte 288/);
+    expectFormatError(() => parseUploadShard(bytes), "bad_shard", /file block 1 .* bookend appears at byte 288/);
     // With verification records the overstated count first misreads a verification record as a term.
     const verified = xetCoreUpload();
     setU32(verified, uploadVectorFileBlockOffset(1) + 36, 3);
-    rejects(() => parseUploadShard(verified), "bad_shard", /term 2 of file block 1/);
+    expectFormatError(() => parseUploadShard(verified), "bad_shard", /term 2 of file block 1/);
   });
 
   it("rejects a chunk count that would swallow the section bookend", () => {
     const bytes = hfJsUpload(); // the footer after the bookend leaves room for the overstated count
     setU32(bytes, uploadVector.expected.xorb_info_section.offset + 36, 4);
-    rejects(() => parseUploadShard(bytes), "bad_shard", /bookend appears/);
+    expectFormatError(() => parseUploadShard(bytes), "bad_shard", /bookend appears/);
   });
 
   it("rejects a term whose chunk range is empty or reversed", () => {
@@ -415,7 +406,7 @@ describe("upload shard rejections", () => {
       const bytes = xetCoreUpload();
       setU32(bytes, termAt + 40, start);
       setU32(bytes, termAt + 44, end);
-      rejects(() => parseUploadShard(bytes), "bad_shard", new RegExp(`\\[${start}, ${end}\\)`));
+      expectFormatError(() => parseUploadShard(bytes), "bad_shard", new RegExp(`\\[${start}, ${end}\\)`));
     }
   });
 
@@ -426,9 +417,9 @@ describe("upload shard rejections", () => {
     // Splice: block 0 with verification, then block 1 and the rest without.
     const block1Without = 48 + (1 + 1 + 1) * SHARD_RECORD_BYTES;
     const mixed = concat(withVerification.subarray(0, uploadVectorFileBlockOffset(1)), without.subarray(block1Without));
-    rejects(() => parseUploadShard(mixed), "bad_shard", /either every file/);
+    expectFormatError(() => parseUploadShard(mixed), "bad_shard", /either every file/);
     const mixedOtherWay = concat(without.subarray(0, block1Without), withVerification.subarray(uploadVectorFileBlockOffset(1)));
-    rejects(() => parseUploadShard(mixedOtherWay), "bad_shard", /either every file/);
+    expectFormatError(() => parseUploadShard(mixedOtherWay), "bad_shard", /either every file/);
   });
 });
 
@@ -584,42 +575,42 @@ describe("complete shard rejections", () => {
   const footerAt = (bytes: Uint8Array) => bytes.length - SHARD_FOOTER_BYTES;
 
   it("rejects upload bodies that are not complete shards", () => {
-    rejects(() => parseFullShard(xetCoreUpload()), "bad_shard_header", /footer_size 200/);
+    expectFormatError(() => parseFullShard(xetCoreUpload()), "bad_shard_header", /footer_size 200/);
     // huggingface.js writes zero lookup offsets: hf.js's own dedup reader would find no xorbs.
-    rejects(() => parseFullShard(hfJsUpload()), "bad_footer", /file_lookup_offset is 0 but must be 816/);
+    expectFormatError(() => parseFullShard(hfJsUpload()), "bad_footer", /file_lookup_offset is 0 but must be 816/);
     const stale = xetCoreUpload();
     setU64(stale, 40, 200n);
-    rejects(() => parseFullShard(stale), "bad_footer");
+    expectFormatError(() => parseFullShard(stale), "bad_footer");
   });
 
   it("rejects a shard too short to hold header and footer", () => {
-    rejects(() => parseFullShard(full().subarray(0, 247)), "truncated");
+    expectFormatError(() => parseFullShard(full().subarray(0, 247)), "truncated");
   });
 
   it("rejects any footer version but 1", () => {
     for (const version of [0n, 2n]) {
       const bytes = full();
       setU64(bytes, footerAt(bytes), version);
-      rejects(() => parseFullShard(bytes), "bad_footer", new RegExp(`version ${version}`));
+      expectFormatError(() => parseFullShard(bytes), "bad_footer", new RegExp(`version ${version}`));
     }
-    rejects(() => decodeShardFooter(new Uint8Array(199)), "truncated");
+    expectFormatError(() => decodeShardFooter(new Uint8Array(199)), "truncated");
   });
 
   it("rejects a footer_offset that is not length − 200 (cut or padded shards)", () => {
     const padded = concat(full(), new Uint8Array(8));
-    rejects(() => parseFullShard(padded), "bad_footer");
+    expectFormatError(() => parseFullShard(padded), "bad_footer");
     const bytes = full();
     setU64(bytes, footerAt(bytes) + 192, 0n);
-    rejects(() => parseFullShard(bytes), "bad_footer", /footer_offset is 0 but must be 336/);
+    expectFormatError(() => parseFullShard(bytes), "bad_footer", /footer_offset is 0 but must be 336/);
   });
 
   it("rejects file or xorb section offsets that do not match the layout", () => {
     const file = full();
     setU64(file, footerAt(file) + 8, 0n);
-    rejects(() => parseFullShard(file), "bad_footer", /file_info_offset is 0 but must be 48/);
+    expectFormatError(() => parseFullShard(file), "bad_footer", /file_info_offset is 0 but must be 48/);
     const xorb = full();
     setU64(xorb, footerAt(xorb) + 16, 48n);
-    rejects(() => parseFullShard(xorb), "bad_footer", /xorb_info_offset is 48 but must be 96/);
+    expectFormatError(() => parseFullShard(xorb), "bad_footer", /xorb_info_offset is 48 but must be 96/);
   });
 
   it("rejects lookup offsets and counts that do not describe the bytes before the footer", () => {
@@ -635,7 +626,7 @@ describe("complete shard rejections", () => {
     for (const [field, value, message] of cases) {
       const bytes = full();
       setU64(bytes, footerAt(bytes) + field, value);
-      rejects(() => parseFullShard(bytes), "bad_footer", message);
+      expectFormatError(() => parseFullShard(bytes), "bad_footer", message);
     }
   });
 
@@ -645,14 +636,14 @@ describe("complete shard rejections", () => {
     const end = footerAt(bytes) - SHARD_RECORD_BYTES;
     const cut = concat(bytes.subarray(0, end), bytes.subarray(footerAt(bytes)));
     setU64(cut, cut.length - 8, BigInt(cut.length - SHARD_FOOTER_BYTES));
-    rejects(() => parseFullShard(cut), "truncated", /xorb info section, before its bookend/);
+    expectFormatError(() => parseFullShard(cut), "truncated", /xorb info section, before its bookend/);
   });
 
   it("rejects lookup tables that are shorter than their declared counts", () => {
     const withTables = withLookupTables(serializeFullShard(uploadVectorContent(0), { creationTimestamp: 1, keyExpiry: 2 }));
     const short = concat(withTables.subarray(0, withTables.length - SHARD_FOOTER_BYTES - 16), withTables.subarray(withTables.length - SHARD_FOOTER_BYTES));
     setU64(short, short.length - 8, BigInt(short.length - SHARD_FOOTER_BYTES));
-    rejects(() => parseFullShard(short), "bad_footer", /chunk lookup table of 3 entries/);
+    expectFormatError(() => parseFullShard(short), "bad_footer", /chunk lookup table of 3 entries/);
   });
 });
 

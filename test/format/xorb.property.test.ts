@@ -1,9 +1,17 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { CompressionScheme } from "../../src/format/compression.js";
+import { CompressionScheme, decompressChunk } from "../../src/format/compression.js";
 import { FormatError } from "../../src/format/errors.js";
-import { XorbValidator, serializeXorb, type XorbChunkSource, type XorbInfo, type XorbValidatorOptions } from "../../src/format/xorb.js";
+import {
+  XORB_CHUNK_HEADER_BYTES,
+  XorbValidator,
+  serializeXorb,
+  type XorbChunkInfo,
+  type XorbChunkSource,
+  type XorbInfo,
+  type XorbValidatorOptions,
+} from "../../src/format/xorb.js";
 
 /** Chunk data that LZ4 can and cannot shrink: random bytes, short repeated patterns, runs. */
 const chunkDataArb = (maxLength: number) =>
@@ -50,6 +58,15 @@ function validateInPieces(bytes: Uint8Array, pieceSizes: readonly number[], opti
     }
   }
   return validator.finish();
+}
+
+function withoutScheme({ scheme: _scheme, ...rest }: XorbChunkInfo): Omit<XorbChunkInfo, "scheme"> {
+  return rest;
+}
+
+function sourceData(source: XorbChunkSource): Uint8Array {
+  assert.ok("data" in source, "the property's chunks are given as data");
+  return source.data;
 }
 
 type Mutation =
@@ -130,10 +147,21 @@ describe("xorb properties", () => {
           if (err instanceof FormatError) return;
           throw err;
         }
-        // Harmless mutations: the footer's nonce/reserved bytes, or cutting off the whole footer.
-        assert.deepEqual(info.chunks, built.info.chunks);
+        // Harmless mutations: the footer's nonce/reserved bytes, cutting off the whole footer, or
+        // a chunk's compression-scheme byte when the other scheme decodes the same payload to the
+        // same bytes (LZ4 ↔ ByteGrouping4LZ4 on data that byte grouping leaves as it is, such as
+        // a run of one byte). The xorb hash binds every chunk's hash and length but not its
+        // scheme, so a body that validates must match the original in everything but schemes.
         assert.deepEqual(info.hash, built.info.hash);
         assert.equal(info.serializedLength, built.info.serializedLength);
+        assert.deepEqual(info.chunks.map(withoutScheme), built.info.chunks.map(withoutScheme));
+        info.chunks.forEach((chunk, i) => {
+          if (chunk.scheme === built.info.chunks[i].scheme) return;
+          // A changed scheme must decode the mutated payload to exactly the original data.
+          const start = i === 0 ? 0 : info.chunks[i - 1].serializedEnd;
+          const payload = mutated.subarray(start + XORB_CHUNK_HEADER_BYTES, chunk.serializedEnd);
+          assert.deepEqual(decompressChunk(chunk.scheme, payload, chunk.uncompressedLength), sourceData(chunks[i]));
+        });
       }),
       { numRuns: 400 },
     );

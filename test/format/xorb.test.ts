@@ -1,7 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { CompressionScheme } from "../../src/format/compression.js";
-import { FormatError, type FormatErrorCode } from "../../src/format/errors.js";
+import { FormatError } from "../../src/format/errors.js";
+import { expectFormatError } from "../helpers/format-errors.js";
 import { chunkHash, hashFromHex, hashToHex, xorbHash } from "../../src/format/hash.js";
 import {
   DEFAULT_MAX_XORB_BODY_BYTES,
@@ -89,19 +90,6 @@ function assertMatchesVector(info: XorbInfo, hasFooter: boolean): void {
   });
 }
 
-function assertFormatError(fn: () => unknown, code: FormatErrorCode, messagePattern?: RegExp): FormatError {
-  let caught: unknown;
-  try {
-    fn();
-  } catch (err) {
-    caught = err;
-  }
-  assert.ok(caught instanceof FormatError, `expected a FormatError ${code}, got ${String(caught)}`);
-  assert.equal(caught.code, code, caught.message);
-  if (messagePattern) assert.match(caught.message, messagePattern);
-  return caught;
-}
-
 function chunkHeader(compressedSize: number, scheme: number, uncompressedSize: number, version = 0): Uint8Array {
   const h = new Uint8Array(8);
   h[0] = version;
@@ -167,8 +155,8 @@ describe("xorb validator on the xorb-small vector", () => {
     assertMatchesVector(validateXorb(body, { expectedHash }), false);
     const wrong = expectedHash.slice();
     wrong[0] ^= 1;
-    assertFormatError(() => validateXorb(body, { expectedHash: wrong }), "hash_mismatch", new RegExp(vector.expected.xorb_hash));
-    assertFormatError(() => validateXorb(withFooter, { expectedHash: wrong }), "hash_mismatch");
+    expectFormatError(() => validateXorb(body, { expectedHash: wrong }), "hash_mismatch", new RegExp(vector.expected.xorb_hash));
+    expectFormatError(() => validateXorb(withFooter, { expectedHash: wrong }), "hash_mismatch");
   });
 
   it("does not depend on the caller's buffer after push returns (straddling chunks are copied)", () => {
@@ -219,10 +207,10 @@ describe("xorb validator without LZ4 (uncompressed chunks)", () => {
     }
     const footer = legacyFooter(plain.info);
     footer[44 + 4] ^= 1; // chunk_boundary_offsets[1]
-    assertFormatError(() => validateXorb(concat(plain.bytes, footer)), "bad_footer", /chunk_boundary_offsets\[1\]/);
+    expectFormatError(() => validateXorb(concat(plain.bytes, footer)), "bad_footer", /chunk_boundary_offsets\[1\]/);
     const footer2 = legacyFooter(plain.info);
     footer2[44 + 12 + 32 * 2 + 5] ^= 1; // a byte of chunk hash 2
-    assertFormatError(() => validateXorb(concat(plain.bytes, footer2)), "bad_footer", /chunk hash 2/);
+    expectFormatError(() => validateXorb(concat(plain.bytes, footer2)), "bad_footer", /chunk hash 2/);
   });
 
   it("accepts a single-chunk xorb whose hash is the chunk hash", () => {
@@ -245,17 +233,17 @@ describe("xorb validator rejections", () => {
 
   it("rejects a header version other than 0, naming chunk and offset", () => {
     const bad = concat(okChunk, chunkHeader(3, 0, 3, 1), Uint8Array.of(1, 2, 3));
-    assertFormatError(() => validateXorb(bad), "bad_chunk_header", /chunk 1 \(header at byte 11\).*version is 1/);
+    expectFormatError(() => validateXorb(bad), "bad_chunk_header", /chunk 1 \(header at byte 11\).*version is 1/);
   });
 
   it("rejects bytes that start like a footer ident but are not one", () => {
     const bad = concat(okChunk, new TextEncoder().encode("XETBLOC\x01"), new Uint8Array(200));
-    assertFormatError(() => validateXorb(bad), "bad_chunk_header", /neither a chunk header nor a "XETBLOB" footer/);
+    expectFormatError(() => validateXorb(bad), "bad_chunk_header", /neither a chunk header nor a "XETBLOB" footer/);
   });
 
   it("rejects unknown compression schemes (including xet-core's internal 99)", () => {
     for (const scheme of [3, 99, 255]) {
-      assertFormatError(
+      expectFormatError(
         () => validateXorb(concat(okChunk, chunkHeader(3, scheme, 3), Uint8Array.of(1, 2, 3))),
         "unknown_compression_scheme",
         new RegExp(`chunk 1 .*scheme ${scheme}`),
@@ -266,21 +254,21 @@ describe("xorb validator rejections", () => {
   it("rejects uncompressed size 131073 as soon as the header arrives, before the payload", () => {
     const validator = new XorbValidator();
     validator.push(okChunk);
-    assertFormatError(() => validator.push(chunkHeader(100, 1, 131_073)), "chunk_too_large", /chunk 1 .*131073/);
+    expectFormatError(() => validator.push(chunkHeader(100, 1, 131_073)), "chunk_too_large", /chunk 1 .*131073/);
   });
 
   it("rejects compressed size 262145 as soon as the header arrives, before the payload", () => {
     const validator = new XorbValidator();
-    assertFormatError(() => validator.push(chunkHeader(262_145, 1, 131_072)), "chunk_too_large", /262145/);
+    expectFormatError(() => validator.push(chunkHeader(262_145, 1, 131_072)), "chunk_too_large", /262145/);
     // The same header split over two pieces is rejected when its last byte arrives.
     const split = new XorbValidator();
     const header = chunkHeader(262_145, 1, 1000);
     split.push(header.subarray(0, 5));
-    assertFormatError(() => split.push(header.subarray(5)), "chunk_too_large");
+    expectFormatError(() => split.push(header.subarray(5)), "chunk_too_large");
   });
 
   it("rejects a scheme-0 chunk whose sizes disagree", () => {
-    assertFormatError(() => validateXorb(concat(chunkHeader(3, 0, 4), Uint8Array.of(1, 2, 3))), "bad_chunk_header", /equal sizes/);
+    expectFormatError(() => validateXorb(concat(chunkHeader(3, 0, 4), Uint8Array.of(1, 2, 3))), "bad_chunk_header", /equal sizes/);
   });
 
   it("rejects chunk 8193 at its header", () => {
@@ -290,7 +278,7 @@ describe("xorb validator rejections", () => {
     const validator = new XorbValidator();
     validator.push(many);
     assert.equal(validator.chunkCount, MAX_XORB_CHUNKS);
-    assertFormatError(() => validator.push(chunkHeader(1, 0, 1)), "too_many_chunks", /chunk 8192 .*at most 8192/);
+    expectFormatError(() => validator.push(chunkHeader(1, 0, 1)), "too_many_chunks", /chunk 8192 .*at most 8192/);
     // and exactly 8192 chunks is fine
     const full = validateXorb(many);
     assert.equal(full.chunks.length, MAX_XORB_CHUNKS);
@@ -299,7 +287,7 @@ describe("xorb validator rejections", () => {
   it("honours a tighter chunk-count limit", () => {
     const validator = new XorbValidator({ maxChunks: 2 });
     validator.push(concat(okChunk, okChunk));
-    assertFormatError(() => validator.push(okChunk), "too_many_chunks");
+    expectFormatError(() => validator.push(okChunk), "too_many_chunks");
   });
 
   it("rejects a running uncompressed total of 64 MiB + 1 at the header of the chunk that crosses it", () => {
@@ -310,17 +298,17 @@ describe("xorb validator rejections", () => {
       validator.push(header);
       validator.push(payload);
     }
-    assertFormatError(() => validator.push(chunkHeader(1, 0, 1)), "xorb_too_large", /67108865/);
+    expectFormatError(() => validator.push(chunkHeader(1, 0, 1)), "xorb_too_large", /67108865/);
   });
 
   it("accepts exactly the tighter uncompressed limit and rejects one byte more", () => {
     const info = validateXorb(concat(okChunk, okChunk), { maxUncompressedBytes: 6 });
     assert.equal(info.uncompressedLength, 6);
-    assertFormatError(() => validateXorb(concat(okChunk, okChunk, okChunk), { maxUncompressedBytes: 8 }), "xorb_too_large");
+    expectFormatError(() => validateXorb(concat(okChunk, okChunk, okChunk), { maxUncompressedBytes: 8 }), "xorb_too_large");
   });
 
   it("rejects bodies above the body cap", () => {
-    assertFormatError(() => validateXorb(concat(okChunk, okChunk), { maxBodyBytes: 21 }), "xorb_too_large", /21 bytes/);
+    expectFormatError(() => validateXorb(concat(okChunk, okChunk), { maxBodyBytes: 21 }), "xorb_too_large", /21 bytes/);
     assert.equal(validateXorb(concat(okChunk, okChunk), { maxBodyBytes: 22 }).chunks.length, 2);
   });
 
@@ -332,22 +320,22 @@ describe("xorb validator rejections", () => {
       [concat(okChunk, new TextEncoder().encode("XETB")), /into a footer at byte 11/],
     ];
     for (const [bytes, pattern] of cases) {
-      for (const size of [1, bytes.length]) assertFormatError(() => validateInPieces(bytes, size), "truncated", pattern);
+      for (const size of [1, bytes.length]) expectFormatError(() => validateInPieces(bytes, size), "truncated", pattern);
     }
     for (const cut of [1, 100, 293, 294 + 4, 1397]) {
-      assertFormatError(() => validateXorb(body.subarray(0, cut)), "truncated");
+      expectFormatError(() => validateXorb(body.subarray(0, cut)), "truncated");
     }
   });
 
   it("rejects an empty xorb and a footer without chunks", () => {
-    assertFormatError(() => validateXorb(new Uint8Array(0)), "empty_xorb");
+    expectFormatError(() => validateXorb(new Uint8Array(0)), "empty_xorb");
     const emptyFooter = serializeXorbFooter({ hash: xorbHash([]), chunks: [] });
-    assertFormatError(() => validateXorb(emptyFooter), "empty_xorb");
+    expectFormatError(() => validateXorb(emptyFooter), "empty_xorb");
   });
 
   it("reports decoder failures with the chunk index (corrupt LZ4 frame)", () => {
     const garbage = Uint8Array.of(0x04, 0x22, 0x4d, 0x18, 0x40, 0x70, 0xdf, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3);
-    assertFormatError(
+    expectFormatError(
       () => validateXorb(concat(okChunk, chunkHeader(garbage.length, 1, 1000), garbage)),
       "bad_compression",
       /^chunk 1 \(header at byte 11\): /,
@@ -371,7 +359,7 @@ describe("xorb validator rejections", () => {
 
   it("stays failed after the first error and refuses use after finish()", () => {
     const validator = new XorbValidator();
-    const first = assertFormatError(() => validator.push(chunkHeader(1, 7, 1)), "unknown_compression_scheme");
+    const first = expectFormatError(() => validator.push(chunkHeader(1, 7, 1)), "unknown_compression_scheme");
     assert.throws(
       () => validator.push(okChunk),
       (err) => err === first,
@@ -430,15 +418,15 @@ describe("xorb footer validation", () => {
   for (const [field, mutate, pattern] of corruptions) {
     it(`rejects a footer with a corrupt ${field}`, () => {
       const bytes = withMutatedFooter(mutate);
-      assertFormatError(() => validateXorb(bytes), "bad_footer", pattern);
-      assertFormatError(() => validateInPieces(bytes, 3), "bad_footer", pattern);
+      expectFormatError(() => validateXorb(bytes), "bad_footer", pattern);
+      expectFormatError(() => validateInPieces(bytes, 3), "bad_footer", pattern);
     });
   }
 
   it("rejects a well-formed footer that lists more chunks than the body has", () => {
     const twoChunks = plain.bytes.subarray(0, plain.info.chunks[1].serializedEnd);
     const bytes = concat(twoChunks, footerOf(plainWithFooter.bytes));
-    assertFormatError(() => validateXorb(bytes), "bad_footer", /lists 3 chunks, the body has 2/);
+    expectFormatError(() => validateXorb(bytes), "bad_footer", /lists 3 chunks, the body has 2/);
   });
 
   it("ignores the nonce and the reserved buffer bytes (as xet-core's reader does)", () => {
@@ -455,19 +443,19 @@ describe("xorb footer validation", () => {
   it("rejects garbage after the footer", () => {
     for (const tail of [Uint8Array.of(0), new Uint8Array(100).fill(0x41)]) {
       const bytes = concat(plainWithFooter.bytes, tail);
-      assertFormatError(() => validateXorb(bytes), "bad_footer", /info_length/);
-      assertFormatError(() => validateInPieces(bytes, 1), "bad_footer");
+      expectFormatError(() => validateXorb(bytes), "bad_footer", /info_length/);
+      expectFormatError(() => validateInPieces(bytes, 1), "bad_footer");
     }
   });
 
   it("rejects a footer missing its last bytes", () => {
-    assertFormatError(() => validateXorb(plainWithFooter.bytes.subarray(0, plainWithFooter.bytes.length - 1)), "bad_footer");
-    assertFormatError(() => validateXorb(concat(plain.bytes, new TextEncoder().encode("XETBLOB\x01"))), "bad_footer", /shorter/);
+    expectFormatError(() => validateXorb(plainWithFooter.bytes.subarray(0, plainWithFooter.bytes.length - 1)), "bad_footer");
+    expectFormatError(() => validateXorb(concat(plain.bytes, new TextEncoder().encode("XETBLOB\x01"))), "bad_footer", /shorter/);
   });
 
   it("rejects chunks after the footer", () => {
     const bytes = concat(plainWithFooter.bytes, plain.bytes);
-    assertFormatError(() => validateXorb(bytes), "bad_footer");
+    expectFormatError(() => validateXorb(bytes), "bad_footer");
   });
 
   it("rejects an oversized footer as soon as the bound is exceeded, without waiting for finish()", () => {
@@ -477,13 +465,13 @@ describe("xorb footer validation", () => {
     const junk = new Uint8Array(bound + 1);
     junk.set(new TextEncoder().encode("XETBLOB\x01"));
     validator.push(junk.subarray(0, bound));
-    assertFormatError(() => validator.push(junk.subarray(bound)), "bad_footer", /longer than the largest legal footer/);
+    expectFormatError(() => validator.push(junk.subarray(bound)), "bad_footer", /longer than the largest legal footer/);
   });
 
   it("rejects a v1 footer declaring more chunks than the limit before reading them", () => {
     const f = Buffer.from(footerOf(plainWithFooter.bytes));
     f.writeUInt32LE(0xffffffff, 48);
-    assertFormatError(() => parseXorbFooter(f), "bad_footer", /num_chunks 4294967295 exceeds/);
+    expectFormatError(() => parseXorbFooter(f), "bad_footer", /num_chunks 4294967295 exceeds/);
   });
 });
 

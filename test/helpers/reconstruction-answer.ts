@@ -38,6 +38,37 @@ export function vectorFileContents(): Record<string, Buffer> {
   };
 }
 
+/** One case of reconstruction.json, as the suites that serve it over HTTP ask it. */
+export interface ReconstructionVectorCase {
+  /** The test's title: file, Range and the status the answer must have. */
+  title: string;
+  file: "A" | "B";
+  /** The Range header to send, if any. */
+  range: string | undefined;
+  status: number;
+  /** The case at each route that must answer it (/v2, /v1, unversioned), with its expected answer in URL-free form. */
+  requests: (readonly [path: string, expected: Answer])[];
+}
+
+export function reconstructionVectorCases(): ReconstructionVectorCase[] {
+  const vector = loadVector("reconstruction.json");
+  return vector.cases.map((vectorCase: { file: "A" | "B"; range_header: string | null; status: number; v1: Answer; v2: Answer }) => {
+    const file: string = vector.file_hashes[vectorCase.file];
+    const range = vectorCase.range_header ?? undefined;
+    return {
+      title: `file ${vectorCase.file}, Range ${range ?? "(none)"} → ${vectorCase.status}`,
+      file: vectorCase.file,
+      range,
+      status: vectorCase.status,
+      requests: [
+        [`/v2/reconstructions/${file}`, vectorCase.v2],
+        [`/v1/reconstructions/${file}`, vectorCase.v1],
+        [`/reconstructions/${file}`, vectorCase.v1],
+      ],
+    };
+  });
+}
+
 /** Every term of a file over single chunks `indices` of `xorb`, with correct hashes. */
 export function fileOfChunks(xorb: SerializedXorb["info"], indices: number[]): ShardFile {
   const chunks = indices.map((i) => xorb.chunks[i]);

@@ -1,16 +1,12 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readdir, rm, utimes, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { receiveSpooled, sweepSpool } from "../../src/http/body-spool.js";
+import { tempDirForFile } from "../helpers/temp-dir.js";
 
-let root: string;
-before(async () => {
-  root = await mkdtemp(join(tmpdir(), "castor-spool-"));
-});
-after(() => rm(root, { recursive: true, force: true }));
+const root = tempDirForFile("castor-spool-");
 
 async function* piecesOf(body: Buffer, size: number, failAfter?: number): AsyncGenerator<Buffer> {
   for (let at = 0; at < body.length; at += size) {
@@ -21,7 +17,7 @@ async function* piecesOf(body: Buffer, size: number, failAfter?: number): AsyncG
 
 describe("receiveSpooled", () => {
   it("returns a small body from memory without touching the disk", async () => {
-    const dir = join(root, "small");
+    const dir = join(root.path, "small");
     const body = randomBytes(100_000);
     const received = await receiveSpooled(piecesOf(body, 65_536), { dir, memoryBytes: 1 << 20 });
     assert.ok(Buffer.from(received).equals(body));
@@ -29,7 +25,7 @@ describe("receiveSpooled", () => {
   });
 
   it("spools a body past the memory bound to disk and reads it back exactly, removing the file", async () => {
-    const dir = join(root, "large");
+    const dir = join(root.path, "large");
     const body = randomBytes(5 * 1024 * 1024 + 123);
     const received = await receiveSpooled(piecesOf(body, 65_536), { dir, memoryBytes: 1 << 20 });
     assert.ok(Buffer.from(received).equals(body));
@@ -37,7 +33,7 @@ describe("receiveSpooled", () => {
   });
 
   it("removes the file when the body fails midway, and passes the error on", async () => {
-    const dir = join(root, "failed");
+    const dir = join(root.path, "failed");
     await assert.rejects(receiveSpooled(piecesOf(randomBytes(3 << 20), 65_536, 2 << 20), { dir, memoryBytes: 1 << 20 }), /client went away/);
     assert.deepEqual(await readdir(dir), []);
   });
@@ -45,7 +41,7 @@ describe("receiveSpooled", () => {
 
 describe("sweepSpool", () => {
   it("removes spool files older than the age given, and nothing else", async () => {
-    const dir = join(root, "sweep");
+    const dir = join(root.path, "sweep");
     await receiveSpooled(piecesOf(Buffer.alloc(10), 10), { dir, memoryBytes: 1 }); // creates the folder
     await writeFile(join(dir, "body-1-old"), "x");
     await writeFile(join(dir, "body-1-young"), "x");

@@ -18,7 +18,7 @@ import { createLogger } from "../../src/http/logging.js";
 import { acceptsGzip, GZIP_MIN_BODY_BYTES, reconstructionRoutes, type ReconstructionRouteDeps } from "../../src/http/reconstruction-routes.js";
 import type { FileRecord, XorbRecord } from "../../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
-import { xorbRecordOf } from "../helpers/reconstruction-answer.js";
+import { reconstructionVectorCases, xorbRecordOf } from "../helpers/reconstruction-answer.js";
 import { fromHex, loadVector, splitmix64Bytes } from "../helpers/vectors.js";
 
 const vector = loadVector("reconstruction.json");
@@ -168,16 +168,10 @@ function withPlaceholderUrls(body: Record<string, unknown>): Record<string, unkn
 }
 
 describe("GET /v2, /v1 and /reconstructions/{file_id}: reconstruction.json over HTTP", () => {
-  for (const vectorCase of vector.cases) {
-    const file: string = vector.file_hashes[vectorCase.file];
-    const range: string | undefined = vectorCase.range_header ?? undefined;
-    it(`file ${vectorCase.file}, Range ${range ?? "(none)"} → ${vectorCase.status}`, async () => {
-      for (const [path, expected] of [
-        [`/v2/reconstructions/${file}`, vectorCase.v2],
-        [`/v1/reconstructions/${file}`, vectorCase.v1],
-        [`/reconstructions/${file}`, vectorCase.v1],
-      ] as const) {
-        const response = await get(path, { range });
+  for (const vectorCase of reconstructionVectorCases()) {
+    it(vectorCase.title, async () => {
+      for (const [path, expected] of vectorCase.requests) {
+        const response = await get(path, { range: vectorCase.range });
         if (vectorCase.status === 416) {
           assertError(response, 416, /at or past the end of the file \(3565 bytes\)/);
           assert.equal(response.headers["content-range"], "bytes */3565");

@@ -1,10 +1,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, statSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Worker } from "node:worker_threads";
 import Database from "better-sqlite3";
@@ -17,10 +15,56 @@ import { PostgresConnectionError } from "../../src/metadata/postgres.js";
 import { ROWS_PER_STEP } from "../../src/metadata/sqlite/shard-registration.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
+import { PRE_HISTORY_ROWS, checkUpgradedFromBeforeHistories } from "../contract/schema-upgrade.js";
 import { fileRecord, hashOf, xorbRecord } from "../helpers/fixtures.js";
+import { makeTempDir, removeTempDir, withTempDir } from "../helpers/temp-dir.js";
 
-async function tempDir(): Promise<string> {
-  return mkdtemp(join(tmpdir(), "castor-sqlite-"));
+function tempDir(): Promise<string> {
+  return makeTempDir("castor-sqlite-");
+}
+
+/** Runs `body` on a store opened in a fresh folder; closes the store and removes the folder afterwards. */
+async function withFreshStore(body: (store: SqliteMetadataStore, root: string) => Promise<void>): Promise<void> {
+  await withTempDir("castor-sqlite-", async (root) => {
+    const store = await SqliteMetadataStore.open(root);
+    try {
+      await body(store, root);
+    } finally {
+      await store.close();
+    }
+  });
+}
+
+/** The schema version of the database at `path`, read through a connection of its own. */
+function schemaVersionOf(path: string): unknown {
+  const raw = new Database(path, { readonly: true });
+  try {
+    return raw.pragma("user_version", { simple: true });
+  } finally {
+    raw.close();
+  }
+}
+
+/**
+ * Writes a database at schema `version` (its first migrations, then the rows of `seed`), opens
+ * the store on it, runs `check` and makes sure the store upgraded it to the latest version.
+ */
+async function checkUpgradeFrom(version: number, seed: (raw: Database.Database) => void, check: (store: SqliteMetadataStore) => Promise<void>): Promise<void> {
+  await withTempDir("castor-sqlite-", async (root) => {
+    const raw = new Database(join(root, METADATA_FILE_NAME));
+    raw.pragma("foreign_keys = ON");
+    for (const migration of MIGRATIONS.slice(0, version)) raw.exec(migration);
+    raw.pragma(`user_version = ${version}`);
+    seed(raw);
+    raw.close();
+    const store = await SqliteMetadataStore.open(root);
+    try {
+      await check(store);
+    } finally {
+      await store.close();
+    }
+    assert.equal(schemaVersionOf(join(root, METADATA_FILE_NAME)), MIGRATIONS.length);
+  });
 }
 
 function walSize(store: SqliteMetadataStore): number {
@@ -35,14 +79,13 @@ runMetadataStoreContract("SQLite", async () => {
   return {
     store: await SqliteMetadataStore.open(dataDir),
     reopen: () => SqliteMetadataStore.open(dataDir),
-    cleanup: () => rm(root, { recursive: true, force: true }),
+    cleanup: () => removeTempDir(root),
   };
 });
 
 describe("SqliteMetadataStore specifics", () => {
   it("creates the data folder and metadata.sqlite in WAL mode at the latest schema version", async () => {
-    const root = await tempDir();
-    try {
+    await withTempDir("castor-sqlite-", async (root) => {
       const dataDir = join(root, "a", "b");
       const store = await SqliteMetadataStore.open(dataDir);
       assert.equal(store.path, join(dataDir, METADATA_FILE_NAME));
@@ -52,22 +95,19 @@ describe("SqliteMetadataStore specifics", () => {
       const raw = new Database(store.path, { readonly: true });
       try {
         assert.equal(raw.pragma("journal_mode", { simple: true }), "wal");
-        assert.equal(raw.pragma("user_version", { simple: true }), MIGRATIONS.length);
       } finally {
         raw.close();
       }
+      assert.equal(schemaVersionOf(store.path), MIGRATIONS.length);
       // Opening again finds the schema current and changes nothing.
       const again = await SqliteMetadataStore.open(dataDir);
       await again.ping();
       await again.close();
-    } finally {
-      await rm(root, { recursive: true, force: true });
-    }
+    });
   });
 
   it("refuses a database written by a newer castor, naming the fix", async () => {
-    const root = await tempDir();
-    try {
+    await withTempDir("castor-sqlite-", async (root) => {
       const raw = new Database(join(root, METADATA_FILE_NAME));
       raw.pragma(`user_version = ${MIGRATIONS.length + 1}`);
       raw.close();
@@ -76,9 +116,7 @@ describe("SqliteMetadataStore specifics", () => {
         assert.match(err.message, /schema version \d+.*upgrade castor/);
         return true;
       });
-    } finally {
-      await rm(root, { recursive: true, force: true });
-    }
+    });
   });
 
   it("waits for another connection's write lock instead of failing", async () => {
@@ -108,111 +146,46 @@ describe("SqliteMetadataStore specifics", () => {
     } finally {
       await worker.terminate();
       await store.close();
-      await rm(root, { recursive: true, force: true });
+      await removeTempDir(root);
     }
   });
 });
 
 describe("SqliteMetadataStore CAS specifics", () => {
   it("upgrades a database of schema version 1, keeping its rows", async () => {
-    const root = await tempDir();
-    try {
-      const raw = new Database(join(root, METADATA_FILE_NAME));
-      raw.exec(MIGRATIONS[0]);
-      raw.pragma("user_version = 1");
-      raw.prepare("INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', 1)").run();
-      raw.close();
-
-      const store = await SqliteMetadataStore.open(root);
-      try {
+    await checkUpgradeFrom(
+      1,
+      (raw) => raw.prepare("INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', 1)").run(),
+      async (store) => {
         const repo = await store.getRepo("model", "alice/old");
         assert.equal(repo?.createdAt.getTime(), 1);
         assert.equal(await store.putXorb(xorbRecord("after upgrade", 3)), true);
         assert.equal(await store.registerShard({ shardHash: hashOf("shard after upgrade"), repoId: repo!.id, files: [], dedupEntries: [] }), true);
-      } finally {
-        await store.close();
-      }
-      const check = new Database(join(root, METADATA_FILE_NAME), { readonly: true });
-      try {
-        assert.equal(check.pragma("user_version", { simple: true }), MIGRATIONS.length);
-      } finally {
-        check.close();
-      }
-    } finally {
-      await rm(root, { recursive: true, force: true });
-    }
+      },
+    );
   });
 
   it("upgrades a database of schema version 2 (before histories): repositories private, revisions at no commit, tokens without owner", async () => {
-    const root = await tempDir();
-    try {
-      const raw = new Database(join(root, METADATA_FILE_NAME));
-      raw.pragma("foreign_keys = ON");
-      raw.exec(MIGRATIONS[0]);
-      raw.exec(MIGRATIONS[1]);
-      raw.pragma("user_version = 2");
-      raw.prepare("INSERT INTO repos (id, type, name, created_at) VALUES (1, 'model', 'alice/old', 1000), (2, 'dataset', 'alice/newest', 2000)").run();
-      raw
-        .prepare(
-          "INSERT INTO revisions (repo_id, name, kind, created_at) VALUES (1, 'main', 'branch', 1000), (1, 'v1', 'tag', 1500), (2, 'main', 'branch', 2000)",
-        )
-        .run();
-      raw.prepare("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', ?, 'write', 0, 3000)").run("a".repeat(64));
-      raw.prepare("INSERT INTO hub_token_repos (token_id, repo_id) VALUES ('tok_old', 1), ('tok_old', 2)").run();
-      raw.close();
-
-      const store = await SqliteMetadataStore.open(root);
-      try {
-        const old = await store.getRepo("model", "alice/old");
-        assert.deepEqual(old, { id: 1, type: "model", name: "alice/old", createdAt: new Date(1000), private: true });
-        assert.deepEqual(
-          (await store.listRevisions(1)).map((r) => [r.name, r.kind, r.createdAt.getTime(), r.commitOid]),
-          [
-            ["main", "branch", 1000, null],
-            ["v1", "tag", 1500, null],
-          ],
-        );
-        const token = await store.findHubTokenBySecretHash("a".repeat(64));
-        assert.deepEqual([token?.repos, token?.owner, token?.namespaces], [[1, 2], null, []]);
-
-        // The new records work on the old rows: a first commit, visibility, deletion without id reuse.
-        const commit = {
-          oid: "1".repeat(40),
-          treeOid: "2".repeat(40),
-          parentOids: [],
-          title: "Initial",
-          message: "Initial\n",
-          author: "alice",
-          createdAt: new Date(5000),
-          object: "tree …",
-        };
-        assert.equal(
-          await store.advanceBranch({ repoId: 1, branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }),
-          "advanced",
-        );
-        assert.deepEqual(await store.getCommit(1, commit.oid), commit);
-        assert.equal(await store.setRepoPrivate(1, false), true);
-        assert.equal(await store.deleteRepo(2), true);
-        assert.deepEqual((await store.findHubTokenBySecretHash("a".repeat(64)))?.repos, [1]);
-        assert.equal((await store.createRepo("space", "alice/next")).id, 3, "the deleted newest id is not reused");
-      } finally {
-        await store.close();
-      }
-      const check = new Database(join(root, METADATA_FILE_NAME), { readonly: true });
-      try {
-        assert.equal(check.pragma("user_version", { simple: true }), MIGRATIONS.length);
-      } finally {
-        check.close();
-      }
-    } finally {
-      await rm(root, { recursive: true, force: true });
-    }
+    await checkUpgradeFrom(
+      2,
+      (raw) => {
+        raw.prepare("INSERT INTO repos (id, type, name, created_at) VALUES (1, 'model', 'alice/old', 1000), (2, 'dataset', 'alice/newest', 2000)").run();
+        raw
+          .prepare(
+            "INSERT INTO revisions (repo_id, name, kind, created_at) VALUES (1, 'main', 'branch', 1000), (1, 'v1', 'tag', 1500), (2, 'main', 'branch', 2000)",
+          )
+          .run();
+        raw
+          .prepare("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', ?, 'write', 0, 3000)")
+          .run(PRE_HISTORY_ROWS.tokenSecretHash);
+        raw.prepare("INSERT INTO hub_token_repos (token_id, repo_id) VALUES ('tok_old', 1), ('tok_old', 2)").run();
+      },
+      (store) => checkUpgradedFromBeforeHistories(store, [1, 2]),
+    );
   });
 
   it("answers CorruptRecordError for damaged rows instead of reading out of bounds", async () => {
-    const root = await tempDir();
-    const store = await SqliteMetadataStore.open(root);
-    try {
+    await withFreshStore(async (store) => {
       const repo = await store.createRepo("model", "alice/damaged");
       const healthy = xorbRecord("healthy", 4);
       const damaged = xorbRecord("damaged", 4);
@@ -247,16 +220,11 @@ describe("SqliteMetadataStore CAS specifics", () => {
       await assert.rejects(store.findDedupXorbs(chunk, 5), CorruptRecordError);
       assert.deepEqual((await store.getXorbs([healthy.hash])).get(hashToHex(healthy.hash)), healthy, "healthy rows still read");
       assert.equal(await store.getXorbSize(damaged.hash), damaged.serializedLength);
-    } finally {
-      await store.close();
-      await rm(root, { recursive: true, force: true });
-    }
+    });
   });
 
   it("writes a large registration in steps, as one transaction: the event loop runs, readers see all or nothing, other writes wait", async () => {
-    const root = await tempDir();
-    const store = await SqliteMetadataStore.open(root);
-    try {
+    await withFreshStore(async (store) => {
       const repo = await store.createRepo("model", "alice/large");
       const xorb = xorbRecord("large", 4);
       await store.putXorb(xorb);
@@ -299,10 +267,7 @@ describe("SqliteMetadataStore CAS specifics", () => {
       assert.equal(await store.isFileInRepo(more[0].hash, repo.id), false, "rolled back");
       assert.equal(await store.registerShard({ shardHash: hashOf("shard 2"), repoId: repo.id, files: more, dedupEntries: [] }), true);
       assert.equal(await store.isFileInRepo(more[0].hash, repo.id), true);
-    } finally {
-      await store.close();
-      await rm(root, { recursive: true, force: true });
-    }
+    });
   });
 
   it("keeps the WAL bounded: sustained writes beside a reader, and after one oversized transaction", async () => {
@@ -337,7 +302,7 @@ describe("SqliteMetadataStore CAS specifics", () => {
     } finally {
       await reader.close();
       await store.close();
-      await rm(root, { recursive: true, force: true });
+      await removeTempDir(root);
     }
   });
 
@@ -425,15 +390,14 @@ describe("SqliteMetadataStore CAS specifics", () => {
     } finally {
       for (const racer of racers) racer.child.kill();
       await store.close();
-      await rm(root, { recursive: true, force: true });
+      await removeTempDir(root);
     }
   });
 });
 
 describe("openMetadataStore", () => {
   it("opens SQLite in the data folder when no database URL is set", async () => {
-    const root = await tempDir();
-    try {
+    await withTempDir("castor-sqlite-", async (root) => {
       const store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: root }));
       try {
         assert.ok(store instanceof SqliteMetadataStore);
@@ -442,9 +406,7 @@ describe("openMetadataStore", () => {
       } finally {
         await store.close();
       }
-    } finally {
-      await rm(root, { recursive: true, force: true });
-    }
+    });
   });
 
   it("opens PostgreSQL (not SQLite) for a postgres:// URL, naming the server but never the password", async () => {

@@ -13,7 +13,7 @@ import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { PostgresMetadataStore } from "../../src/metadata/postgres.js";
 import { openFsBlobStore } from "../../src/storage/fs.js";
 import { openS3BlobStore } from "../../src/storage/s3.js";
-import { buildEmbeddedDataDir, carriedKeys, checkMigratedServer, type EmbeddedDataDir } from "../cli/migrate-fixture.js";
+import { buildEmbeddedDataDir, carriedKeys, checkMigratedServer, copiedColumn, type EmbeddedDataDir } from "../cli/migrate-fixture.js";
 import { runCastor } from "../helpers/cli.js";
 import { createTestDatabase, requireTestDatabaseUrl, type TestDatabase } from "../helpers/scaleout-postgres.js";
 import { s3ServerSettings, s3TestConfig, s3TestEnv } from "../helpers/scaleout-s3.js";
@@ -22,17 +22,6 @@ import { startCastorServer } from "../helpers/server.js";
 // Fail the whole file, with the way to start the services, when they are not running.
 requireTestDatabaseUrl();
 const s3Env = s3TestEnv();
-
-/** The `COPIED NOW` column of the summary table, by step name. */
-function copiedColumn(stdout: string): Map<string, number> {
-  const rows = stdout.split("\n").filter((line) => /\s\d+\s+\d+$/.test(line));
-  return new Map(
-    rows.map((line) => {
-      const match = /^(.*?)\s+(\d+)\s+(\d+)$/.exec(line)!;
-      return [match[1], Number(match[3])];
-    }),
-  );
-}
 
 async function collect(keys: AsyncIterable<string>): Promise<string[]> {
   const out: string[] = [];

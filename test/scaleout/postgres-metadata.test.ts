@@ -14,6 +14,7 @@ import { openMetadataStore } from "../../src/metadata/open.js";
 import { MIGRATIONS, PostgresConnectionError, PostgresMetadataStore, PostgresSchemaError } from "../../src/metadata/postgres.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
+import { PRE_HISTORY_ROWS, checkUpgradedFromBeforeHistories } from "../contract/schema-upgrade.js";
 import { fileRecord, hashOf, oidOf, xorbRecord } from "../helpers/fixtures.js";
 import { createTestDatabase, requireTestDatabaseUrl, type TestDatabase } from "../helpers/scaleout-postgres.js";
 
@@ -119,47 +120,13 @@ describe("PostgresMetadataStore specifics", () => {
           ids,
         );
         await sql.query("INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at) VALUES ('tok_old', $1, 'write', false, to_timestamp(3))", [
-          "a".repeat(64),
+          PRE_HISTORY_ROWS.tokenSecretHash,
         ]);
         await sql.query("INSERT INTO hub_token_repos (token_id, repo_id) VALUES ('tok_old', $1), ('tok_old', $2)", ids);
 
         await withStores(database, 1, async ([store]) => {
           assert.equal(await schemaVersion(sql), MIGRATIONS.length);
-          assert.deepEqual(await store.getRepo("model", "alice/old"), {
-            id: ids[0],
-            type: "model",
-            name: "alice/old",
-            createdAt: new Date(1000),
-            private: true,
-          });
-          assert.deepEqual(
-            (await store.listRevisions(ids[0])).map((r) => [r.name, r.kind, r.createdAt.getTime(), r.commitOid]),
-            [
-              ["main", "branch", 1000, null],
-              ["v1", "tag", 1500, null],
-            ],
-          );
-          const token = await store.findHubTokenBySecretHash("a".repeat(64));
-          assert.deepEqual([token?.repos, token?.owner, token?.namespaces], [ids, null, []]);
-
-          const commit = {
-            oid: "1".repeat(40),
-            treeOid: "2".repeat(40),
-            parentOids: [],
-            title: "Initial",
-            message: "Initial\n",
-            author: "alice",
-            createdAt: new Date(5000),
-            object: "tree …",
-          };
-          assert.equal(
-            await store.advanceBranch({ repoId: ids[0], branch: "main", expectedHead: null, commit, trees: [{ oid: "2".repeat(40), entries: [] }] }),
-            "advanced",
-          );
-          assert.deepEqual(await store.getCommit(ids[0], commit.oid), commit);
-          assert.equal(await store.deleteRepo(ids[1]), true);
-          assert.deepEqual((await store.findHubTokenBySecretHash("a".repeat(64)))?.repos, [ids[0]]);
-          assert.ok((await store.createRepo("space", "alice/next")).id > ids[1], "the deleted newest id is not reused");
+          await checkUpgradedFromBeforeHistories(store, [ids[0], ids[1]]);
         });
         const tables = await tableNames(sql);
         for (const table of ["commits", "trees"]) assert.ok(tables.includes(table), `table ${table} exists`);

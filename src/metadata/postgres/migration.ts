@@ -5,30 +5,11 @@
  */
 import type pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
+import { hashToHex } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { checkCommit, encodeTreeEntries, normalizeNamespaces } from "../history.js";
-import {
-  checkPageLimit,
-  exportPage,
-  hashCursor,
-  hashIdCursor,
-  idHashCursor,
-  idTextCursor,
-  parseHashCursor,
-  parseHashIdCursor,
-  parseIdHashCursor,
-  parseIdTextCursor,
-  wholeChunkPage,
-  type DatedFile,
-  type DatedXorb,
-  type DedupEntry,
-  type ExportPage,
-  type FileRepoLink,
-  type RepoCommit,
-  type RepoTree,
-  type Sha256IndexEntry,
-  type ShardRow,
-} from "../migration.js";
+import { EXPORT_KEYS, exportDedupPage, fileRepoLinkOf, pagedExport, sha256IndexEntryOf } from "../migration.js";
+import type { DatedFile, DatedXorb, DedupEntry, ExportPage, FileRepoLink, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "../migration.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
 import type { PostgresCasRecords } from "./cas.js";
@@ -143,7 +124,7 @@ export class PostgresMigrationRecords {
 
   async importRevisions(revisions: readonly Revision[]): Promise<number> {
     // ON CONFLICT DO UPDATE may not touch a row twice in one statement: the last revision of a name wins.
-    const distinct = [...new Map(revisions.map((r) => [idTextCursor(r.repoId, r.name), r])).values()];
+    const distinct = [...new Map(revisions.map((r) => [`${r.repoId}:${r.name}`, r])).values()];
     if (distinct.length === 0) return 0;
     return importing(async () => {
       const result = await this.run("importRevisions", [
@@ -188,11 +169,10 @@ export class PostgresMigrationRecords {
   }
 
   async exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>> {
-    checkPageLimit(limit);
-    const [repoId, oid] = parseIdTextCursor(after);
-    const { rows } = await this.run<CommitRow>("exportCommits", [repoId, oid, limit]);
-    const commits = rows.map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) }));
-    return exportPage(commits, limit, (last) => idTextCursor(last.repoId, last.oid));
+    return pagedExport(EXPORT_KEYS.commits, after, limit, async (key) => {
+      const { rows } = await this.run<CommitRow>("exportCommits", [...key, limit]);
+      return rows.map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) }));
+    });
   }
 
   async importCommits(commits: readonly RepoCommit[]): Promise<number> {
@@ -215,11 +195,10 @@ export class PostgresMigrationRecords {
   }
 
   async exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>> {
-    checkPageLimit(limit);
-    const [repoId, oid] = parseIdTextCursor(after);
-    const { rows } = await this.run<TreeRow>("exportTrees", [repoId, oid, limit]);
-    const trees = rows.map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) }));
-    return exportPage(trees, limit, (last) => idTextCursor(last.repoId, last.oid));
+    return pagedExport(EXPORT_KEYS.trees, after, limit, async (key) => {
+      const { rows } = await this.run<TreeRow>("exportTrees", [...key, limit]);
+      return rows.map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) }));
+    });
   }
 
   async importTrees(trees: readonly RepoTree[]): Promise<number> {
@@ -232,10 +211,10 @@ export class PostgresMigrationRecords {
   }
 
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
-    checkPageLimit(limit);
-    const { rows } = await this.run<DatedXorbRow>("exportXorbs", [parseHashCursor(after), limit]);
-    const xorbs = rows.map((row) => ({ ...xorbRecordOf(row), createdAt: row.created_at }));
-    return exportPage(xorbs, limit, (last) => hashCursor(last.hash));
+    return pagedExport(EXPORT_KEYS.xorbs, after, limit, async (key) => {
+      const { rows } = await this.run<DatedXorbRow>("exportXorbs", [...key, limit]);
+      return rows.map((row): DatedXorb => ({ ...xorbRecordOf(row), createdAt: row.created_at }));
+    });
   }
 
   async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
@@ -252,10 +231,10 @@ export class PostgresMigrationRecords {
   }
 
   async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
-    checkPageLimit(limit);
-    const { rows } = await this.run<DatedFileRow>("exportFiles", [parseHashCursor(after), limit]);
-    const files = rows.map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: row.created_at }));
-    return exportPage(files, limit, (last) => hashCursor(last.hash));
+    return pagedExport(EXPORT_KEYS.files, after, limit, async (key) => {
+      const { rows } = await this.run<DatedFileRow>("exportFiles", [...key, limit]);
+      return rows.map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: row.created_at }));
+    });
   }
 
   async importFiles(files: readonly DatedFile[]): Promise<number> {
@@ -272,11 +251,10 @@ export class PostgresMigrationRecords {
   }
 
   async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
-    checkPageLimit(limit);
-    const [fileHash, repoId] = parseHashIdCursor(after);
-    const { rows } = await this.run<{ file_hash: Buffer; repo_id: number }>("exportFileRepos", [fileHash, repoId, limit]);
-    const links = rows.map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
-    return exportPage(links, limit, (last) => hashIdCursor(last.fileHash, last.repoId));
+    return pagedExport(EXPORT_KEYS.fileRepoLinks, after, limit, async (key) => {
+      const { rows } = await this.run<{ file_hash: Buffer; repo_id: number }>("exportFileRepos", [...key, limit]);
+      return rows.map(fileRepoLinkOf);
+    });
   }
 
   async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
@@ -291,15 +269,10 @@ export class PostgresMigrationRecords {
   }
 
   async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
-    checkPageLimit(limit);
-    const [repoId, sha256] = parseIdHashCursor(after);
-    const { rows } = await this.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer }>("exportSha256", [repoId, sha256, limit]);
-    const entries = rows.map((row) => ({
-      repoId: row.repo_id,
-      sha256: storedHash(row.sha256, "digest in the SHA-256 index"),
-      fileHash: storedHash(row.file_hash, "file hash in the SHA-256 index"),
-    }));
-    return exportPage(entries, limit, (last) => idHashCursor(last.repoId, last.sha256));
+    return pagedExport(EXPORT_KEYS.sha256Index, after, limit, async (key) => {
+      const { rows } = await this.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer }>("exportSha256", [...key, limit]);
+      return rows.map(sha256IndexEntryOf);
+    });
   }
 
   async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
@@ -308,7 +281,7 @@ export class PostgresMigrationRecords {
     for (const entry of entries) {
       checkHash(entry.sha256, "SHA-256 digest");
       checkHash(entry.fileHash, "file hash in the SHA-256 index");
-      byKey.set(idHashCursor(entry.repoId, entry.sha256), entry);
+      byKey.set(`${entry.repoId}:${hashToHex(entry.sha256)}`, entry);
     }
     if (byKey.size === 0) return 0;
     const distinct = [...byKey.values()];
@@ -319,10 +292,10 @@ export class PostgresMigrationRecords {
   }
 
   async exportShards(after: string | null, limit: number): Promise<ExportPage<ShardRow>> {
-    checkPageLimit(limit);
-    const { rows } = await this.run<{ hash: Buffer; created_at: Date }>("exportShards", [parseHashCursor(after), limit]);
-    const shards = rows.map((row) => ({ hash: storedHash(row.hash, "shard hash"), createdAt: row.created_at }));
-    return exportPage(shards, limit, (last) => hashCursor(last.hash));
+    return pagedExport(EXPORT_KEYS.shards, after, limit, async (key) => {
+      const { rows } = await this.run<{ hash: Buffer; created_at: Date }>("exportShards", [...key, limit]);
+      return rows.map((row): ShardRow => ({ hash: storedHash(row.hash, "shard hash"), createdAt: row.created_at }));
+    });
   }
 
   async importShards(shards: readonly ShardRow[]): Promise<number> {
@@ -335,13 +308,12 @@ export class PostgresMigrationRecords {
   }
 
   async exportDedupEntries(after: string | null, limit: number): Promise<ExportPage<DedupEntry>> {
-    checkPageLimit(limit);
-    const toEntry = (row: DedupRow): DedupEntry => ({
-      chunkHash: storedHash(row.chunk_hash, "chunk hash in the dedup index"),
-      xorbHash: storedHash(row.xorb_hash, "xorb hash in the dedup index"),
-    });
-    const { rows } = await this.run<DedupRow>("exportDedup", [parseHashCursor(after), limit]);
-    return wholeChunkPage(rows.map(toEntry), limit, async (chunkHash) => (await this.run<DedupRow>("exportDedupChunk", [chunkHash])).rows.map(toEntry));
+    return exportDedupPage(
+      after,
+      limit,
+      async (afterChunk) => (await this.run<DedupRow>("exportDedup", [afterChunk, limit])).rows,
+      async (chunkHash) => (await this.run<DedupRow>("exportDedupChunk", [chunkHash])).rows,
+    );
   }
 
   async importDedupEntries(entries: readonly DedupEntry[]): Promise<number> {

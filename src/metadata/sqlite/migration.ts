@@ -7,28 +7,8 @@ import type Database from "better-sqlite3";
 import { hashToHex, type Hash } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { checkCommit, encodeTreeEntries, normalizeNamespaces, treeEntriesToBytes } from "../history.js";
-import {
-  checkPageLimit,
-  exportPage,
-  hashCursor,
-  hashIdCursor,
-  idHashCursor,
-  idTextCursor,
-  parseHashCursor,
-  parseHashIdCursor,
-  parseIdHashCursor,
-  parseIdTextCursor,
-  wholeChunkPage,
-  type DatedFile,
-  type DatedXorb,
-  type DedupEntry,
-  type ExportPage,
-  type FileRepoLink,
-  type RepoCommit,
-  type RepoTree,
-  type Sha256IndexEntry,
-  type ShardRow,
-} from "../migration.js";
+import { EXPORT_KEYS, exportDedupPage, fileRepoLinkOf, pagedExport, sha256IndexEntryOf } from "../migration.js";
+import type { DatedFile, DatedXorb, DedupEntry, ExportPage, FileRepoLink, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "../migration.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
 import type { CasStatements } from "./cas.js";
@@ -174,10 +154,9 @@ export class SqliteMigrationRecords {
   }
 
   async exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>> {
-    checkPageLimit(limit);
-    const [repoId, oid] = parseIdTextCursor(after);
-    const rows = this.sql.exportCommits.all(repoId, oid, limit).map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) }));
-    return exportPage(rows, limit, (last) => idTextCursor(last.repoId, last.oid));
+    return pagedExport(EXPORT_KEYS.commits, after, limit, (key) =>
+      this.sql.exportCommits.all(...key, limit).map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) })),
+    );
   }
 
   async importCommits(commits: readonly RepoCommit[]): Promise<number> {
@@ -196,10 +175,9 @@ export class SqliteMigrationRecords {
   }
 
   async exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>> {
-    checkPageLimit(limit);
-    const [repoId, oid] = parseIdTextCursor(after);
-    const rows = this.sql.exportTrees.all(repoId, oid, limit).map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) }));
-    return exportPage(rows, limit, (last) => idTextCursor(last.repoId, last.oid));
+    return pagedExport(EXPORT_KEYS.trees, after, limit, (key) =>
+      this.sql.exportTrees.all(...key, limit).map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) })),
+    );
   }
 
   async importTrees(trees: readonly RepoTree[]): Promise<number> {
@@ -217,9 +195,9 @@ export class SqliteMigrationRecords {
   }
 
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
-    checkPageLimit(limit);
-    const rows = this.sql.exportXorbs.all(parseHashCursor(after), limit).map((row) => ({ ...xorbRecordOf(row), createdAt: new Date(row.created_at) }));
-    return exportPage(rows, limit, (last) => hashCursor(last.hash));
+    return pagedExport(EXPORT_KEYS.xorbs, after, limit, (key) =>
+      this.sql.exportXorbs.all(...key, limit).map((row): DatedXorb => ({ ...xorbRecordOf(row), createdAt: new Date(row.created_at) })),
+    );
   }
 
   async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
@@ -237,11 +215,11 @@ export class SqliteMigrationRecords {
   }
 
   async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
-    checkPageLimit(limit);
-    const rows = this.sql.exportFiles
-      .all(parseHashCursor(after), limit)
-      .map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: new Date(row.created_at) }));
-    return exportPage(rows, limit, (last) => hashCursor(last.hash));
+    return pagedExport(EXPORT_KEYS.files, after, limit, (key) =>
+      this.sql.exportFiles
+        .all(...key, limit)
+        .map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: new Date(row.created_at) })),
+    );
   }
 
   async importFiles(files: readonly DatedFile[]): Promise<number> {
@@ -258,12 +236,7 @@ export class SqliteMigrationRecords {
   }
 
   async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
-    checkPageLimit(limit);
-    const [fileHash, repoId] = parseHashIdCursor(after);
-    const rows = this.sql.exportFileRepos
-      .all(fileHash, repoId, limit)
-      .map((row) => ({ fileHash: storedHash(row.file_hash, "file hash of a link"), repoId: row.repo_id }));
-    return exportPage(rows, limit, (last) => hashIdCursor(last.fileHash, last.repoId));
+    return pagedExport(EXPORT_KEYS.fileRepoLinks, after, limit, (key) => this.sql.exportFileRepos.all(...key, limit).map(fileRepoLinkOf));
   }
 
   async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
@@ -281,14 +254,7 @@ export class SqliteMigrationRecords {
   }
 
   async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
-    checkPageLimit(limit);
-    const [repoId, sha256] = parseIdHashCursor(after);
-    const rows = this.sql.exportSha256.all(repoId, sha256, limit).map((row) => ({
-      repoId: row.repo_id,
-      sha256: storedHash(row.sha256, "digest in the SHA-256 index"),
-      fileHash: storedHash(row.file_hash, "file hash in the SHA-256 index"),
-    }));
-    return exportPage(rows, limit, (last) => idHashCursor(last.repoId, last.sha256));
+    return pagedExport(EXPORT_KEYS.sha256Index, after, limit, (key) => this.sql.exportSha256.all(...key, limit).map(sha256IndexEntryOf));
   }
 
   async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
@@ -307,12 +273,9 @@ export class SqliteMigrationRecords {
   }
 
   async exportShards(after: string | null, limit: number): Promise<ExportPage<ShardRow>> {
-    checkPageLimit(limit);
-    const rows = this.sql.exportShards.all(parseHashCursor(after), limit).map((row) => ({
-      hash: storedHash(row.hash, "shard hash"),
-      createdAt: new Date(row.created_at),
-    }));
-    return exportPage(rows, limit, (last) => hashCursor(last.hash));
+    return pagedExport(EXPORT_KEYS.shards, after, limit, (key) =>
+      this.sql.exportShards.all(...key, limit).map((row): ShardRow => ({ hash: storedHash(row.hash, "shard hash"), createdAt: new Date(row.created_at) })),
+    );
   }
 
   async importShards(shards: readonly ShardRow[]): Promise<number> {
@@ -327,13 +290,12 @@ export class SqliteMigrationRecords {
   }
 
   async exportDedupEntries(after: string | null, limit: number): Promise<ExportPage<DedupEntry>> {
-    checkPageLimit(limit);
-    const toEntry = (row: { chunk_hash: Buffer; xorb_hash: Buffer }): DedupEntry => ({
-      chunkHash: storedHash(row.chunk_hash, "chunk hash in the dedup index"),
-      xorbHash: storedHash(row.xorb_hash, "xorb hash in the dedup index"),
-    });
-    const rows = this.sql.exportDedup.all(parseHashCursor(after), limit).map(toEntry);
-    return wholeChunkPage(rows, limit, async (chunkHash) => this.sql.exportDedupChunk.all(chunkHash).map(toEntry));
+    return exportDedupPage(
+      after,
+      limit,
+      (afterChunk) => this.sql.exportDedup.all(afterChunk, limit),
+      (chunkHash) => this.sql.exportDedupChunk.all(chunkHash),
+    );
   }
 
   async importDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
