@@ -505,6 +505,37 @@ describe("hub routes", () => {
       assertStatus(await call("GET", "/alice/fileinfo/resolve/main/missing.bin", asked), 404, "EntryNotFound");
     });
 
+    it("raw serves git blobs (a Xet file's LFS pointer, an inline file's bytes); the revision HEAD is main", async () => {
+      // alice/fileinfo from the test before: w.bin through Xet, notes.txt inline.
+      const tree = (await call("GET", "/api/models/alice/fileinfo/tree/main", { token: tokens.alice })).json();
+      const w = tree.find((e: { path: string }) => e.path === "w.bin");
+      const pointer = lfsPointer(w.lfs.oid, w.size);
+      const raw = await call("GET", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice, headers: { accept: "application/vnd.xet-fileinfo+json, */*" } });
+      assertStatus(raw, 200);
+      assert.equal(raw.text, pointer);
+      assert.equal(raw.headers.get("etag"), `"${w.oid}"`);
+      assert.equal(gitBlobId(Buffer.from(pointer)), w.oid);
+      const rawHead = await call("HEAD", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice });
+      assertStatus(rawHead, 200);
+      assert.equal(rawHead.headers.get("content-length"), String(Buffer.byteLength(pointer)));
+      assert.equal(rawHead.headers.get("x-repo-commit"), await head("models/alice/fileinfo"));
+      const ranged = await call("GET", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice, headers: { range: "bytes=0-6" } });
+      assertStatus(ranged, 206);
+      assert.equal(ranged.text, "version");
+      assert.equal(ranged.headers.get("content-range"), `bytes 0-6/${Buffer.byteLength(pointer)}`);
+      const notes = await call("GET", "/alice/fileinfo/raw/main/notes.txt", { token: tokens.alice });
+      assertStatus(notes, 200);
+      assert.equal(notes.text, "some notes\n");
+      assertStatus(await call("HEAD", "/alice/fileinfo/raw/main/missing.txt", { token: tokens.alice }), 404, "EntryNotFound");
+      assertStatus(await call("HEAD", "/alice/fileinfo/raw/main/notes.txt", { token: tokens.bob }), 404, "RepoNotFound");
+      assertStatus(await call("GET", "/datasets/alice/corpus/raw/main/weights.bin", { token: tokens.alice }), 200);
+
+      const info = await call("GET", "/api/models/alice/fileinfo/revision/HEAD", { token: tokens.alice });
+      assertStatus(info, 200);
+      assert.equal(info.json().sha, await head("models/alice/fileinfo"));
+      assertStatus(await call("HEAD", "/alice/fileinfo/resolve/HEAD/notes.txt", { token: tokens.alice }), 200);
+    });
+
     it("commit history pages by ?limit= with rel=next links that keep the limit, pinned to the commit", async () => {
       assertStatus(await createRepo(tokens.alice, { name: "alice/history", type: "model" }), 200);
       for (let i = 0; i < 6; i++) assertStatus(await commit("models/alice/history", tokens.alice, inline(`f${i}.txt`, `${i}\n`)), 200);

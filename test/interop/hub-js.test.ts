@@ -5,7 +5,8 @@
  * `transfer: "xet"`, then the library's own Xet upload: write token, xorbs, shard, commit by
  * SHA-256), `listFiles`, `fileDownloadInfo` (castor's xet-fileinfo answer), `downloadFile` byte
  * for byte (XetBlob reconstruction for the Xet file, a plain GET for the inline one),
- * `listCommits` paged across a boundary, a re-upload of stored content that uploads nothing,
+ * `fileExists`, `modelInfo`, raw downloads (`/raw/`: a Xet file's LFS pointer), `listCommits`
+ * paged across a boundary, a re-upload of stored content that uploads nothing,
  * `deleteFile`, and the refusals: a read token may download but not write, another namespace
  * may not be created in, and a client with Xet switched off is told castor needs Xet.
  *
@@ -19,9 +20,11 @@ import {
   deleteFile,
   downloadFile,
   fileDownloadInfo,
+  fileExists,
   HubApiError,
   listCommits,
   listFiles,
+  modelInfo,
   uploadFiles,
   type ListFileEntry,
   type RepoDesignation,
@@ -221,6 +224,19 @@ describe("@huggingface/hub 2.17.5 against castor's hub", () => {
       );
       assertSameBytes(smallBytes, small, "small.txt");
       assert.equal(await downloadFile({ repo, path: "nothing.bin", ...alice() }), null);
+    });
+
+    it("fileExists (HEAD raw), modelInfo (revision HEAD) and raw downloads (the Xet file's LFS pointer)", async () => {
+      assert.equal(await fileExists({ repo, path: "weights/big.bin", ...alice() }), true);
+      assert.equal(await fileExists({ repo, path: "small.txt", ...alice() }), true);
+      assert.equal(await fileExists({ repo, path: "nothing.bin", ...alice() }), false);
+      const info = await modelInfo({ name: `${USER}/js-model`, ...alice(), additionalFields: ["sha"] });
+      assert.equal(info.name, `${USER}/js-model`);
+      assert.equal(info.private, true);
+      assert.equal(info.sha, commits[0]);
+      const pointer = await bytesOf(await downloadFile({ repo, path: "weights/big.bin", raw: true, ...alice() }), "raw big.bin");
+      assert.equal(new TextDecoder().decode(pointer), `version https://git-lfs.github.com/spec/v1\noid sha256:${sha256Hex(big)}\nsize ${big.length}\n`);
+      assertSameBytes(await bytesOf(await downloadFile({ repo, path: "small.txt", raw: true, ...alice() }), "raw small.txt"), small, "raw small.txt");
     });
 
     it("uploading stored content again under another path uploads nothing: the batch answers it without an action", async () => {

@@ -10,6 +10,7 @@ import type { HubRepositories } from "../../hub/repositories.js";
 import type { StoredFileLookup } from "../../hub/lfs-batch.js";
 import { fileRoutes } from "./file-routes.js";
 import { lfsRoutes } from "./lfs-routes.js";
+import { rawRoutes } from "./raw-routes.js";
 import { repoRoutes } from "./repo-routes.js";
 import { resolveRoutes, type XetFileSource } from "./resolve-routes.js";
 
@@ -31,4 +32,5 @@ export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promis
   await fileRoutes(app, deps);
   await resolveRoutes(app, deps);
   await lfsRoutes(app, deps);
+  await rawRoutes(app, deps);
 }

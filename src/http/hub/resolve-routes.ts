@@ -158,7 +158,7 @@ function sendXetFileInfo(reply: FastifyReply, deps: HubResolveRouteDeps, repo: R
  * The range a `Range` header asks for: null for the whole file (no header, or one this route
  * does not serve partially — several ranges, another unit — which HTTP lets it ignore).
  */
-function requestedRange(header: string | undefined, size: number): HalfOpenByteRange | null | "unsatisfiable" {
+export function requestedRange(header: string | undefined, size: number): HalfOpenByteRange | null | "unsatisfiable" {
   if (header === undefined) return null;
   try {
     return resolveFileRange(parseRangeHeader(header), size);
