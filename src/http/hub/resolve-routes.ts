@@ -137,7 +137,7 @@ function xetUrls(deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, xe
 const XET_FILE_INFO_TYPE = "application/vnd.xet-fileinfo+json";
 
 function acceptsXetFileInfo(accept: string | undefined): boolean {
-  return accept !== undefined && accept.toLowerCase().includes(XET_FILE_INFO_TYPE);
+  return accept?.toLowerCase().includes(XET_FILE_INFO_TYPE) === true;
 }
 
 /**
