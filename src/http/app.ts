@@ -136,6 +136,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     repos: deps.hubRepos,
     blobs: deps.blobs,
     xetFiles: deps.xetFiles,
+    store: deps.store,
     publicUrl: deps.publicUrl,
     inlineMaxBytes: deps.hubInlineMaxBytes,
   });

@@ -152,9 +152,13 @@ export class HubRepositories {
 
   // --- revisions ----------------------------------------------------------------------------
 
-  /** The commit `revision` names: a branch, a tag or a commit id of the repository. 404 RevisionNotFound otherwise. */
+  /**
+   * The commit `revision` names: a branch, a tag or a commit id of the repository, or `HEAD`
+   * (git's name for the default branch, `main`, which `@huggingface/hub`'s modelInfo asks for)
+   * unless a branch is called that. 404 RevisionNotFound otherwise.
+   */
   async resolve(repo: Repo, revision: string): Promise<{ commit: CommitRecord; revision: Revision | null }> {
-    const named = await this.store.getRevision(repo.id, revision);
+    const named = (await this.store.getRevision(repo.id, revision)) ?? (revision === "HEAD" ? await this.store.getRevision(repo.id, "main") : null);
     if (named !== null) return { commit: await this.headOf(repo, named), revision: named };
     if (isGitOid(revision)) {
       const commit = await this.store.getCommit(repo.id, revision);

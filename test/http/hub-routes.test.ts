@@ -455,6 +455,122 @@ describe("hub routes", () => {
       assert.deepEqual(paths.json(), [entry]);
     });
 
+    it("resolve describes a Xet file as JSON to Accept: application/vnd.xet-fileinfo+json (Vary: Accept); other answers keep the bytes", async () => {
+      assertStatus(await createRepo(tokens.alice, { name: "alice/fileinfo", type: "model" }), 200);
+      const content = randomBytes(150_000);
+      const sha256 = createHash("sha256").update(content).digest("hex");
+      const path = join(dataDir, "fileinfo.bin");
+      await writeFile(path, content);
+      const xetHash = (await upload({ endpoint: base, hubToken: tokens.alice, repo: "model:alice/fileinfo", files: [path] })).files[0].fileHash;
+      const done = await commit(
+        "models/alice/fileinfo",
+        tokens.alice,
+        { key: "lfsFile", value: { path: "w.bin", algo: "sha256", oid: sha256, size: content.length } },
+        inline("notes.txt", "some notes\n"),
+      );
+      assertStatus(done, 200);
+      const commitOid = done.json().commitOid;
+      // What @huggingface/hub's fileDownloadInfo sends.
+      const asked = { token: tokens.alice, headers: { accept: "application/vnd.xet-fileinfo+json, */*", range: "bytes=0-0" } };
+
+      const info = await call("GET", "/alice/fileinfo/resolve/main/w.bin", asked);
+      assertStatus(info, 200);
+      assert.match(info.headers.get("content-type") ?? "", /^application\/vnd\.xet-fileinfo\+json/);
+      assert.equal(info.headers.get("vary"), "Accept");
+      const refreshUrl = `${base}/api/models/alice/fileinfo/xet-read-token/${commitOid}`;
+      const reconstructionUrl = `${base}/v1/reconstructions/${xetHash}`;
+      assert.deepEqual(info.json(), { hash: xetHash, size: content.length, etag: sha256, refreshUrl, reconstructionUrl });
+      assert.equal(info.headers.get("content-length"), String(Buffer.byteLength(info.text)));
+      assert.equal(info.headers.get("x-xet-hash"), xetHash);
+      assert.equal(info.headers.get("x-linked-size"), String(content.length));
+      assert.equal(info.headers.get("x-linked-etag"), `"${sha256}"`);
+      assert.equal(info.headers.get("x-repo-commit"), commitOid);
+      assert.equal(info.headers.get("link"), `<${refreshUrl}>; rel="xet-auth", <${reconstructionUrl}>; rel="xet-reconstruction-info"`);
+
+      // An inline file has no Xet description: the (ranged) bytes, which tell the size in Content-Range.
+      const notes = await call("GET", "/alice/fileinfo/resolve/main/notes.txt", asked);
+      assertStatus(notes, 206);
+      assert.equal(notes.text, "s");
+      assert.equal(notes.headers.get("content-range"), "bytes 0-0/11");
+      assert.equal(notes.headers.get("vary"), "Accept");
+      // Without the media type: the bytes, and HEAD as before, both saying they vary with Accept.
+      const bytes = await call("GET", "/alice/fileinfo/resolve/main/w.bin", { token: tokens.alice, headers: { accept: "*/*" } });
+      assertStatus(bytes, 200);
+      assert.ok(Buffer.from(bytes.text, "latin1").equals(content));
+      assert.equal(bytes.headers.get("vary"), "Accept");
+      const headAnswer = await call("HEAD", "/alice/fileinfo/resolve/main/w.bin", asked);
+      assertStatus(headAnswer, 200);
+      assert.equal(headAnswer.headers.get("content-length"), String(content.length));
+      assert.equal(headAnswer.headers.get("vary"), "Accept");
+      assertStatus(await call("GET", "/alice/fileinfo/resolve/main/missing.bin", asked), 404, "EntryNotFound");
+    });
+
+    it("raw serves git blobs (a Xet file's LFS pointer, an inline file's bytes); the revision HEAD is main", async () => {
+      // alice/fileinfo from the test before: w.bin through Xet, notes.txt inline.
+      const tree = (await call("GET", "/api/models/alice/fileinfo/tree/main", { token: tokens.alice })).json();
+      const w = tree.find((e: { path: string }) => e.path === "w.bin");
+      const pointer = lfsPointer(w.lfs.oid, w.size);
+      const raw = await call("GET", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice, headers: { accept: "application/vnd.xet-fileinfo+json, */*" } });
+      assertStatus(raw, 200);
+      assert.equal(raw.text, pointer);
+      assert.equal(raw.headers.get("etag"), `"${w.oid}"`);
+      assert.equal(gitBlobId(Buffer.from(pointer)), w.oid);
+      const rawHead = await call("HEAD", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice });
+      assertStatus(rawHead, 200);
+      assert.equal(rawHead.headers.get("content-length"), String(Buffer.byteLength(pointer)));
+      assert.equal(rawHead.headers.get("x-repo-commit"), await head("models/alice/fileinfo"));
+      const ranged = await call("GET", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice, headers: { range: "bytes=0-6" } });
+      assertStatus(ranged, 206);
+      assert.equal(ranged.text, "version");
+      assert.equal(ranged.headers.get("content-range"), `bytes 0-6/${Buffer.byteLength(pointer)}`);
+      const notes = await call("GET", "/alice/fileinfo/raw/main/notes.txt", { token: tokens.alice });
+      assertStatus(notes, 200);
+      assert.equal(notes.text, "some notes\n");
+      assertStatus(await call("HEAD", "/alice/fileinfo/raw/main/missing.txt", { token: tokens.alice }), 404, "EntryNotFound");
+      assertStatus(await call("HEAD", "/alice/fileinfo/raw/main/notes.txt", { token: tokens.bob }), 404, "RepoNotFound");
+      assertStatus(await call("GET", "/datasets/alice/corpus/raw/main/weights.bin", { token: tokens.alice }), 200);
+
+      const info = await call("GET", "/api/models/alice/fileinfo/revision/HEAD", { token: tokens.alice });
+      assertStatus(info, 200);
+      assert.equal(info.json().sha, await head("models/alice/fileinfo"));
+      assertStatus(await call("HEAD", "/alice/fileinfo/resolve/HEAD/notes.txt", { token: tokens.alice }), 200);
+    });
+
+    it("commit history pages by ?limit= with rel=next links that keep the limit, pinned to the commit", async () => {
+      assertStatus(await createRepo(tokens.alice, { name: "alice/history", type: "model" }), 200);
+      for (let i = 0; i < 6; i++) assertStatus(await commit("models/alice/history", tokens.alice, inline(`f${i}.txt`, `${i}\n`)), 200);
+      const all = await call("GET", "/api/models/alice/history/commits/main", { token: tokens.alice });
+      assertStatus(all, 200);
+      assert.equal(all.json().length, 7, "six commits and the initial one");
+      assert.equal(all.headers.get("link"), null);
+      const tip = all.json()[0].id;
+
+      const pages: string[][] = [];
+      let next: string | null = `${base}/api/models/alice/history/commits/main?limit=3`;
+      while (next !== null) {
+        const page = await call("GET", next.slice(base.length), { token: tokens.alice });
+        assertStatus(page, 200);
+        pages.push(page.json().map((c: { id: string }) => c.id));
+        const link = page.headers.get("link");
+        next = link === null ? null : /^<([^>]+)>; rel="next"$/.exec(link)![1];
+        if (next !== null) assert.match(next, new RegExp(`/commits/${tip}\\?p=${pages.length}&limit=3$`));
+      }
+      assert.deepEqual(
+        pages.map((page) => page.length),
+        [3, 3, 1],
+      );
+      assert.deepEqual(
+        pages.flat(),
+        all.json().map((c: { id: string }) => c.id),
+      );
+      // Out-of-range limits are clamped, as the tree's are.
+      assert.equal((await call("GET", "/api/models/alice/history/commits/main?limit=0", { token: tokens.alice })).json().length, 7);
+      assert.equal((await call("GET", "/api/models/alice/history/commits/main?limit=5000", { token: tokens.alice })).json().length, 7);
+      const one = await call("GET", "/api/models/alice/history/commits/main?limit=1&p=6", { token: tokens.alice });
+      assert.equal(one.json()[0].title, "initial commit");
+      assert.equal(one.headers.get("link"), null);
+    });
+
     it("lists a large tree in pages linked by rel=next, pinned to the commit", async () => {
       assertStatus(await createRepo(tokens.alice, { name: "alice/many", type: "model" }), 200);
       const files = Array.from({ length: 2500 }, (_, i) => inline(`files/f${String(i).padStart(5, "0")}.txt`, `${i}\n`));

@@ -7,7 +7,10 @@
 import type { FastifyInstance } from "fastify";
 import type { BlobStore } from "../../storage/blob-store.js";
 import type { HubRepositories } from "../../hub/repositories.js";
+import type { StoredFileLookup } from "../../hub/lfs-batch.js";
 import { fileRoutes } from "./file-routes.js";
+import { lfsRoutes } from "./lfs-routes.js";
+import { rawRoutes } from "./raw-routes.js";
 import { repoRoutes } from "./repo-routes.js";
 import { resolveRoutes, type XetFileSource } from "./resolve-routes.js";
 
@@ -17,6 +20,8 @@ export interface HubHttpDeps {
   repos: HubRepositories;
   blobs: BlobStore;
   xetFiles: XetFileSource;
+  /** The repositories' SHA-256 index, for the LFS batch call. */
+  store: StoredFileLookup;
   publicUrl: () => string;
   /** `config.hubInlineMaxBytes`. */
   inlineMaxBytes: number;
@@ -26,4 +31,6 @@ export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promis
   await repoRoutes(app, deps);
   await fileRoutes(app, deps);
   await resolveRoutes(app, deps);
+  await lfsRoutes(app, deps);
+  await rawRoutes(app, deps);
 }

@@ -1,8 +1,8 @@
 /**
  * Hub routes about repositories as wholes: who am I, create / delete / list / info / settings,
  * branches, tags, refs and commit history, plus the calls clients make that castor answers
- * without doing anything (card validation, the CLI's agent-harness registry, the LFS batch
- * endpoint castor does not serve).
+ * without doing anything (card validation, the CLI's agent-harness registry). The LFS batch
+ * call is in lfs-routes.ts.
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { requireRepoType } from "../../hub/names.js";
@@ -11,7 +11,6 @@ import { RepoExistsError, type HubRepositories, type RepoAddress } from "../../h
 import type { Caller } from "../../hub/access.js";
 import type { Repo } from "../../metadata/store.js";
 import { bearerToken } from "../cas-auth.js";
-import { HttpError } from "../errors.js";
 import { addressOf, repoTypeOfPlural, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
 import { commitJson, repoSummaryJson, siblingJson } from "./render.js";
 
@@ -27,8 +26,14 @@ interface RepoParams {
   name: string;
 }
 
-/** Commits per page of `GET …/commits/{rev}`. */
+/** Commits per page of `GET …/commits/{rev}`, and at most (`?limit=`). */
 const COMMITS_PAGE = 50;
+const MAX_COMMITS_PAGE = 1000;
+
+/** `?limit=` as the tree route reads it: clamped to 1…MAX_COMMITS_PAGE, the default when not a number. */
+function commitsLimit(text: string): number {
+  return Math.max(1, Math.min(Number.parseInt(text, 10) || COMMITS_PAGE, MAX_COMMITS_PAGE));
+}
 
 export async function callerOfRequest(deps: HubRouteDeps, request: FastifyRequest): Promise<Caller> {
   const token = bearerToken(request.headers.authorization);
@@ -197,15 +202,18 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     };
   });
 
-  app.get<{ Params: RepoParams; Querystring: { p?: string } }>("/api/:types/:namespace/:name/commits/*", async (request, reply) => {
+  app.get<{ Params: RepoParams; Querystring: { p?: string; limit?: string } }>("/api/:types/:namespace/:name/commits/*", async (request, reply) => {
     const caller = await callerOfRequest(deps, request);
     const repo = await deps.repos.readable(caller, address(request));
     const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, API_REVISION_SEGMENT).revision);
     const page = Math.max(0, Number.parseInt(request.query.p ?? "0", 10) || 0);
-    const { commits, more } = await deps.repos.commitsFrom(repo, commit, page * COMMITS_PAGE, COMMITS_PAGE);
+    // `limit` (@huggingface/hub's listCommits batchSize) sets the page size; it travels on in the next link.
+    const limit = request.query.limit === undefined ? COMMITS_PAGE : commitsLimit(request.query.limit);
+    const { commits, more } = await deps.repos.commitsFrom(repo, commit, page * limit, limit);
     if (more) {
       // Pinned to the commit, so later pages do not shift when the branch moves meanwhile.
-      const next = `${deps.publicUrl()}/api/${request.params.types}/${repo.name}/commits/${commit.oid}?p=${page + 1}`;
+      const limitPart = request.query.limit === undefined ? "" : `&limit=${limit}`;
+      const next = `${deps.publicUrl()}/api/${request.params.types}/${repo.name}/commits/${commit.oid}?p=${page + 1}${limitPart}`;
       reply.header("link", `<${next}>; rel="next"`);
     }
     return commits.map(commitJson);
@@ -215,13 +223,4 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
   app.post("/api/validate-yaml", async () => ({ errors: [], warnings: [] }));
   // The hf CLI asks for its agent-harness registry on every start; the empty registry is cached by it for a day.
   app.get("/api/agent-harnesses", async () => ({ standardEnvVars: [], harnesses: {} }));
-  // Without hf_xet (or with HF_HUB_DISABLE_XET=1) clients fall back to LFS uploads castor does not offer.
-  const lfsBatch = async () => {
-    throw new HttpError(
-      400,
-      "castor stores large files through Xet only: install hf_xet (pip install hf_xet) and unset HF_HUB_DISABLE_XET, or use @huggingface/hub with Xet",
-    );
-  };
-  app.post("/:namespace/:repoGit/info/lfs/objects/batch", lfsBatch);
-  app.post("/:types/:namespace/:repoGit/info/lfs/objects/batch", lfsBatch);
 }

@@ -6,7 +6,9 @@
  * Xet-stored files the Xet hash and the read-token route through which `hf_xet` downloads it
  * itself. GET sends the bytes — inline files from the blob store, Xet-stored ones
  * reconstructed by the server from their xorbs — so curl, browsers and clients without Xet
- * work too; a single `Range` is honoured (206, or 416 with the size).
+ * work too; a single `Range` is honoured (206, or 416 with the size). A GET of a Xet-stored file
+ * that accepts `application/vnd.xet-fileinfo+json` gets the file's Xet description as JSON
+ * instead of its bytes (what `@huggingface/hub` asks for); answers vary with `Accept`.
  *
  * A Xet-stored file's bytes are written straight to the socket (`FileBody.writeTo`), not piped
  * as a stream through `reply.send`: that lets its span buffers go back to their pool once
@@ -72,7 +74,8 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
       return reply.send();
     });
     app.get<{ Params: ResolveParams }>(url, { exposeHeadRoute: false }, async (request, reply) => {
-      const { file } = await find(request, plural, reply);
+      const { repo, commit, file } = await find(request, plural, reply);
+      if (file.xetHash !== null && acceptsXetFileInfo(request.headers.accept)) return sendXetFileInfo(reply, deps, repo, commit, file, file.xetHash);
       const range = requestedRange(request.headers.range, file.size);
       if (range === "unsatisfiable") {
         return reply.code(416).header("content-range", `bytes */${file.size}`).header("content-length", "0").send();
@@ -105,26 +108,57 @@ function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, co
     // Stable per content; revalidation costs a HEAD, which is all clients do.
     "cache-control": "private, max-age=0, must-revalidate",
     "x-download-counter": "0",
+    // Xet files answer `Accept: application/vnd.xet-fileinfo+json` with JSON instead of their bytes.
+    vary: "Accept",
   });
   if (file.xetHash === null) {
     reply.header("etag", `"${file.oid}"`);
     return;
   }
-  const base = deps.publicUrl();
+  const { refreshUrl, reconstructionUrl } = xetUrls(deps, repo, commit, file.xetHash);
   reply.headers({
     etag: `"${file.sha256}"`,
     "x-linked-etag": `"${file.sha256}"`,
     "x-linked-size": String(file.size),
     "x-xet-hash": file.xetHash,
-    link: `<${base}/api/${PLURAL_BY_REPO_TYPE[repo.type]}/${repo.name}/xet-read-token/${commit.oid}>; rel="xet-auth", <${base}/v1/reconstructions/${file.xetHash}>; rel="xet-reconstruction-info"`,
+    link: `<${refreshUrl}>; rel="xet-auth", <${reconstructionUrl}>; rel="xet-reconstruction-info"`,
   });
+}
+
+/** Where a Xet file's read token (at the commit) and its reconstruction are asked for. */
+function xetUrls(deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, xetHash: string): { refreshUrl: string; reconstructionUrl: string } {
+  const base = deps.publicUrl();
+  return {
+    refreshUrl: `${base}/api/${PLURAL_BY_REPO_TYPE[repo.type]}/${repo.name}/xet-read-token/${commit.oid}`,
+    reconstructionUrl: `${base}/v1/reconstructions/${xetHash}`,
+  };
+}
+
+const XET_FILE_INFO_TYPE = "application/vnd.xet-fileinfo+json";
+
+function acceptsXetFileInfo(accept: string | undefined): boolean {
+  return accept?.toLowerCase().includes(XET_FILE_INFO_TYPE) === true;
+}
+
+/**
+ * A Xet file described instead of sent, for clients that download through Xet themselves
+ * (`@huggingface/hub`'s fileDownloadInfo / downloadFile ask this way, with `Range: bytes=0-0`,
+ * which is ignored here): 200 with the HEAD's headers and the same facts as JSON.
+ */
+function sendXetFileInfo(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, file: TreeFileEntry, xetHash: string) {
+  const { refreshUrl, reconstructionUrl } = xetUrls(deps, repo, commit, xetHash);
+  reply.removeHeader("content-length");
+  reply.removeHeader("accept-ranges");
+  return reply
+    .header("content-type", XET_FILE_INFO_TYPE)
+    .send(JSON.stringify({ hash: xetHash, size: file.size, etag: file.sha256, refreshUrl, reconstructionUrl }));
 }
 
 /**
  * The range a `Range` header asks for: null for the whole file (no header, or one this route
  * does not serve partially — several ranges, another unit — which HTTP lets it ignore).
  */
-function requestedRange(header: string | undefined, size: number): HalfOpenByteRange | null | "unsatisfiable" {
+export function requestedRange(header: string | undefined, size: number): HalfOpenByteRange | null | "unsatisfiable" {
   if (header === undefined) return null;
   try {
     return resolveFileRange(parseRangeHeader(header), size);

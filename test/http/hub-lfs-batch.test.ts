@@ -1,0 +1,227 @@
+/**
+ * The Git LFS batch call (`POST /{prefix}{ns}/{name}.git/info/lfs/objects/batch`) over plain
+ * HTTP against a real app on SQLite: an upload offering the `xet` transfer is answered with
+ * `transfer: "xet"` and upload actions at the repository's Xet write-token route (which then
+ * issues a CAS write token), content this repository already holds gets no action, and what
+ * castor does not take is refused with a JSON error: no `xet` offered or a download (400), too
+ * many objects (413), malformed objects (422), tokens that may not write (401/403/404), unknown
+ * branches (404).
+ */
+import assert from "node:assert/strict";
+import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import type { FastifyInstance } from "fastify";
+import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
+import { upload } from "../../src/client/index.js";
+import { loadConfig } from "../../src/config.js";
+import { buildCastorApp } from "../../src/http/app.js";
+import { createLogger } from "../../src/http/logging.js";
+import { HubService } from "../../src/hub/index.js";
+import { MAX_BATCH_OBJECTS } from "../../src/hub/lfs-batch.js";
+import { openMetadataStore } from "../../src/metadata/open.js";
+import type { MetadataStore } from "../../src/metadata/store.js";
+import { casDepsForTest } from "../helpers/app.js";
+
+const { privateKey, publicKey } = generateKeyPairSync("ed25519");
+const LFS_TYPE = "application/vnd.git-lfs+json";
+
+let dataDir: string;
+let store: MetadataStore;
+let app: FastifyInstance;
+let base: string;
+const tokens = { alice: "", aliceRead: "", bob: "" };
+/** Content uploaded through Xet to dataset alice/corpus only. */
+const stored = { bytes: randomBytes(200_000), sha256: "" };
+
+before(async () => {
+  dataDir = await mkdtemp(join(tmpdir(), "castor-hub-lfs-batch-"));
+  store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
+  const hub = new HubService(store);
+  const token = async (owner: string, access: "read" | "write") =>
+    (await hub.createToken({ repos: [], namespaces: [owner], owner, access, expiresAt: null })).secret;
+  tokens.alice = await token("alice", "write");
+  tokens.aliceRead = await token("alice", "read");
+  tokens.bob = await token("bob", "write");
+  let url = "";
+  app = await buildCastorApp({
+    logger: createLogger("warn", { write: () => {} }),
+    store,
+    hub,
+    issuer: new CasTokenIssuer(privateKey, 900),
+    verifier: new CasTokenVerifier(publicKey),
+    publicUrl: () => url,
+    ...(await casDepsForTest(store, dataDir, () => url)),
+  });
+  url = await app.listen({ host: "127.0.0.1", port: 0 });
+  base = url;
+
+  for (const [name, type] of [
+    ["alice/bert", "model"],
+    ["alice/corpus", "dataset"],
+    ["alice/demo", "space"],
+  ]) {
+    const created = await fetch(`${base}/api/repos/create`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${tokens.alice}`, "content-type": "application/json" },
+      body: JSON.stringify({ name, type }),
+    });
+    assert.equal(created.status, 200, await created.text());
+  }
+  const branch = await fetch(`${base}/api/models/alice/bert/branch/dev`, { method: "POST", headers: { authorization: `Bearer ${tokens.alice}` } });
+  assert.equal(branch.status, 200, await branch.text());
+
+  stored.sha256 = createHash("sha256").update(stored.bytes).digest("hex");
+  const path = join(dataDir, "stored.bin");
+  await writeFile(path, stored.bytes);
+  await upload({ endpoint: base, hubToken: tokens.alice, repo: "dataset:alice/corpus", files: [path] });
+});
+
+after(async () => {
+  await app.close();
+  await store.close();
+  await rm(dataDir, { recursive: true, force: true });
+});
+
+interface BatchAnswer {
+  status: number;
+  headers: Headers;
+  body: any;
+}
+
+/** What `@huggingface/hub` sends, with `overrides` merged into the JSON body. */
+function uploadRequest(objects: unknown[], overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return { operation: "upload", transfers: ["basic", "multipart", "xet"], hash_algo: "sha_256", ref: { name: "main" }, objects, ...overrides };
+}
+
+async function batch(repoPath: string, body: unknown, options: { token?: string | null; type?: string; raw?: string } = {}): Promise<BatchAnswer> {
+  const token = options.token === undefined ? tokens.alice : options.token;
+  const type = options.type ?? LFS_TYPE;
+  const response = await fetch(`${base}/${repoPath}/info/lfs/objects/batch`, {
+    method: "POST",
+    headers: { accept: LFS_TYPE, "content-type": type, ...(token === null ? {} : { authorization: `Bearer ${token}` }) },
+    body: options.raw ?? JSON.stringify(body),
+  });
+  const text = await response.text();
+  return { status: response.status, headers: response.headers, body: JSON.parse(text) };
+}
+
+function assertRefused(answer: BatchAnswer, status: number, message?: RegExp): void {
+  assert.equal(answer.status, status, JSON.stringify(answer.body));
+  assert.equal(typeof answer.body.error, "string", "errors are JSON {error}");
+  assert.match(answer.headers.get("content-type") ?? "", /^application\/json/, "@huggingface/hub reads the message of JSON errors only");
+  assert.match(answer.headers.get("x-error-message") ?? "", /^[\x20-\x7e]+$/);
+  if (message) assert.match(answer.body.error, message);
+}
+
+const object = (size = 1234, seed = "a") => ({ oid: createHash("sha256").update(`${seed}${size}`).digest("hex"), size });
+
+describe("LFS batch", () => {
+  it("answers an upload offering xet with transfer xet and upload actions at the write-token route of the branch", async () => {
+    const objects = [object(10, "x"), object(20 * 1024 * 1024, "y")];
+    const answer = await batch("alice/bert.git", uploadRequest(objects));
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.match(answer.headers.get("content-type") ?? "", /^application\/vnd\.git-lfs\+json/);
+    assert.equal(answer.body.transfer, "xet");
+    assert.equal(answer.body.objects.length, 2);
+    const sessions = new Set<string>();
+    for (const [index, answered] of answer.body.objects.entries()) {
+      assert.equal(answered.oid, objects[index].oid);
+      assert.equal(answered.size, objects[index].size);
+      assert.equal(answered.error, undefined);
+      assert.equal(answered.actions.upload.href, `${base}/api/models/alice/bert/xet-write-token/main`);
+      const session = answered.actions.upload.header["X-Xet-Session-Id"];
+      assert.match(session, /^[0-9a-f-]{36}$/);
+      sessions.add(session);
+    }
+    assert.equal(sessions.size, 1, "one session id per batch");
+  });
+
+  it("serves datasets and spaces under their prefixes, with or without .git, as JSON or the LFS media type, for other branches", async () => {
+    const dataset = await batch("datasets/alice/corpus", uploadRequest([object()]), { type: "application/json" });
+    assert.equal(dataset.status, 200, JSON.stringify(dataset.body));
+    assert.equal(dataset.body.objects[0].actions.upload.href, `${base}/api/datasets/alice/corpus/xet-write-token/main`);
+    const space = await batch("spaces/alice/demo.git", uploadRequest([object()]));
+    assert.equal(space.body.objects[0].actions.upload.href, `${base}/api/spaces/alice/demo/xet-write-token/main`);
+    const dev = await batch("alice/bert.git", uploadRequest([object()], { ref: { name: "refs/heads/dev" } }));
+    assert.equal(dev.body.objects[0].actions.upload.href, `${base}/api/models/alice/bert/xet-write-token/dev`);
+    const noRef = await batch("alice/bert.git", uploadRequest([object()], { ref: undefined }));
+    assert.equal(noRef.body.objects[0].actions.upload.href, `${base}/api/models/alice/bert/xet-write-token/main`, "no ref (a pull request) → main");
+    const empty = await batch("alice/bert.git", uploadRequest([]));
+    assert.equal(empty.status, 200);
+    assert.deepEqual(empty.body.objects, []);
+  });
+
+  it("the upload action's href issues a CAS write token for the repository", async () => {
+    const answer = await batch("datasets/alice/corpus.git", uploadRequest([object()]));
+    const { href, header } = answer.body.objects[0].actions.upload;
+    const token = await fetch(href, { headers: { authorization: `Bearer ${tokens.alice}`, ...header } });
+    assert.equal(token.status, 200);
+    const json = (await token.json()) as { accessToken: string; exp: number; casUrl: string };
+    assert.equal(json.casUrl, base);
+    assert.ok(json.accessToken.length > 20);
+    assert.ok(json.exp > Date.now() / 1000);
+  });
+
+  it("content this repository already holds gets no action; another size is that object's 422; other repositories must upload it", async () => {
+    const fresh = object(99, "fresh");
+    const answer = await batch("datasets/alice/corpus.git", uploadRequest([{ oid: stored.sha256, size: stored.bytes.length }, fresh]));
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    assert.deepEqual(answer.body.objects[0], { oid: stored.sha256, size: stored.bytes.length, authenticated: true });
+    assert.ok(answer.body.objects[1].actions.upload, "content not stored yet is to be uploaded");
+
+    const mismatch = await batch("datasets/alice/corpus.git", uploadRequest([{ oid: stored.sha256, size: stored.bytes.length + 1 }]));
+    assert.equal(mismatch.status, 200);
+    assert.equal(mismatch.body.objects[0].actions, undefined);
+    assert.equal(mismatch.body.objects[0].error.code, 422);
+    assert.match(mismatch.body.objects[0].error.message, new RegExp(`stored with ${stored.bytes.length} bytes`));
+
+    // The SHA-256 index is per repository: knowing a hash does not let another repository skip the upload.
+    const elsewhere = await batch("alice/bert.git", uploadRequest([{ oid: stored.sha256, size: stored.bytes.length }]));
+    assert.ok(elsewhere.body.objects[0].actions.upload);
+  });
+
+  it("refuses plain LFS transfers and downloads (400), too many objects (413), malformed objects (422) and bodies (400)", async () => {
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: ["basic", "multipart"] })), 400, /Xet only/);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: undefined })), 400, /"xet" transfer/);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { operation: "download" })), 400, /resolve/);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { operation: "verify" })), 400);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { hash_algo: "md5" })), 400, /sha256/);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { ref: { name: 7 } })), 400, /ref/);
+    const tooMany = Array.from({ length: MAX_BATCH_OBJECTS + 1 }, (_, i) => object(i));
+    assertRefused(await batch("alice/bert.git", uploadRequest(tooMany)), 413, /at most 1000 objects/);
+    assert.equal((await batch("alice/bert.git", uploadRequest(tooMany.slice(0, MAX_BATCH_OBJECTS)))).status, 200, "1000 objects are fine");
+    for (const bad of [
+      { oid: "abc", size: 1 },
+      { oid: "A".repeat(64), size: 1 },
+      { size: 1 },
+      { oid: object().oid, size: -1 },
+      { oid: object().oid, size: 1.5 },
+      { oid: object().oid, size: "12" },
+      { oid: object().oid },
+      null,
+    ]) {
+      assertRefused(await batch("alice/bert.git", uploadRequest([object(), bad])), 422, /object #1/);
+    }
+    assertRefused(await batch("alice/bert.git", null, { raw: "{not json" }), 400, /not valid JSON/);
+    assertRefused(await batch("alice/bert.git", [1, 2]), 400);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { objects: "all" })), 400, /objects/);
+  });
+
+  it("needs a write token covering the repository and an existing branch", async () => {
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()]), { token: tokens.aliceRead }), 403, /read-only/);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()]), { token: null }), 401);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()]), { token: "hf_unknown" }), 401);
+    const bob = await batch("alice/bert.git", uploadRequest([object()]), { token: tokens.bob });
+    assertRefused(bob, 404);
+    assert.equal(bob.headers.get("x-error-code"), "RepoNotFound");
+    assertRefused(await batch("alice/nothing.git", uploadRequest([object()])), 404);
+    // A write to a repository the token cannot write is refused before the body is looked at.
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: ["basic"] }), { token: tokens.aliceRead }), 403);
+    const branch = await batch("alice/bert.git", uploadRequest([object()], { ref: { name: "nope" } }));
+    assertRefused(branch, 404);
+    assert.equal(branch.headers.get("x-error-code"), "RevisionNotFound");
+  });
+});
