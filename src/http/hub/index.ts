@@ -8,8 +8,10 @@ import type { FastifyInstance } from "fastify";
 import type { BlobStore } from "../../storage/blob-store.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import { fileRoutes } from "./file-routes.js";
+import { moveRoutes } from "./move-routes.js";
 import { repoRoutes } from "./repo-routes.js";
 import { resolveRoutes, type XetFileSource } from "./resolve-routes.js";
+import { unsupportedRoutes } from "./unsupported-routes.js";
 
 export type { XetFileSource } from "./resolve-routes.js";
 
@@ -26,4 +28,6 @@ export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promis
   await repoRoutes(app, deps);
   await fileRoutes(app, deps);
   await resolveRoutes(app, deps);
+  await moveRoutes(app, deps);
+  await unsupportedRoutes(app);
 }
