@@ -27,9 +27,6 @@ interface RepoParams {
   name: string;
 }
 
-/** Repositories per page of `GET /api/{type}s` (and the largest `limit`); the Hub pages at 1,000 too. */
-export const LIST_PAGE = 1000;
-
 /** Commits per page of `GET …/commits/{rev}`. */
 const COMMITS_PAGE = 50;
 
@@ -75,6 +72,9 @@ function namedRepo(body: Record<string, unknown>): { type: string; namespace: st
   const slash = full.indexOf("/");
   return slash === -1 ? { type, namespace: organization, name: full } : { type, namespace: full.slice(0, slash), name: full.slice(slash + 1) };
 }
+
+/** Repositories per page of `GET /api/{type}s` (and the largest `limit`); the Hub pages at 1,000 too. */
+const LIST_PAGE = 1000;
 
 export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
   const address = (request: FastifyRequest<{ Params: RepoParams }>): RepoAddress =>
