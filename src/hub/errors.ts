@@ -8,7 +8,8 @@
  * file also names the commit it was looked up in.
  */
 export type HubErrorStatus = 400 | 401 | 403 | 404 | 409 | 412 | 413 | 415 | 422 | 501;
-export type HubErrorCode = "RepoNotFound" | "RevisionNotFound" | "EntryNotFound";
+/** `NotSupported`: a Hub feature castor does not have (pull requests, discussions, gated repositories, Spaces runtime, inference). */
+export type HubErrorCode = "RepoNotFound" | "RevisionNotFound" | "EntryNotFound" | "NotSupported";
 
 export class HubError extends Error {
   override readonly name = "HubError";
@@ -21,4 +22,9 @@ export class HubError extends Error {
   ) {
     super(message);
   }
+}
+
+/** The 400 for a Hub feature castor does not have: names the feature, carries `X-Error-Code: NotSupported`. */
+export function notSupported(feature: string, hint = ""): HubError {
+  return new HubError(400, `${feature} ${/s$/.test(feature) ? "are" : "is"} not supported by castor${hint === "" ? "" : `: ${hint}`}`, "NotSupported");
 }

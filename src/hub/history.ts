@@ -94,7 +94,7 @@ export class HistoryWriter {
   async commit(request: CommitRequest): Promise<CommitRecord> {
     const { repo, branch } = request;
     for (const op of request.operations) requirePath(op.path);
-    const xetEntries = await this.resolveXetFiles(repo, request.operations);
+    let xetEntries: Map<string, { size: number; xetHash: string }> | undefined;
 
     for (let attempt = 1; ; attempt++) {
       const revision = await this.store.getRevision(repo.id, branch);
@@ -108,6 +108,7 @@ export class HistoryWriter {
         );
       }
 
+      xetEntries ??= await this.resolveXetFiles(repo, request.operations, head);
       const reader = new TreeReader(this.store, repo.id);
       const root = await this.open(reader, head === null ? null : await this.rootTreeOf(repo.id, head));
       for (const op of request.operations) await this.apply(reader, root, op, xetEntries, head);
@@ -134,14 +135,25 @@ export class HistoryWriter {
   /**
    * The tree entries of every `lfsFile`, keyed by SHA-256. Content counts only if a shard
    * uploaded with this repository's write token registered it: knowing a SHA-256 is not enough
-   * to commit (and then download) content stored for another repository.
+   * to commit (and then download) content stored for another repository. An `lfsFile` without
+   * a size is a copy (`CommitOperationCopy` of a file the repository holds): no bytes move, the
+   * new entry names the same Xet file; content the repository does not have is 404
+   * `EntryNotFound` at `head` for a copy, 400 for an upload (HUB-API R8).
    */
-  private async resolveXetFiles(repo: Repo, operations: CommitOperation[]): Promise<Map<string, { size: number; xetHash: string }>> {
+  private async resolveXetFiles(repo: Repo, operations: CommitOperation[], head: string | null): Promise<Map<string, { size: number; xetHash: string }>> {
     const found = new Map<string, { size: number; xetHash: string }>();
     for (const op of operations) {
       if (op.kind !== "lfsFile" || found.has(op.sha256)) continue;
       const fileHash = await this.store.findFileBySha256(repo.id, Buffer.from(op.sha256, "hex"));
       const file = fileHash === null ? null : await this.store.getFile(fileHash);
+      if ((fileHash === null || file === null) && op.size === undefined) {
+        throw new HubError(
+          404,
+          `cannot copy to ${quote(op.path)}: ${repo.type}:${repo.name} holds no content with SHA-256 ${op.sha256} (copy a file of this repository, at any revision)`,
+          "EntryNotFound",
+          head ?? undefined,
+        );
+      }
       if (fileHash === null || file === null) {
         throw new HubError(
           400,

@@ -14,10 +14,11 @@ import {
   type TreeEntry,
   type TreeFileEntry,
 } from "../metadata/store.js";
-import { callerOf, canRead, namespaceOf, requireReadable, requireWritable, type Caller } from "./access.js";
+import { callerOf, canRead, namespaceOf, repoNotFound, requireReadable, requireWritable, type Caller } from "./access.js";
 import { HubError } from "./errors.js";
 import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js";
 import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireRevisionName } from "./names.js";
+import { lastCommits } from "./last-commits.js";
 import { requirePath, TreeReader } from "./paths.js";
 import { ADMIN_AUTHOR } from "./service.js";
 
@@ -132,22 +133,62 @@ export class HubRepositories {
     return { ...repo, private: isPrivate };
   }
 
-  /** The repositories of `type` the caller can read, optionally of one namespace or matching a search text. */
-  async listRepos(caller: Caller, type: RepoType, filter: { author?: string; search?: string }): Promise<{ repo: Repo; head: CommitRecord | null }[]> {
+  /**
+   * `POST /api/repos/move`: renames a repository the caller may write to `toName` (same type),
+   * which must be in a namespace the caller may create repositories in. 409 when the name is
+   * taken by a repository the caller can see (403 when it cannot, as for create); the old name
+   * then answers like any missing repository.
+   */
+  async moveRepo(caller: Caller, from: RepoAddress, toName: string): Promise<Repo> {
+    const repo = await this.writable(caller, from);
+    const target = requireRepoName(toName);
+    if (target === repo.name) throw new HubError(400, `${formatRepoRef(repo)} is already named ${quote(target)}`);
+    const token = caller.token!;
+    const ns = namespaceOf(target);
+    if (!(token.repos === "all" || token.namespaces.includes(ns))) {
+      throw new HubError(403, `this hub token may not move repositories into ${quote(ns)}: use a write token created with --namespace ${ns} (or --all-repos)`);
+    }
+    const taken = async (): Promise<HubError> => {
+      const existing = await this.store.getRepo(repo.type, target);
+      return existing !== null && canRead(caller, existing)
+        ? new RepoExistsError(existing)
+        : new HubError(403, `this hub token may not move ${formatRepoRef(repo)} to ${quote(target)}`);
+    };
+    if ((await this.store.getRepo(repo.type, target)) !== null) throw await taken();
+    try {
+      if (!(await this.store.renameRepo(repo.id, target))) throw repoNotFound(caller, from);
+    } catch (err) {
+      if (err instanceof AlreadyExistsError) throw await taken();
+      throw err;
+    }
+    return { ...repo, name: target };
+  }
+
+  /**
+   * The repositories of `type` the caller can read, optionally of one namespace or matching a
+   * search text, in creation order: at most `limit` of those after the one with id `afterId`
+   * (keyset paging, so creations and deletions between pages neither repeat nor skip any).
+   */
+  async listRepos(
+    caller: Caller,
+    type: RepoType,
+    filter: { author?: string; search?: string; afterId?: number; limit: number },
+  ): Promise<{ items: { repo: Repo; head: CommitRecord | null }[]; more: boolean }> {
     const search = filter.search?.toLowerCase();
     const repos = (await this.store.listRepos()).filter(
       (repo) =>
         repo.type === type &&
+        (filter.afterId === undefined || repo.id > filter.afterId) &&
         canRead(caller, repo) &&
         (filter.author === undefined || namespaceOf(repo.name) === filter.author) &&
         (search === undefined || repo.name.toLowerCase().includes(search)),
     );
-    const out = [];
-    for (const repo of repos) {
+    const items = [];
+    for (const repo of repos.slice(0, filter.limit)) {
       const main = await this.store.getRevision(repo.id, "main");
-      out.push({ repo, head: main?.commitOid ? await this.store.getCommit(repo.id, main.commitOid) : null });
+      items.push({ repo, head: main?.commitOid ? await this.store.getCommit(repo.id, main.commitOid) : null });
     }
-    return out;
+    return { items, more: repos.length > filter.limit };
   }
 
   // --- revisions ----------------------------------------------------------------------------
@@ -273,6 +314,11 @@ export class HubRepositories {
       if (entry !== null && entry.name !== "") out.push({ path, entry: entry as TreeEntry });
     }
     return out;
+  }
+
+  /** The commit that last changed each path of `commit` (last-commits.ts: a bounded walk; unfound paths are absent). */
+  lastCommits(repo: Repo, commit: CommitRecord, paths: string[]): Promise<Map<string, CommitRecord>> {
+    return lastCommits(this.store, repo, commit, paths);
   }
 
   /** Every file of the commit (for repository info's `siblings`). */

@@ -32,6 +32,7 @@ export type RepoRecords = Pick<
   | "getRepoById"
   | "listRepos"
   | "setRepoPrivate"
+  | "renameRepo"
   | "deleteRepo"
   | "createRevision"
   | "deleteRevision"
@@ -69,6 +70,9 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   }
   setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean> {
     return this.families.repos.setRepoPrivate(repoId, isPrivate);
+  }
+  renameRepo(repoId: number, name: string): Promise<boolean> {
+    return this.families.repos.renameRepo(repoId, name);
   }
   deleteRepo(repoId: number): Promise<boolean> {
     return this.families.repos.deleteRepo(repoId);

@@ -186,6 +186,13 @@ export interface HubMetadataStore {
   /** false when there is no repository with that id. */
   setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean>;
   /**
+   * Gives the repository a new `namespace/name` (same type); everything else — id, revisions,
+   * commits, token links, file links — stays, being keyed by id. AlreadyExistsError (nothing
+   * changed) when a repository of that type already has the name; false when there is no
+   * repository with that id.
+   */
+  renameRepo(repoId: number, name: string): Promise<boolean>;
+  /**
    * Deletes the repository with everything that is only its: revisions, commits, trees, its
    * token links, file links and SHA-256 index, in one transaction. Tokens stay (without the
    * link); file records, xorbs, shards, the dedup index and blobs are shared by content and

@@ -146,6 +146,41 @@ export function runHubHistoryContract(withStore: WithStore): void {
         assert.equal(await store.setRepoPrivate(repo.id + 1000, false), false);
       }),
     );
+
+    it(
+      "renames a repository keeping its id, revisions, commits and trees; the old name is free afterwards",
+      withStore(async (store) => {
+        const init = initOf(false);
+        const repo = await store.createRepo("model", "alice/bert", init);
+        await store.createRevision(repo.id, "dev", "branch", init.commit.oid);
+        const before = await snapshot(store, repo.id, [init.commit.oid], [init.tree.oid]);
+        assert.equal(await store.renameRepo(repo.id, "bob/roberta"), true);
+        assert.equal(await store.getRepo("model", "alice/bert"), null, "the old name is gone");
+        const renamed = await store.getRepo("model", "bob/roberta");
+        assert.deepEqual(renamed, { ...repo, name: "bob/roberta" });
+        assert.deepEqual(await snapshot(store, repo.id, [init.commit.oid], [init.tree.oid]), { ...before, repo: renamed });
+        assert.deepEqual(await store.listRepos(), [renamed]);
+        // The old name can be taken again, by a new repository with a new id.
+        const again = await store.createRepo("model", "alice/bert", initOf(true));
+        assert.notEqual(again.id, repo.id);
+        assert.equal(await store.renameRepo(repo.id + 1000, "alice/none"), false);
+      }),
+    );
+
+    it(
+      "refuses to rename onto a taken name of the same type with AlreadyExistsError, changing nothing",
+      withStore(async (store) => {
+        const bert = await store.createRepo("model", "alice/bert", initOf(false));
+        const gpt = await store.createRepo("model", "alice/gpt", initOf(false));
+        const dataset = await store.createRepo("dataset", "alice/corpus", initOf(false));
+        await assert.rejects(store.renameRepo(bert.id, "alice/gpt"), AlreadyExistsError);
+        assert.deepEqual(await store.listRepos(), [bert, gpt, dataset]);
+        // Names are per type: a model may take a dataset's name.
+        assert.equal(await store.renameRepo(bert.id, "alice/corpus"), true);
+        assert.equal((await store.getRepo("model", "alice/corpus"))?.id, bert.id);
+        assert.equal((await store.getRepo("dataset", "alice/corpus"))?.id, dataset.id);
+      }),
+    );
   });
 
   describe("commits and trees", () => {

@@ -321,7 +321,7 @@ describe("hub routes", () => {
         await call("POST", "/api/models/alice/bert/preupload/main", { token: tokens.alice, json: { files: [{ path: "../x", sample: "", size: 1 }] } }),
         400,
       );
-      assertStatus(await call("POST", "/api/models/alice/bert/preupload/main?create_pr=1", { token: tokens.alice, json: { files: [] } }), 501);
+      assertStatus(await call("POST", "/api/models/alice/bert/preupload/main?create_pr=1", { token: tokens.alice, json: { files: [] } }), 400, "NotSupported");
     });
 
     it("refused commits answer 4xx and leave the branch where it was", async () => {
@@ -365,7 +365,8 @@ describe("hub routes", () => {
             body: ndjson(header("pr"), inline("x", "x")),
             type: "application/x-ndjson",
           }),
-          501,
+          400,
+          "NotSupported",
         ],
         [await commit("models/alice/bert", tokens.alice, { key: "lfsFile", value: { path: "w.bin", algo: "sha256", oid: "ab".repeat(32), size: 10 } }), 400],
       ];

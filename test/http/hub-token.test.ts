@@ -114,13 +114,27 @@ describe("hub token operation", () => {
     await assertGrant(await get("/api/models/alice/bert/cas-read-token/v1.0", secrets.read), { ...expected, rev: "v1.0", scope: "read" });
   });
 
-  it("ignores query parameters and unknown headers", async () => {
+  it("ignores other query parameters and unknown headers", async () => {
     const response = await app.inject({
       method: "GET",
-      url: "/api/models/alice/bert/xet-write-token/main?create_pr=1&foo=bar",
+      url: "/api/models/alice/bert/xet-write-token/main?create_pr=0&foo=bar",
       headers: { authorization: `Bearer ${secrets.write}`, "x-xet-session-id": "0190-abc", "user-agent": "huggingface_hub/1.0" },
     });
     await assertGrant(response, { type: "model", id: "alice/bert", rev: "main", scope: "write" });
+  });
+
+  it("refuses a write token for a pull request (create_pr=1): 400 NotSupported; read tokens ignore it", async () => {
+    for (const flag of ["1", "true", "True"]) {
+      const refused = await get(`/api/models/alice/bert/xet-write-token/main?create_pr=${flag}`, secrets.write);
+      assertDenied(refused, 400, /pull requests are not supported by castor/);
+      assert.equal(refused.headers["x-error-code"], "NotSupported");
+    }
+    await assertGrant(await get("/api/models/alice/bert/xet-read-token/main?create_pr=1", secrets.read), {
+      type: "model",
+      id: "alice/bert",
+      rev: "main",
+      scope: "read",
+    });
   });
 
   it("issues a fresh token on every call", async () => {
@@ -181,7 +195,7 @@ describe("hub token operation", () => {
 
   it("never logs a hub token or an access token, and logs one line per request", async () => {
     logText.length = 0;
-    const issued = (await get("/api/models/alice/bert/xet-write-token/main?create_pr=1", secrets.write)).json();
+    const issued = (await get("/api/models/alice/bert/xet-write-token/main?create_pr=0", secrets.write)).json();
     await get("/api/models/alice/bert/xet-write-token/main", secrets.read);
     const all = logText.join("");
     assert.equal(logText.length, 2);

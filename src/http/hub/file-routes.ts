@@ -11,7 +11,7 @@ import type { Readable } from "node:stream";
 import type { FastifyInstance } from "fastify";
 import { TaskPool } from "../../client/concurrency.js";
 import { gitBlobId } from "../../format/git.js";
-import { HubError } from "../../hub/errors.js";
+import { HubError, notSupported } from "../../hub/errors.js";
 import type { CommitOperation } from "../../hub/history.js";
 import { sha256Hex } from "../../hub/history.js";
 import type { HubRepositories, PreuploadFile } from "../../hub/repositories.js";
@@ -36,6 +36,10 @@ interface RepoParams {
 
 /** Entries per tree page; the Hub pages at about this size too. */
 export const TREE_PAGE_ENTRIES = 1000;
+/** Entries per tree page with `expand=true` (each needs its last commit found): the Hub's 50. */
+export const EXPANDED_TREE_PAGE_ENTRIES = 50;
+/** Paths per paths-info request with `expand=true` at most (413 beyond). */
+export const MAX_EXPANDED_PATHS = 100;
 /** Operations per commit at most (the hf CLI's folder uploader commits at most 1,000 files at once). */
 export const MAX_COMMIT_OPERATIONS = 100_000;
 /** Files per preupload request at most (clients send 256 at a time). */
@@ -49,7 +53,7 @@ function truthy(value: string | undefined): boolean {
 }
 
 function refusePullRequests(query: { create_pr?: string }): void {
-  if (truthy(query.create_pr)) throw new HubError(501, "pull requests are not supported by castor: commit to a branch instead");
+  if (truthy(query.create_pr)) throw notSupported("pull requests", "commit to a branch instead (create_branch, then upload with revision=BRANCH)");
 }
 
 function encodePath(path: string): string {
@@ -63,7 +67,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
   });
   app.addContentTypeParser("application/x-ndjson", (_request, payload, done) => done(null, payload));
 
-  app.get<{ Params: RepoParams; Querystring: { recursive?: string; cursor?: string; limit?: string } }>(
+  app.get<{ Params: RepoParams; Querystring: { recursive?: string; expand?: string; cursor?: string; limit?: string } }>(
     "/api/:types/:namespace/:name/tree/*",
     async (request, reply) => {
       const caller = await callerOfRequest(deps, request);
@@ -72,37 +76,59 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
       const { revision, path } = revisionAndPath(request, API_REVISION_SEGMENT);
       const { commit } = await deps.repos.resolve(repo, revision);
       const recursive = truthy(request.query.recursive);
+      const expand = truthy(request.query.expand);
       const offset = request.query.cursor === undefined ? 0 : Number.parseInt(Buffer.from(request.query.cursor, "base64url").toString(), 10);
       if (!Number.isSafeInteger(offset) || offset < 0) throw new HubError(400, "the tree cursor is not valid: use the Link header's next URL as given");
-      const limit = Math.max(1, Math.min(Number.parseInt(request.query.limit ?? String(TREE_PAGE_ENTRIES), 10) || TREE_PAGE_ENTRIES, TREE_PAGE_ENTRIES));
+      const pageMax = expand ? EXPANDED_TREE_PAGE_ENTRIES : TREE_PAGE_ENTRIES;
+      const limit = Math.max(1, Math.min(Number.parseInt(request.query.limit ?? String(pageMax), 10) || pageMax, pageMax));
       const page = await deps.repos.listTree(repo, commit, path, recursive, offset, limit);
       if (page.more) {
         const cursor = Buffer.from(String(offset + page.entries.length)).toString("base64url");
         const pathPart = path === "" ? "" : `/${encodePath(path)}`;
+        const limitPart = request.query.limit === undefined ? "" : `&limit=${limit}`;
         // Pinned to the commit: the next page lists the same tree even if the branch moves meanwhile.
-        const next = `${deps.publicUrl()}/api/${types}/${repo.name}/tree/${commit.oid}${pathPart}?recursive=${recursive}&expand=false&cursor=${cursor}`;
+        const next = `${deps.publicUrl()}/api/${types}/${repo.name}/tree/${commit.oid}${pathPart}?recursive=${recursive}&expand=${expand}${limitPart}&cursor=${cursor}`;
         reply.header("link", `<${next}>; rel="next"`);
       }
-      return page.entries.map(treeEntryJson);
+      if (!expand) return page.entries.map((entry) => treeEntryJson(entry));
+      const last = await deps.repos.lastCommits(
+        repo,
+        commit,
+        page.entries.map((entry) => entry.path),
+      );
+      return page.entries.map((entry) => treeEntryJson(entry, last.get(entry.path)));
     },
   );
 
-  app.post<{ Params: RepoParams }>("/api/:types/:namespace/:name/paths-info/*", { bodyLimit: PATHS_INFO_BODY_LIMIT }, async (request) => {
-    const caller = await callerOfRequest(deps, request);
-    const { namespace, name, types } = request.params;
-    const repo = await deps.repos.readable(caller, addressOf(types, namespace, name));
-    const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, API_REVISION_SEGMENT).revision);
-    const body = request.body;
-    const paths =
-      body instanceof URLSearchParams
-        ? body.getAll("paths")
-        : Array.isArray((body as { paths?: unknown })?.paths)
-          ? (body as { paths: unknown[] }).paths
-          : null;
-    if (paths === null || !paths.every((p) => typeof p === "string")) throw new HubError(400, 'paths-info needs "paths": a list of file paths');
-    if (paths.length > MAX_PATHS_INFO_PATHS) throw new HubError(413, `paths-info takes at most ${MAX_PATHS_INFO_PATHS} paths per request`);
-    return (await deps.repos.pathsInfo(repo, commit, paths as string[])).map(treeEntryJson);
-  });
+  app.post<{ Params: RepoParams; Querystring: { expand?: string } }>(
+    "/api/:types/:namespace/:name/paths-info/*",
+    { bodyLimit: PATHS_INFO_BODY_LIMIT },
+    async (request) => {
+      const caller = await callerOfRequest(deps, request);
+      const { namespace, name, types } = request.params;
+      const repo = await deps.repos.readable(caller, addressOf(types, namespace, name));
+      const { commit } = await deps.repos.resolve(repo, revisionAndPath(request, API_REVISION_SEGMENT).revision);
+      const body = request.body;
+      const form = body instanceof URLSearchParams ? body : null;
+      const json = form === null && typeof body === "object" && body !== null ? (body as { paths?: unknown; expand?: unknown }) : null;
+      const paths = form !== null ? form.getAll("paths") : Array.isArray(json?.paths) ? json.paths : null;
+      if (paths === null || !paths.every((p) => typeof p === "string")) throw new HubError(400, 'paths-info needs "paths": a list of file paths');
+      // huggingface_hub sends the form field expand=True/False; JSON callers a boolean.
+      const expand = truthy(form?.get("expand") ?? undefined) || json?.expand === true || truthy(request.query.expand);
+      const most = expand ? MAX_EXPANDED_PATHS : MAX_PATHS_INFO_PATHS;
+      if (paths.length > most) {
+        throw new HubError(413, `paths-info takes at most ${most} paths per request${expand ? " with expand=true" : ""}: split the request`);
+      }
+      const entries = await deps.repos.pathsInfo(repo, commit, paths as string[]);
+      if (!expand) return entries.map((entry) => treeEntryJson(entry));
+      const last = await deps.repos.lastCommits(
+        repo,
+        commit,
+        entries.map((entry) => entry.path),
+      );
+      return entries.map((entry) => treeEntryJson(entry, last.get(entry.path)));
+    },
+  );
 
   app.post<{ Params: RepoParams; Querystring: { create_pr?: string } }>(
     "/api/:types/:namespace/:name/preupload/*",

@@ -10,9 +10,11 @@ import type { HubRepositories } from "../../hub/repositories.js";
 import type { StoredFileLookup } from "../../hub/lfs-batch.js";
 import { fileRoutes } from "./file-routes.js";
 import { lfsRoutes } from "./lfs-routes.js";
+import { moveRoutes } from "./move-routes.js";
 import { rawRoutes } from "./raw-routes.js";
 import { repoRoutes } from "./repo-routes.js";
 import { resolveRoutes, type XetFileSource } from "./resolve-routes.js";
+import { unsupportedRoutes } from "./unsupported-routes.js";
 
 export type { XetFileSource } from "./resolve-routes.js";
 
@@ -33,4 +35,6 @@ export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promis
   await resolveRoutes(app, deps);
   await lfsRoutes(app, deps);
   await rawRoutes(app, deps);
+  await moveRoutes(app, deps);
+  await unsupportedRoutes(app);
 }

@@ -13,16 +13,22 @@ export interface TreeEntryJson {
   size: number;
   lfs?: { oid: string; size: number; pointerSize: number };
   xetHash?: string;
+  /** With `expand=true`: the commit that last changed the path (absent when not found within the walk's bound). */
+  lastCommit?: { id: string; title: string; date: string };
 }
 
-/** A tree or paths-info entry: `size` always (clients index it), `lfs` + `xetHash` for Xet-stored files. */
-export function treeEntryJson({ path, entry }: ListedEntry): TreeEntryJson {
-  if (entry.type === "directory") return { type: "directory", path, oid: entry.oid, size: 0 };
-  const json: TreeEntryJson = { type: "file", path, oid: entry.oid, size: entry.size };
-  if (entry.xetHash !== null) {
+/**
+ * A tree or paths-info entry: `size` always (clients index it), `lfs` + `xetHash` for
+ * Xet-stored files, `lastCommit` when given (expanded listings).
+ */
+export function treeEntryJson({ path, entry }: ListedEntry, lastCommit?: CommitRecord): TreeEntryJson {
+  const json: TreeEntryJson =
+    entry.type === "directory" ? { type: "directory", path, oid: entry.oid, size: 0 } : { type: "file", path, oid: entry.oid, size: entry.size };
+  if (entry.type === "file" && entry.xetHash !== null) {
     json.lfs = { oid: entry.sha256, size: entry.size, pointerSize: lfsPointerSize(entry.sha256, entry.size) };
     json.xetHash = entry.xetHash;
   }
+  if (lastCommit !== undefined) json.lastCommit = { id: lastCommit.oid, title: lastCommit.title, date: lastCommit.createdAt.toISOString() };
   return json;
 }
 

@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { requireRepoType } from "../../hub/names.js";
-import { HubError } from "../../hub/errors.js";
+import { HubError, notSupported } from "../../hub/errors.js";
 import { RepoExistsError, type HubRepositories, type RepoAddress } from "../../hub/repositories.js";
 import type { Caller } from "../../hub/access.js";
 import type { Repo } from "../../metadata/store.js";
@@ -45,7 +45,7 @@ export function repoUrl(deps: HubRouteDeps, repo: Pick<Repo, "type" | "name">): 
   return `${deps.publicUrl()}/${urlPrefixOf(repo.type)}${repo.name}`;
 }
 
-function stringField(body: Record<string, unknown>, field: string, required: boolean): string | undefined {
+export function stringField(body: Record<string, unknown>, field: string, required: boolean): string | undefined {
   const value = body[field];
   if (value === undefined || value === null) {
     if (required) throw new HubError(400, `the request body needs a string "${field}"`);
@@ -55,7 +55,7 @@ function stringField(body: Record<string, unknown>, field: string, required: boo
   return value;
 }
 
-function jsonBody(request: FastifyRequest): Record<string, unknown> {
+export function jsonBody(request: FastifyRequest): Record<string, unknown> {
   const body = request.body ?? {};
   if (typeof body !== "object" || Array.isArray(body)) throw new HubError(400, "the request body must be a JSON object");
   return body as Record<string, unknown>;
@@ -77,6 +77,9 @@ function namedRepo(body: Record<string, unknown>): { type: string; namespace: st
   const slash = full.indexOf("/");
   return slash === -1 ? { type, namespace: organization, name: full } : { type, namespace: full.slice(0, slash), name: full.slice(slash + 1) };
 }
+
+/** Repositories per page of `GET /api/{type}s` (and the largest `limit`); the Hub pages at 1,000 too. */
+const LIST_PAGE = 1000;
 
 export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
   const address = (request: FastifyRequest<{ Params: RepoParams }>): RepoAddress =>
@@ -128,12 +131,25 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     return {};
   });
 
-  app.get<{ Params: { types: string }; Querystring: { author?: string; search?: string; limit?: string } }>("/api/:types", async (request) => {
+  app.get<{ Params: { types: string }; Querystring: Record<string, string | undefined> }>("/api/:types", async (request, reply) => {
     const caller = await callerOfRequest(deps, request);
     const type = repoTypeOfPlural(request.params.types);
-    const limit = Math.max(0, Math.min(Number.parseInt(request.query.limit ?? "1000", 10) || 1000, 10_000));
-    const listed = await deps.repos.listRepos(caller, type, { author: request.query.author, search: request.query.search });
-    return listed.slice(0, limit).map(({ repo, head }) => repoSummaryJson(repo, head));
+    const { author, search, limit, cursor } = request.query;
+    const pageSize = Math.min(Math.max(Number.parseInt(limit ?? "", 10) || LIST_PAGE, 1), LIST_PAGE);
+    const afterId = cursor === undefined ? undefined : Number.parseInt(Buffer.from(cursor, "base64url").toString(), 10);
+    if (afterId !== undefined && !(Number.isSafeInteger(afterId) && afterId >= 0)) {
+      throw new HubError(400, "the listing cursor is not valid: use the Link header's next URL as given");
+    }
+    const { items, more } = await deps.repos.listRepos(caller, type, { author, search, afterId, limit: pageSize });
+    if (more) {
+      // The same query (filters, page size) from after the last repository listed.
+      const query = new URLSearchParams(
+        Object.entries(request.query).filter((entry): entry is [string, string] => entry[0] !== "cursor" && typeof entry[1] === "string"),
+      );
+      query.set("cursor", Buffer.from(String(items.at(-1)!.repo.id)).toString("base64url"));
+      reply.header("link", `<${deps.publicUrl()}/api/${request.params.types}?${query}>; rel="next"`);
+    }
+    return items.map(({ repo, head }) => repoSummaryJson(repo, head));
   });
 
   const info = async (request: FastifyRequest<{ Params: RepoParams; Querystring: { blobs?: string } }>, revisionName: string) => {
@@ -156,7 +172,9 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
   app.put<{ Params: RepoParams }>("/api/:types/:namespace/:name/settings", async (request) => {
     const caller = await callerOfRequest(deps, request);
     const body = jsonBody(request);
-    if (body.gated !== undefined && body.gated !== false) throw new HubError(400, "gated repositories are not supported by castor");
+    if (body.gated !== undefined && body.gated !== false) {
+      throw notSupported("gated repositories", "make the repository private and give users hub tokens instead");
+    }
     const isPrivate = visibilityOf(body);
     if (isPrivate === undefined) {
       await deps.repos.writable(caller, address(request));

@@ -41,6 +41,7 @@ const REPO_SQL = {
   getRepoById: `SELECT ${REPO_COLUMNS} FROM repos WHERE id = $1`,
   listRepos: `SELECT ${REPO_COLUMNS} FROM repos ORDER BY id`,
   setRepoPrivate: `UPDATE repos SET private = $2 WHERE id = $1`,
+  renameRepo: `UPDATE repos SET name = $2 WHERE id = $1`,
   deleteRepo: `DELETE FROM repos WHERE id = $1`,
   createRevision: `
     INSERT INTO revisions (repo_id, name, kind, created_at, commit_oid) VALUES ($1, $2, $3, $4, $5)
@@ -93,6 +94,15 @@ export class PostgresRepoRecords {
 
   async setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean> {
     return ((await this.run("setRepoPrivate", [repoId, isPrivate])).rowCount ?? 0) > 0;
+  }
+
+  async renameRepo(repoId: number, name: string): Promise<boolean> {
+    try {
+      return ((await this.run("renameRepo", [repoId, name])).rowCount ?? 0) > 0;
+    } catch (err) {
+      if (isViolation(err, PG_UNIQUE_VIOLATION)) throw new AlreadyExistsError(`a repository named ${name} of that type already exists`);
+      throw err;
+    }
   }
 
   async deleteRepo(repoId: number): Promise<boolean> {

@@ -30,6 +30,7 @@ export interface RepoStatements {
   getRepoById: Database.Statement<[number], RepoRow>;
   listRepos: Database.Statement<[], RepoRow>;
   setRepoPrivate: Database.Statement<[number, number]>;
+  renameRepo: Database.Statement<[string, number]>;
   deleteRepo: Database.Statement<[number]>;
   insertRevision: Database.Statement<[number, string, string, number, string | null], RevisionRow>;
   deleteRevision: Database.Statement<[number, string]>;
@@ -52,6 +53,7 @@ function prepareRepoStatements(db: Database.Database): RepoStatements {
     getRepoById: db.prepare<[number], RepoRow>("SELECT * FROM repos WHERE id = ?"),
     listRepos: db.prepare<[], RepoRow>("SELECT * FROM repos ORDER BY id"),
     setRepoPrivate: db.prepare<[number, number]>("UPDATE repos SET private = ? WHERE id = ?"),
+    renameRepo: db.prepare<[string, number]>("UPDATE repos SET name = ? WHERE id = ?"),
     deleteRepo: db.prepare<[number]>("DELETE FROM repos WHERE id = ?"),
     insertRevision: db.prepare<[number, string, string, number, string | null], RevisionRow>(
       "INSERT INTO revisions (repo_id, name, kind, created_at, commit_oid) VALUES (?, ?, ?, ?, ?) RETURNING *",
@@ -112,6 +114,17 @@ export class SqliteRepoRecords {
 
   async setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean> {
     return this.connection.write(() => this.sql.setRepoPrivate.run(isPrivate ? 1 : 0, repoId).changes > 0);
+  }
+
+  async renameRepo(repoId: number, name: string): Promise<boolean> {
+    return this.connection.write(() => {
+      try {
+        return this.sql.renameRepo.run(name, repoId).changes > 0;
+      } catch (err) {
+        if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE")) throw new AlreadyExistsError(`a repository named ${name} of that type already exists`);
+        throw err;
+      }
+    });
   }
 
   async deleteRepo(repoId: number): Promise<boolean> {

@@ -1,0 +1,97 @@
+/**
+ * The bounded history walk behind `lastCommit` (src/hub/last-commits.ts), on a real SQLite
+ * store: within the bound every path gets the newest commit that changed it (the one that
+ * added it, for paths never changed since); a path unchanged over the whole bound gets none
+ * rather than a commit that did not change it; and the walk opens only the trees whose ids
+ * differ, so commits that touch other folders cost no tree loads.
+ */
+import assert from "node:assert/strict";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, it } from "node:test";
+import { HubService } from "../../src/hub/index.js";
+import { lastCommits } from "../../src/hub/last-commits.js";
+import { HubRepositories } from "../../src/hub/repositories.js";
+import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import type { CommitRecord, Repo } from "../../src/metadata/store.js";
+import { sha256Hex } from "../../src/hub/history.js";
+import { gitBlobId } from "../../src/format/git.js";
+import type { Caller } from "../../src/hub/access.js";
+
+let root: string;
+let store: SqliteMetadataStore;
+let repos: HubRepositories;
+let caller: Caller;
+let repo: Repo;
+
+beforeEach(async () => {
+  root = await mkdtemp(join(tmpdir(), "castor-last-commits-"));
+  store = await SqliteMetadataStore.open(root);
+  repos = new HubRepositories(store, { inlineMaxBytes: 1024 });
+  const { secret } = await new HubService(store).createToken({ repos: "all", owner: "alice", access: "write", expiresAt: null });
+  caller = await repos.caller(secret);
+  repo = await repos.createRepo(caller, "model", "alice", "walk", true);
+});
+afterEach(async () => {
+  await store.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+/** Commits `path` = `text` (inline; the blob store is not needed to build trees). */
+async function write(summary: string, ...files: [string, string][]): Promise<CommitRecord> {
+  const operations = files.map(([path, text]) => {
+    const bytes = Buffer.from(text);
+    return { kind: "file" as const, path, size: bytes.length, sha256: sha256Hex(bytes), oid: gitBlobId(bytes) };
+  });
+  return repos.commit(caller, { type: "model", name: "alice/walk" }, "main", { summary, description: "" }, operations);
+}
+
+describe("lastCommits", () => {
+  it("finds the newest change of each path within the bound, and omits paths unchanged over the whole bound", async () => {
+    const first = await write("first", ["old.txt", "o"], ["dir/a.txt", "a"]);
+    let head = first;
+    for (let i = 0; i < 5; i++) head = await write(`busy ${i}`, ["busy/n.txt", String(i)]);
+    const touched = await write("touch dir", ["dir/a.txt", "a2"]);
+    head = await write("busy again", ["busy/n.txt", "x"]);
+
+    const all = await lastCommits(store, repo, head, ["old.txt", "dir", "dir/a.txt", "busy", "busy/n.txt", "missing", ""]);
+    assert.deepEqual(Object.fromEntries([...all].map(([path, commit]) => [path, commit.title])), {
+      "old.txt": "first",
+      dir: "touch dir",
+      "dir/a.txt": "touch dir",
+      busy: "busy again",
+      "busy/n.txt": "busy again",
+    });
+    assert.equal(all.get("dir")?.oid, touched.oid);
+
+    // Walking 3 commits (head, touch dir, busy 4): old.txt's change is further back, so it has none.
+    const bounded = await lastCommits(store, repo, head, ["old.txt", "dir/a.txt", "busy/n.txt"], 3);
+    assert.deepEqual(Object.fromEntries([...bounded].map(([path, commit]) => [path, commit.title])), {
+      "dir/a.txt": "touch dir",
+      "busy/n.txt": "busy again",
+    });
+    // A bound of exactly the commits to the change finds it; one less does not.
+    assert.equal((await lastCommits(store, repo, head, ["old.txt"], 8)).get("old.txt")?.oid, first.oid);
+    assert.equal((await lastCommits(store, repo, head, ["old.txt"], 7)).size, 0);
+  });
+
+  it("loads only the trees whose ids differ between a commit and its parent", async () => {
+    await write("first", ["deep/er/still/file.txt", "f"], ["other/x.txt", "x"]);
+    let head: CommitRecord | null = null;
+    for (let i = 0; i < 20; i++) head = await write(`other ${i}`, ["other/x.txt", String(i)]);
+    const loaded: string[] = [];
+    const counting = {
+      getCommit: store.getCommit.bind(store),
+      getTree: (repoId: number, oid: string) => {
+        loaded.push(oid);
+        return store.getTree(repoId, oid);
+      },
+    };
+    const found = await lastCommits(counting, repo, head!, ["deep/er/still/file.txt"]);
+    assert.equal(found.get("deep/er/still/file.txt")?.title, "first");
+    // 22 commits walked: each root once, and deep/'s trees once (the same ids all the way down).
+    assert.equal(new Set(loaded).size, loaded.length, "no tree is loaded twice");
+    assert.ok(loaded.length <= 22 + 3, `${loaded.length} tree loads for 22 commits`);
+  });
+});
