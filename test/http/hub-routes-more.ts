@@ -222,6 +222,13 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
         assertStatus(gated, 400, "NotSupported");
         assert.match(gated.json().error, /gated repositories are not supported by castor/);
         assertStatus(await call("PUT", "/api/models/alice/settled/settings", { token: tokens.alice, json: { gated: false } }), 200);
+        const withFiles = await call("POST", "/api/repos/create", {
+          token: tokens.alice,
+          json: { name: "alice/with-files", type: "model", files: [{ path: "a.txt", content: "aGk=", encoding: "base64" }] },
+        });
+        assertStatus(withFiles, 400, "NotSupported");
+        assert.match(withFiles.json().error, /uploading files at repository creation is not supported by castor/);
+        assertStatus(await call("GET", "/api/models/alice/with-files", { token: tokens.alice }), 404, "RepoNotFound");
 
         assertStatus(await call("DELETE", "/api/repos/delete", { token: tokens.alice, json: { name: "alice/settled", type: "model" } }), 200);
         assertStatus(await info("models/alice/settled"), 404, "RepoNotFound");

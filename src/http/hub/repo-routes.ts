@@ -109,6 +109,11 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     const caller = await callerOfRequest(deps, request);
     const body = jsonBody(request);
     const { type, namespace, name } = namedRepo(body);
+    // `@huggingface/hub`'s createRepo({files}) sends them base64 in this body; refused rather
+    // than dropped, before anything is created.
+    if (Array.isArray(body.files) && body.files.length > 0) {
+      throw notSupported("uploading files at repository creation", "create the repository, then upload the files (uploadFiles or commit)");
+    }
     try {
       const repo = await deps.repos.createRepo(caller, type, namespace, name, visibilityOf(body));
       return { url: repoUrl(deps, repo), name: repo.name, id: repo.name };
