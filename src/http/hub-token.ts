@@ -8,15 +8,14 @@
  * The interface spells the operation `cas-…`; real clients (xet-core, huggingface_hub,
  * huggingface.js) build `xet-…`, so both are served. The revision is the rest of the path:
  * clients URL-encode a `/` in it (`feature%2Fx`) but a raw `feature/x` is accepted too, since
- * nothing else can follow the revision. A write token for a pull request (`?create_pr=1`) is
- * refused (400 `NotSupported`), as preupload and commit refuse them: castor has no pull requests.
+ * nothing else can follow the revision. Query parameters (`?create_pr=1`) are ignored: pull
+ * requests are refused where they would be made, by preupload and commit.
  *
  * The answer carries the token in the JSON body, which current clients read, and in
  * `X-Xet-*` headers, which older huggingface_hub versions read.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { CasScope, CasTokenIssuer } from "../auth/cas-token.js";
-import { notSupported } from "../hub/errors.js";
 import type { HubService } from "../hub/index.js";
 import type { RepoType } from "../metadata/store.js";
 import { bearerToken } from "./cas-auth.js";
@@ -88,10 +87,6 @@ async function issueToken(
 ): Promise<HubTokenResponse> {
   const { repoTypes, namespace, name } = request.params;
   const revision = request.params["*"] ?? "";
-  const createPr = (request.query as { create_pr?: string } | undefined)?.create_pr;
-  if (access === "write" && (createPr === "1" || createPr === "true" || createPr === "True")) {
-    throw notSupported("pull requests", "commit to a branch instead (create_branch, then upload with revision=BRANCH)");
-  }
   const repoType = Object.hasOwn(REPO_TYPE_BY_PATH_SEGMENT, repoTypes) ? REPO_TYPE_BY_PATH_SEGMENT[repoTypes] : undefined;
   if (repoType === undefined) {
     throw new HttpError(400, `Unknown repository type segment ${JSON.stringify(repoTypes)} in the token path: use models, datasets or spaces`);

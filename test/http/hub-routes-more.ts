@@ -566,7 +566,6 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
           ["POST", "/api/models/alice/plain/commit/main?create_pr=1", /pull requests/, pr],
           ["POST", "/api/models/alice/plain/commit/main?create_pr=True", /pull requests/, pr],
           ["POST", "/api/models/alice/plain/preupload/main?create_pr=1", /pull requests/, { json: { files: [] } }],
-          ["GET", "/api/models/alice/plain/xet-write-token/main?create_pr=1", /pull requests/],
           ["GET", "/api/models/alice/plain/discussions", /discussions and pull requests/],
           ["POST", "/api/models/alice/plain/discussions", /discussions and pull requests/, { json: { title: "t", pullRequest: true } }],
           ["GET", "/api/models/alice/plain/discussions/1", /discussions and pull requests/],

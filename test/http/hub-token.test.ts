@@ -123,18 +123,15 @@ describe("hub token operation", () => {
     await assertGrant(response, { type: "model", id: "alice/bert", rev: "main", scope: "write" });
   });
 
-  it("refuses a write token for a pull request (create_pr=1): 400 NotSupported; read tokens ignore it", async () => {
-    for (const flag of ["1", "true", "True"]) {
-      const refused = await get(`/api/models/alice/bert/xet-write-token/main?create_pr=${flag}`, secrets.write);
-      assertDenied(refused, 400, /pull requests are not supported by castor/);
-      assert.equal(refused.headers["x-error-code"], "NotSupported");
+  it("issues write tokens with create_pr=1, which xet-core appends to uploads without a revision: the pull request is refused at commit", async () => {
+    for (const flag of ["1", "true"]) {
+      await assertGrant(await get(`/api/models/alice/bert/xet-write-token/main?create_pr=${flag}`, secrets.write), {
+        type: "model",
+        id: "alice/bert",
+        rev: "main",
+        scope: "write",
+      });
     }
-    await assertGrant(await get("/api/models/alice/bert/xet-read-token/main?create_pr=1", secrets.read), {
-      type: "model",
-      id: "alice/bert",
-      rev: "main",
-      scope: "read",
-    });
   });
 
   it("issues a fresh token on every call", async () => {

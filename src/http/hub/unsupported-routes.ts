@@ -4,8 +4,9 @@
  * says nothing about which repositories exist). Without these routes the clients would get the
  * generic 404, which `huggingface_hub` reports as a missing repository.
  *
- * Pull requests are refused where they would be made too: `create_pr=1` on preupload, commit
- * (file-routes.ts) and the Xet write-token route (../hub-token.ts). Gated settings are refused by
+ * Pull requests are refused where they would be made too: `create_pr=1` on preupload and commit
+ * (file-routes.ts). The Xet write-token route still issues tokens with it, since xet-core adds
+ * it to uploads without a revision (../hub-token.ts). Gated settings are refused by
  * `PUT …/settings` (repo-routes.ts). Inference Endpoints live on another host
  * (api.endpoints.huggingface.cloud), which castor is not.
  */
