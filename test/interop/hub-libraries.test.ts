@@ -329,7 +329,6 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
         ["v1", "v1"],
         [pushed.commits.v1, "v1"],
         [pushed.commits.v2, "v2"],
-        [pushed.commits.v1.slice(0, 12), "v1"],
       ];
       const revisionsDir = join(workDir, "revisions");
       await mkdir(revisionsDir, { recursive: true });
