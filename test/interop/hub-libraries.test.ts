@@ -100,6 +100,7 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
     /** The uploaded files by repository path, as the driver wrote them before uploading. */
     let originals: Map<string, Buffer>;
     let mainCommit: string;
+    let firstCommit: string;
 
     const digestsOf = (files: Map<string, Buffer>): Record<string, string> =>
       Object.fromEntries([...files].map(([path, bytes]) => [path, sha256Hex(bytes)]).sort(([a], [b]) => (a < b ? -1 : 1)));
@@ -112,7 +113,7 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
       originals = await filesBelow(join(filesDir, "originals"));
       assert.deepEqual([...originals.keys()].sort(), uploaded.files);
       assert.equal(new Set(uploaded.commits).size, 3, "upload_file, upload_file and upload_folder made a commit each");
-      mainCommit = uploaded.commits[2];
+      [firstCommit, , mainCommit] = uploaded.commits;
 
       const files = (await tree("models", repoId)).filter((entry) => entry.type === "file");
       assert.deepEqual(files.map((entry) => entry.path).sort(), uploaded.files, "the repository holds exactly the uploaded files");
@@ -178,6 +179,7 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
       lsNames: string[];
       lsDetail: FsEntry[];
       lsSubfolder: string[];
+      lsAtCommit: string[];
       glob: string[];
       infoFile: FsEntry;
       infoInlineFile: FsEntry;
@@ -194,7 +196,7 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
     it("HfFileSystem: ls (detail False and True), glob, info of a file and a folder", async () => {
       assert.ok(originals, "the upload test ran first");
       fsRequestsFrom = hub.server.logLines().length;
-      fs = await hfapiDriver<typeof fs>("fs", [repoId, filesDir]);
+      fs = await hfapiDriver<typeof fs>("fs", [repoId, filesDir, firstCommit]);
       const at = (path: string): string => `${repoId}/${path}`;
       const big = originals.get("big.bin")!;
       const config = originals.get("folder/config.json")!;
@@ -206,6 +208,7 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
       ]);
       assert.match(fs.lsDetail[0].xetHash ?? "", /^[0-9a-f]{64}$/, "ls(detail=True) gives the Xet hash of the Xet-stored file");
       assert.deepEqual(fs.lsSubfolder, [at("folder/data/nested"), at("folder/data/part-0.bin")]);
+      assert.deepEqual(fs.lsAtCommit, [`${repoId}@${firstCommit}/small.txt`], "ls of REPO@COMMIT lists that commit's tree (small.txt only)");
       assert.deepEqual(fs.glob, [at("big.bin"), at("folder/data/nested/part-1.bin"), at("folder/data/part-0.bin")]);
       assert.deepEqual({ name: fs.infoFile.name, type: fs.infoFile.type, size: fs.infoFile.size }, { name: at("big.bin"), type: "file", size: big.length });
       assert.deepEqual(

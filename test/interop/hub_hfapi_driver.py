@@ -1,6 +1,6 @@
 """Drives huggingface_hub's HfApi and HfFileSystem against castor's hub for hub-libraries.test.ts.
 
-    python hub_hfapi_driver.py COMMAND REPO_ID WORK_DIR
+    python hub_hfapi_driver.py COMMAND REPO_ID WORK_DIR [ARG]
 
 The hub comes from the environment the test sets (HF_ENDPOINT, HF_TOKEN, HF_HOME, ...). Each
 command prints one JSON object on its last stdout line; anything else goes to stderr. The test
@@ -12,7 +12,8 @@ WORK_DIR/originals (same relative paths as in the repository).
              files, nested); prints the commit ids
   download   hf_hub_download of every file, then snapshot_download: the SHA-256 of each file
              the client wrote, and the commit folder the cache filed them under
-  fs         HfFileSystem: ls (detail False and True), glob, info (file and folder), open with
+  fs COMMIT  HfFileSystem: ls (detail False and True; also of REPO_ID@COMMIT, an earlier
+             commit), glob, info (file and folder), open with
              seek + read (middle slices, a read past the end, cat_file with start/end), get of
              a file and of a folder (recursive); prints what each call returned, with the
              SHA-256 of bytes instead of the bytes
@@ -121,7 +122,7 @@ def read_slice(fs, path, start, length):
         return {"start": start, "length": len(data), "sha256": sha256(data), "position": f.tell()}
 
 
-def filesystem(repo_id, work_dir):
+def filesystem(repo_id, work_dir, earlier_commit):
     from huggingface_hub import HfFileSystem
 
     # A fresh instance, and every call below on an empty cache: each one asks castor.
@@ -132,6 +133,8 @@ def filesystem(repo_id, work_dir):
     out["lsDetail"] = sorted((entry_json(e) for e in fs.ls(repo_id, detail=True)), key=lambda e: e["name"])
     fs.invalidate_cache()
     out["lsSubfolder"] = sorted(fs.ls(f"{repo_id}/folder/data", detail=False))
+    fs.invalidate_cache()
+    out["lsAtCommit"] = sorted(fs.ls(f"{repo_id}@{earlier_commit}", detail=False))
     fs.invalidate_cache()
     out["glob"] = sorted(fs.glob(f"{repo_id}/**/*.bin"))
     fs.invalidate_cache()
