@@ -34,6 +34,28 @@ export function urlPrefix(type: RepoType): string {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The heavy suite's local switch
+
+/** The environment variable with which a developer skips the heavy suites (torch, transformers, datasets) locally. */
+export const SKIP_HEAVY_VARIABLE = "CASTOR_SKIP_HEAVY";
+
+/**
+ * The `skip` option of a heavy suite's `describe`: a message when a developer set
+ * CASTOR_SKIP_HEAVY (to anything but "", "0" or "false"), false otherwise. CI never skips:
+ * `.ci/run` unsets the variable, and where `CI` is set (as CI services do) it is ignored.
+ */
+export function heavySuiteSkip(what: string): string | false {
+  const value = process.env[SKIP_HEAVY_VARIABLE]?.trim().toLowerCase() ?? "";
+  if (value === "" || value === "0" || value === "false") return false;
+  const ci = process.env.CI?.trim().toLowerCase() ?? "";
+  if (ci !== "" && ci !== "0" && ci !== "false") {
+    process.stderr.write(`# ${SKIP_HEAVY_VARIABLE} is ignored because CI is set: ${what} runs\n`);
+    return false;
+  }
+  return `${SKIP_HEAVY_VARIABLE}=${process.env[SKIP_HEAVY_VARIABLE]} skips ${what} on this machine (unset it to run them; CI always runs them)`;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Python
 
 const venvs = new Map<string, Promise<string>>();

@@ -10,6 +10,13 @@ command prints one JSON object on its last stdout line; anything else goes to st
                                 reference output of a forward pass to WORK_DIR/reference.pt
   load-model REPO_ID WORK_DIR   AutoTokenizer/AutoModel.from_pretrained(REPO_ID) through the hub,
                                 compares the state dict and the forward pass with the reference
+  push-revisions REPO_ID        pushes three tiny BERTs of different random weights: v1 to main
+                                (then tags it `v1`), v2 to a new branch `dev`, v3 to main; prints
+                                each one's commit id and a digest of its weights
+  load-revisions REPO_ID WORK_DIR REVISION...
+                                AutoModel.from_pretrained(REPO_ID, revision=REVISION) for each
+                                REVISION (each in a cache of its own under WORK_DIR): the digest of
+                                the weights it loaded and the commit folder the cache filed it under
   push-dataset REPO_ID          Dataset.from_dict(ROWS).push_to_hub(REPO_ID)
   load-dataset REPO_ID          load_dataset(REPO_ID, split="train")
   stream-dataset REPO_ID        load_dataset(REPO_ID, split="train", streaming=True)
@@ -85,6 +92,46 @@ def load_model(repo_id, work_dir):
     }
 
 
+def weights_digest(model):
+    """SHA-256 over every tensor of the state dict, by name: equal digests, equal weights."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + b"\0" + tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def push_revisions(repo_id):
+    import torch
+    from huggingface_hub import HfApi
+    from transformers import BertModel
+
+    api = HfApi()
+    commits, digests = {}, {}
+    for version, seed, branch in (("v1", 1, None), ("v2", 2, "dev"), ("v3", 3, None)):
+        torch.manual_seed(seed)
+        model = BertModel(tiny_bert_config())
+        # transformers creates the branch `dev` (from main) before committing to it.
+        commit = model.push_to_hub(repo_id, revision=branch, commit_message=f"weights {version}")
+        commits[version], digests[version] = commit.oid, weights_digest(model)
+        if version == "v1":
+            api.create_tag(repo_id, tag="v1", revision=commit.oid)
+    return {"commits": commits, "digests": digests}
+
+
+def load_revisions(repo_id, work_dir, *revisions):
+    from transformers import AutoModel
+
+    loaded = {}
+    for index, revision in enumerate(revisions):
+        cache_dir = os.path.join(work_dir, f"cache-{index}")
+        model = AutoModel.from_pretrained(repo_id, revision=revision, cache_dir=cache_dir)
+        snapshots = os.path.join(cache_dir, "models--" + repo_id.replace("/", "--"), "snapshots")
+        loaded[revision] = {"digest": weights_digest(model), "commitFolders": sorted(os.listdir(snapshots))}
+    return loaded
+
+
 def dataset_rows():
     return {
         "id": list(range(200)),
@@ -119,6 +166,10 @@ def main(argv):
         result = push_model(*args)
     elif command == "load-model":
         result = load_model(*args)
+    elif command == "push-revisions":
+        result = push_revisions(*args)
+    elif command == "load-revisions":
+        result = load_revisions(*args)
     elif command == "push-dataset":
         result = push_dataset(*args)
     elif command == "load-dataset":
