@@ -22,6 +22,9 @@ import { lastCommits } from "./last-commits.js";
 import { requirePath, TreeReader } from "./paths.js";
 import { ADMIN_AUTHOR } from "./service.js";
 
+/** A short commit id: 4 to 39 lowercase hex digits (git's shortest abbreviation is 4). */
+const SHORT_COMMIT_ID = /^[0-9a-f]{4,39}$/;
+
 export interface RepoAddress {
   type: RepoType;
   /** `namespace/name`. */
@@ -194,15 +197,27 @@ export class HubRepositories {
   // --- revisions ----------------------------------------------------------------------------
 
   /**
-   * The commit `revision` names: a branch, a tag or a commit id of the repository, or `HEAD`
-   * (git's name for the default branch, `main`, which `@huggingface/hub`'s modelInfo asks for)
-   * unless a branch is called that. 404 RevisionNotFound otherwise.
+   * The commit `revision` names: a branch, a tag or a commit id of the repository (all 40
+   * digits, or an unambiguous prefix of at least 4, as git takes them), or `HEAD` (git's name for
+   * the default branch, `main`, which `@huggingface/hub`'s modelInfo asks for) unless a branch
+   * is called that. 404 RevisionNotFound otherwise, also for an ambiguous prefix.
    */
   async resolve(repo: Repo, revision: string): Promise<{ commit: CommitRecord; revision: Revision | null }> {
     const named = (await this.store.getRevision(repo.id, revision)) ?? (revision === "HEAD" ? await this.store.getRevision(repo.id, "main") : null);
     if (named !== null) return { commit: await this.headOf(repo, named), revision: named };
     if (isGitOid(revision)) {
       const commit = await this.store.getCommit(repo.id, revision);
+      if (commit !== null) return { commit, revision: null };
+    } else if (SHORT_COMMIT_ID.test(revision)) {
+      const oids = await this.store.commitOidsWithPrefix(repo.id, revision, 2);
+      if (oids.length > 1) {
+        throw new HubError(
+          404,
+          `revision ${quote(revision)} is ambiguous in ${formatRepoRef(repo)}: several commit ids start with it; give more digits`,
+          "RevisionNotFound",
+        );
+      }
+      const commit = oids.length === 1 ? await this.store.getCommit(repo.id, oids[0]) : null;
       if (commit !== null) return { commit, revision: null };
     }
     throw new HubError(404, `revision ${quote(revision)} not found in ${formatRepoRef(repo)}`, "RevisionNotFound");

@@ -42,7 +42,7 @@ export type RepoRecords = Pick<
 /** Hub tokens with their repository links. */
 export type TokenRecords = Pick<HubMetadataStore, "createHubToken" | "findHubTokenBySecretHash" | "listHubTokens" | "revokeHubToken">;
 /** Commits, trees and moving branches to new commits. */
-export type HistoryRecords = Pick<HubMetadataStore, "getCommit" | "getTree" | "advanceBranch">;
+export type HistoryRecords = Pick<HubMetadataStore, "getCommit" | "commitOidsWithPrefix" | "getTree" | "advanceBranch">;
 
 export interface RecordFamilies {
   repos: RepoRecords;
@@ -93,6 +93,9 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   // Histories
   getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
     return this.families.history.getCommit(repoId, oid);
+  }
+  commitOidsWithPrefix(repoId: number, prefix: string, limit: number): Promise<string[]> {
+    return this.families.history.commitOidsWithPrefix(repoId, prefix, limit);
   }
   getTree(repoId: number, oid: string): Promise<TreeRecord | null> {
     return this.families.history.getTree(repoId, oid);

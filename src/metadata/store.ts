@@ -213,6 +213,11 @@ export interface HubMetadataStore {
   listRevisions(repoId: number): Promise<Revision[]>;
 
   getCommit(repoId: number, oid: string): Promise<CommitRecord | null>;
+  /**
+   * Ids of the repository's commits that start with `prefix` (lowercase hex), in order, at most
+   * `limit`: how a short commit id is looked up (two answers mean it is ambiguous).
+   */
+  commitOidsWithPrefix(repoId: number, prefix: string, limit: number): Promise<string[]>;
   getTree(repoId: number, oid: string): Promise<TreeRecord | null>;
   /**
    * Stores the commit and its trees and moves the branch to it, all in one transaction, if the

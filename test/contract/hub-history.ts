@@ -185,6 +185,27 @@ export function runHubHistoryContract(withStore: WithStore): void {
 
   describe("commits and trees", () => {
     it(
+      "finds commit ids by prefix, in order, per repository, up to the limit",
+      withStore(async (store) => {
+        const init = initOf(false);
+        const repo = await store.createRepo("model", "alice/short", init);
+        const other = await store.createRepo("model", "alice/other", initOf(false));
+        // Ids chosen to share a prefix (the store keeps the id it is given).
+        const first = { ...commitOf("first", EMPTY_TREE, [init.commit.oid]), oid: `abcd${"2".repeat(36)}` };
+        const second = { ...commitOf("second", EMPTY_TREE, [first.oid]), oid: `abcd${"1".repeat(36)}` };
+        assert.equal(await store.advanceBranch({ repoId: repo.id, branch: "main", expectedHead: init.commit.oid, commit: first, trees: [] }), "advanced");
+        assert.equal(await store.advanceBranch({ repoId: repo.id, branch: "main", expectedHead: first.oid, commit: second, trees: [] }), "advanced");
+        assert.deepEqual(await store.commitOidsWithPrefix(repo.id, "abcd", 10), [second.oid, first.oid]);
+        assert.deepEqual(await store.commitOidsWithPrefix(repo.id, "abcd", 1), [second.oid]);
+        assert.deepEqual(await store.commitOidsWithPrefix(repo.id, "abcd2", 10), [first.oid]);
+        assert.deepEqual(await store.commitOidsWithPrefix(repo.id, first.oid, 10), [first.oid]);
+        assert.deepEqual(await store.commitOidsWithPrefix(repo.id, "abce", 10), []);
+        assert.deepEqual(await store.commitOidsWithPrefix(repo.id, init.commit.oid.slice(0, 7), 10), [init.commit.oid]);
+        assert.deepEqual(await store.commitOidsWithPrefix(other.id, "abcd", 10), [], "another repository's commits are not this one's");
+      }),
+    );
+
+    it(
       "keeps commits and trees per repository; unknown oids are null",
       withStore(async (store) => {
         const init = initOf(false);

@@ -437,6 +437,19 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
         for (const answer of answers) assertStatus(answer, 404, "RevisionNotFound");
       });
 
+      it("a short commit id names its commit wherever a revision is taken; too short or unknown is 404", async () => {
+        const head = (await call("GET", "/api/models/alice/refs/revision/main", { token: tokens.alice })).json().sha as string;
+        for (const short of [head.slice(0, 7), head.slice(0, 4), head.slice(0, 39)]) {
+          const info = await call("GET", `/api/models/alice/refs/revision/${short}`, { token: tokens.alice });
+          assertStatus(info, 200);
+          assert.equal(info.json().sha, head);
+          assertStatus(await call("GET", `/api/models/alice/refs/tree/${short}`, { token: tokens.alice }), 200);
+        }
+        assertStatus(await call("GET", `/api/models/alice/refs/revision/${head.slice(0, 3)}`, { token: tokens.alice }), 404, "RevisionNotFound");
+        const unknown = head.startsWith("0000") ? "ffff" : "0000";
+        assertStatus(await call("GET", `/api/models/alice/refs/revision/${unknown}`, { token: tokens.alice }), 404, "RevisionNotFound");
+      });
+
       it("an existing branch or tag name is 409; main cannot be deleted; a tag is not a branch", async () => {
         assertStatus(await call("POST", "/api/models/alice/refs/branch/dev", { token: tokens.alice, json: {} }), 200);
         assertStatus(await call("POST", "/api/models/alice/refs/branch/dev", { token: tokens.alice, json: {} }), 409);

@@ -312,7 +312,7 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
       );
     });
 
-    it("from_pretrained at a branch, a tag and a commit id loads that revision's weights", async () => {
+    it("from_pretrained at a branch, a tag and a commit id (full and short) loads that revision's weights", async () => {
       const revisionsRepo = `${USER}/tiny-bert-revisions`;
       const pushed = await driver<{ commits: Record<"v1" | "v2" | "v3", string>; digests: Record<"v1" | "v2" | "v3", string> }>("push-revisions", [
         revisionsRepo,
@@ -332,6 +332,9 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
         ["v1", "v1"],
         [pushed.commits.v1, "v1"],
         [pushed.commits.v2, "v2"],
+        // A short id, as `git log --oneline` prints it: castor answers with the full id, which
+        // the cache files the snapshot under.
+        [pushed.commits.v1.slice(0, 12), "v1"],
       ];
       const revisionsDir = join(workDir, "revisions");
       await mkdir(revisionsDir, { recursive: true });

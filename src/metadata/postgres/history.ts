@@ -36,6 +36,7 @@ export const COMMIT_COLUMNS = "repo_id, oid, tree_oid, parent_oids, title, messa
 
 const HISTORY_SQL = {
   getCommit: `SELECT ${COMMIT_COLUMNS} FROM commits WHERE repo_id = $1 AND oid = $2`,
+  commitOidsWithPrefix: `SELECT oid FROM commits WHERE repo_id = $1 AND starts_with(oid, $2) ORDER BY oid COLLATE "C" LIMIT $3`,
   getTree: `SELECT repo_id, oid, entries FROM trees WHERE repo_id = $1 AND oid = $2`,
   moveBranch: `
     UPDATE revisions SET commit_oid = $3
@@ -95,6 +96,11 @@ export class PostgresHistoryRecords {
   async getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
     const { rows } = await this.run<CommitRow>("getCommit", [repoId, oid]);
     return rows.length > 0 ? toCommit(rows[0]) : null;
+  }
+
+  async commitOidsWithPrefix(repoId: number, prefix: string, limit: number): Promise<string[]> {
+    const { rows } = await this.run<{ oid: string }>("commitOidsWithPrefix", [repoId, prefix, limit]);
+    return rows.map((row) => row.oid);
   }
 
   async getTree(repoId: number, oid: string): Promise<TreeRecord | null> {

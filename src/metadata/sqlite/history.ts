@@ -31,6 +31,7 @@ export interface HistoryStatements {
   insertTree: Database.Statement<[number, string, Uint8Array]>;
   insertCommit: Database.Statement<[number, string, string, string, string, string, string, number, string]>;
   getCommit: Database.Statement<[number, string], CommitRow>;
+  commitOidsWithPrefix: Database.Statement<[number, string, string, number], { oid: string }>;
   getTree: Database.Statement<[number, string], TreeRow>;
   branchHead: Database.Statement<[number, string], { kind: RevisionKind; commit_oid: string | null }>;
   moveBranch: Database.Statement<[string, number, string, string | null]>;
@@ -44,6 +45,10 @@ function prepareHistoryStatements(db: Database.Database): HistoryStatements {
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
     ),
     getCommit: db.prepare<[number, string], CommitRow>("SELECT * FROM commits WHERE repo_id = ? AND oid = ?"),
+    // A range of the primary key: ids with the prefix sort between it and the prefix + "g".
+    commitOidsWithPrefix: db.prepare<[number, string, string, number], { oid: string }>(
+      "SELECT oid FROM commits WHERE repo_id = ? AND oid >= ? AND oid < ? ORDER BY oid LIMIT ?",
+    ),
     getTree: db.prepare<[number, string], TreeRow>("SELECT * FROM trees WHERE repo_id = ? AND oid = ?"),
     branchHead: db.prepare<[number, string], { kind: RevisionKind; commit_oid: string | null }>(
       "SELECT kind, commit_oid FROM revisions WHERE repo_id = ? AND name = ?",
@@ -101,6 +106,10 @@ export class SqliteHistoryRecords {
   async getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
     const row = this.sql.getCommit.get(repoId, oid);
     return row ? toCommit(row) : null;
+  }
+
+  async commitOidsWithPrefix(repoId: number, prefix: string, limit: number): Promise<string[]> {
+    return this.sql.commitOidsWithPrefix.all(repoId, prefix, `${prefix}g`, limit).map((row) => row.oid);
   }
 
   async getTree(repoId: number, oid: string): Promise<TreeRecord | null> {
