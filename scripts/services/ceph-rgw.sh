@@ -31,8 +31,8 @@ PACKAGES=(radosgw ceph-mon ceph-osd)
 # The daemons each write a pid file named after themselves into the run dir (`pid file` below).
 DAEMON_COMMS=(radosgw ceph-osd ceph-mon)
 
-say() { echo "ceph-rgw.sh: $*" >&2; }
-die() { say "$*"; exit 1; }
+# say, die and run_command
+source "$(dirname "$0")/common.sh"
 
 # die, showing the end of the log named by $1 first: in CI that output is all there is.
 die_showing() {
@@ -275,9 +275,4 @@ env_cmd() {
   print_env
 }
 
-case "${1:-}" in
-  start) start ;;
-  stop) stop ;;
-  env) env_cmd ;;
-  *) die "usage: $0 start|stop|env" ;;
-esac
+run_command "$@"

@@ -19,8 +19,8 @@ LOG_FILE="$STATE_DIR/postgres.log"
 PORT="${CASTOR_PG_PORT:-55432}"
 SUPERUSER=postgres
 
-say() { echo "postgres.sh: $*" >&2; }
-die() { say "$*"; exit 1; }
+# say, die and run_command
+source "$(dirname "$0")/common.sh"
 
 print_env() {
   echo "export CASTOR_TEST_DATABASE_URL=postgres://$SUPERUSER@127.0.0.1:$PORT/postgres"
@@ -127,9 +127,4 @@ env_cmd() {
   print_env
 }
 
-case "${1:-}" in
-  start) start ;;
-  stop) stop ;;
-  env) env_cmd ;;
-  *) die "usage: $0 start|stop|env" ;;
-esac
+run_command "$@"

@@ -5,21 +5,12 @@
  * real `castor serve` process, whose clock the test cannot turn.)
  */
 import assert from "node:assert/strict";
-import { generateKeyPairSync, randomBytes } from "node:crypto";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { randomBytes } from "node:crypto";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { FastifyInstance } from "fastify";
-import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { CastorClient } from "../../src/client/index.js";
-import { loadConfig } from "../../src/config.js";
-import { buildCastorApp } from "../../src/http/app.js";
-import { createLogger } from "../../src/http/logging.js";
-import { HubService } from "../../src/hub/index.js";
-import { openMetadataStore } from "../../src/metadata/open.js";
-import type { MetadataStore } from "../../src/metadata/store.js";
-import { casDepsForTest } from "../helpers/app.js";
+import { startTestApp, type TestApp } from "../helpers/app.js";
 
 const TOKEN_TTL_SECONDS = 60;
 const REPO = "model:alice/bert";
@@ -29,43 +20,30 @@ const skew = { server: 0, client: 0 };
 const serverNow = () => new Date(Date.now() + skew.server);
 const clientNow = () => Date.now() + skew.client;
 
+let castor: TestApp;
 let dataDir: string;
-let store: MetadataStore;
-let app: FastifyInstance;
 let endpoint: string;
 let hubToken: string;
 /** The status of every request the app answered, in order (its one log line per request). */
 const answered: number[] = [];
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "castor-token-expiry-"));
-  store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
-  const hub = new HubService(store);
-  await hub.createRepo("model", "alice/bert");
-  hubToken = (await hub.createToken({ repos: [REPO], access: "write", expiresAt: null })).secret;
-  const { privateKey, publicKey } = generateKeyPairSync("ed25519");
-  app = await buildCastorApp({
-    logger: createLogger("info", {
-      write: (line: string) => {
-        const entry = JSON.parse(line) as { msg?: string; statusCode?: number };
-        if (entry.msg === "request" && entry.statusCode !== undefined) answered.push(entry.statusCode);
-      },
-    }),
-    store,
-    hub,
-    issuer: new CasTokenIssuer(privateKey, TOKEN_TTL_SECONDS, serverNow),
-    verifier: new CasTokenVerifier(publicKey, serverNow),
-    publicUrl: () => endpoint,
-    ...(await casDepsForTest(store, dataDir, () => endpoint)),
+  castor = await startTestApp({
+    name: "token-expiry",
+    logLines: (line) => {
+      const entry = JSON.parse(line) as { msg?: string; statusCode?: number };
+      if (entry.msg === "request" && entry.statusCode !== undefined) answered.push(entry.statusCode);
+    },
+    tokenTtlSeconds: TOKEN_TTL_SECONDS,
+    now: serverNow,
   });
-  await app.listen({ host: "127.0.0.1", port: 0 });
-  endpoint = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
+  ({ dataDir, url: endpoint } = castor);
+  await castor.hub.createRepo("model", "alice/bert");
+  hubToken = (await castor.hub.createToken({ repos: [REPO], access: "write", expiresAt: null })).secret;
 });
 
 after(async () => {
-  await app?.close();
-  await store?.close();
-  await rm(dataDir, { recursive: true, force: true });
+  await castor?.close();
 });
 
 /** A CAS token straight from the hub's token operation. */

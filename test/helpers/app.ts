@@ -1,18 +1,26 @@
 /**
  * The CAS and hub dependencies of `buildCastorApp` for tests that build the app in-process
  * around a metadata store of their own: an fs blob store in `dataDir` and services with fixed
- * test keys.
+ * test keys. `startTestApp` builds the whole app that way in a temp folder.
  */
+import { generateKeyPairSync, type KeyObject } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { FastifyInstance } from "fastify";
+import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
 import { DedupService } from "../../src/cas/dedup.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
-import { DEFAULT_HUB_INLINE_MAX_BYTES, DEFAULT_MAX_SHARD_BYTES } from "../../src/config.js";
+import { DEFAULT_HUB_INLINE_MAX_BYTES, DEFAULT_MAX_SHARD_BYTES, loadConfig } from "../../src/config.js";
 import { FileReader } from "../../src/cas/file-reader.js";
 import { HubRepositories } from "../../src/hub/repositories.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "../../src/format/xorb.js";
-import type { CastorAppDeps } from "../../src/http/app.js";
+import { buildCastorApp, type CastorAppDeps } from "../../src/http/app.js";
+import { createLogger } from "../../src/http/logging.js";
+import { HubService } from "../../src/hub/index.js";
+import { openMetadataStore } from "../../src/metadata/open.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 
@@ -56,5 +64,62 @@ export async function casDepsForTest(
     hubRepos: new HubRepositories(store, { inlineMaxBytes, now: hub.now }),
     xetFiles: new FileReader({ metadata: store, blobs }),
     hubInlineMaxBytes: inlineMaxBytes,
+  };
+}
+
+/** An in-process castor on the embedded store in a temp folder, with its store and hub. */
+export interface TestApp {
+  dataDir: string;
+  store: MetadataStore;
+  hub: HubService;
+  app: FastifyInstance;
+  /** Where it listens (http://127.0.0.1:PORT); the public URL too unless one was given. */
+  url: string;
+  /** Closes the app and the store and removes the folder. */
+  close(): Promise<void>;
+}
+
+export interface TestAppOptions {
+  /** Names the temp folder (castor-NAME-…). */
+  name: string;
+  /** Receives every JSON log line at level info; without it, warnings and worse are dropped. */
+  logLines?: (line: string) => void;
+  /** The URL handed out in answers, if not the listening one. */
+  publicUrl?: string;
+  /** Defaults: a fresh Ed25519 pair, 900 s tokens, the real clock. */
+  keys?: { privateKey: KeyObject; publicKey: KeyObject };
+  tokenTtlSeconds?: number;
+  now?: () => Date;
+  inlineMaxBytes?: number;
+}
+
+export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
+  const dataDir = await mkdtemp(join(tmpdir(), `castor-${options.name}-`));
+  const store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
+  const hub = new HubService(store);
+  const { privateKey, publicKey } = options.keys ?? generateKeyPairSync("ed25519");
+  let url = "";
+  const publicUrl = () => options.publicUrl ?? url;
+  const app = await buildCastorApp({
+    logger: options.logLines ? createLogger("info", { write: options.logLines }) : createLogger("warn", { write: () => {} }),
+    store,
+    hub,
+    issuer: new CasTokenIssuer(privateKey, options.tokenTtlSeconds ?? 900, options.now),
+    verifier: new CasTokenVerifier(publicKey, options.now),
+    publicUrl,
+    ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes })),
+  });
+  url = await app.listen({ host: "127.0.0.1", port: 0 });
+  return {
+    dataDir,
+    store,
+    hub,
+    app,
+    url,
+    async close() {
+      await app.close();
+      await store.close();
+      await rm(dataDir, { recursive: true, force: true });
+    },
   };
 }

@@ -8,55 +8,31 @@
  * branches (404).
  */
 import assert from "node:assert/strict";
-import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { createHash, randomBytes } from "node:crypto";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { FastifyInstance } from "fastify";
-import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { upload } from "../../src/client/index.js";
-import { loadConfig } from "../../src/config.js";
-import { buildCastorApp } from "../../src/http/app.js";
-import { createLogger } from "../../src/http/logging.js";
-import { HubService } from "../../src/hub/index.js";
 import { MAX_BATCH_OBJECTS } from "../../src/hub/lfs-batch.js";
-import { openMetadataStore } from "../../src/metadata/open.js";
-import type { MetadataStore } from "../../src/metadata/store.js";
-import { casDepsForTest } from "../helpers/app.js";
+import { startTestApp, type TestApp } from "../helpers/app.js";
 
-const { privateKey, publicKey } = generateKeyPairSync("ed25519");
 const LFS_TYPE = "application/vnd.git-lfs+json";
 
-let dataDir: string;
-let store: MetadataStore;
-let app: FastifyInstance;
+let castor: TestApp;
 let base: string;
 const tokens = { alice: "", aliceRead: "", bob: "" };
 /** Content uploaded through Xet to dataset alice/corpus only. */
 const stored = { bytes: randomBytes(200_000), sha256: "" };
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "castor-hub-lfs-batch-"));
-  store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
-  const hub = new HubService(store);
+  castor = await startTestApp({ name: "hub-lfs-batch" });
+  const { hub } = castor;
+  base = castor.url;
   const token = async (owner: string, access: "read" | "write") =>
     (await hub.createToken({ repos: [], namespaces: [owner], owner, access, expiresAt: null })).secret;
   tokens.alice = await token("alice", "write");
   tokens.aliceRead = await token("alice", "read");
   tokens.bob = await token("bob", "write");
-  let url = "";
-  app = await buildCastorApp({
-    logger: createLogger("warn", { write: () => {} }),
-    store,
-    hub,
-    issuer: new CasTokenIssuer(privateKey, 900),
-    verifier: new CasTokenVerifier(publicKey),
-    publicUrl: () => url,
-    ...(await casDepsForTest(store, dataDir, () => url)),
-  });
-  url = await app.listen({ host: "127.0.0.1", port: 0 });
-  base = url;
 
   for (const [name, type] of [
     ["alice/bert", "model"],
@@ -74,15 +50,13 @@ before(async () => {
   assert.equal(branch.status, 200, await branch.text());
 
   stored.sha256 = createHash("sha256").update(stored.bytes).digest("hex");
-  const path = join(dataDir, "stored.bin");
+  const path = join(castor.dataDir, "stored.bin");
   await writeFile(path, stored.bytes);
   await upload({ endpoint: base, hubToken: tokens.alice, repo: "dataset:alice/corpus", files: [path] });
 });
 
 after(async () => {
-  await app.close();
-  await store.close();
-  await rm(dataDir, { recursive: true, force: true });
+  await castor?.close();
 });
 
 interface BatchAnswer {

@@ -6,62 +6,37 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { createHash, generateKeyPairSync, randomBytes } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { createHash, randomBytes } from "node:crypto";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import type { FastifyInstance } from "fastify";
-import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { upload } from "../../src/client/index.js";
-import { loadConfig } from "../../src/config.js";
 import { gitBlobId, lfsPointer } from "../../src/format/git.js";
-import { buildCastorApp } from "../../src/http/app.js";
-import { createLogger } from "../../src/http/logging.js";
 import { HubService } from "../../src/hub/index.js";
-import { openMetadataStore } from "../../src/metadata/open.js";
-import type { MetadataStore } from "../../src/metadata/store.js";
-import { casDepsForTest } from "../helpers/app.js";
+import { startTestApp, type TestApp } from "../helpers/app.js";
 
 const INLINE_MAX = 64 * 1024;
-const { privateKey, publicKey } = generateKeyPairSync("ed25519");
 
+let castor: TestApp;
 let dataDir: string;
-let store: MetadataStore;
 let hub: HubService;
-let app: FastifyInstance;
 let base: string;
 const logText: string[] = [];
 const tokens = { alice: "", aliceRead: "", bob: "", ownerless: "" };
 
 before(async () => {
-  dataDir = await mkdtemp(join(tmpdir(), "castor-hub-routes-"));
-  store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
-  hub = new HubService(store);
+  castor = await startTestApp({ name: "hub-routes", logLines: (line) => void logText.push(line), inlineMaxBytes: INLINE_MAX });
+  ({ dataDir, hub, url: base } = castor);
   const token = async (owner: string | null, namespaces: string[], access: "read" | "write") =>
     (await hub.createToken({ repos: [], namespaces, owner, access, expiresAt: null })).secret;
   tokens.alice = await token("alice", ["alice"], "write");
   tokens.aliceRead = await token("alice", ["alice"], "read");
   tokens.bob = await token("bob", ["bob"], "write");
   tokens.ownerless = (await hub.createToken({ repos: "all", access: "write", expiresAt: null })).secret;
-  let url = "";
-  app = await buildCastorApp({
-    logger: createLogger("info", { write: (line: string) => void logText.push(line) }),
-    store,
-    hub,
-    issuer: new CasTokenIssuer(privateKey, 900),
-    verifier: new CasTokenVerifier(publicKey),
-    publicUrl: () => url,
-    ...(await casDepsForTest(store, dataDir, () => url, { inlineMaxBytes: INLINE_MAX })),
-  });
-  url = await app.listen({ host: "127.0.0.1", port: 0 });
-  base = url;
 });
 
 after(async () => {
-  await app.close();
-  await store.close();
-  await rm(dataDir, { recursive: true, force: true });
+  await castor?.close();
 });
 
 interface Answer {

@@ -6,10 +6,7 @@
  * differ, so commits that touch other folders cost no tree loads.
  */
 import assert from "node:assert/strict";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterEach, beforeEach, describe, it } from "node:test";
+import { beforeEach, describe, it } from "node:test";
 import { HubService } from "../../src/hub/index.js";
 import { lastCommits } from "../../src/hub/last-commits.js";
 import { HubRepositories } from "../../src/hub/repositories.js";
@@ -18,24 +15,20 @@ import type { CommitRecord, Repo } from "../../src/metadata/store.js";
 import { sha256Hex } from "../../src/hub/history.js";
 import { gitBlobId } from "../../src/format/git.js";
 import type { Caller } from "../../src/hub/access.js";
+import { useFreshStores } from "../helpers/stores.js";
 
-let root: string;
+const stores = useFreshStores("last-commits");
 let store: SqliteMetadataStore;
 let repos: HubRepositories;
 let caller: Caller;
 let repo: Repo;
 
 beforeEach(async () => {
-  root = await mkdtemp(join(tmpdir(), "castor-last-commits-"));
-  store = await SqliteMetadataStore.open(root);
+  store = stores().metadata;
   repos = new HubRepositories(store, { inlineMaxBytes: 1024 });
   const { secret } = await new HubService(store).createToken({ repos: "all", owner: "alice", access: "write", expiresAt: null });
   caller = await repos.caller(secret);
   repo = await repos.createRepo(caller, "model", "alice", "walk", true);
-});
-afterEach(async () => {
-  await store.close();
-  await rm(root, { recursive: true, force: true });
 });
 
 /** Commits `path` = `text` (inline; the blob store is not needed to build trees). */

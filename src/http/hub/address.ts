@@ -12,6 +12,16 @@ import type { RepoType } from "../../metadata/store.js";
 export const REPO_TYPE_BY_PLURAL: Readonly<Record<string, RepoType>> = { models: "model", datasets: "dataset", spaces: "space" };
 export const PLURAL_BY_REPO_TYPE: Readonly<Record<RepoType, string>> = { model: "models", dataset: "datasets", space: "spaces" };
 
+/**
+ * Git-style URLs (`resolve`, `raw`, LFS batch) put the repository type before the namespace,
+ * except for models: each URL prefix with the type's plural, as the API routes spell it.
+ */
+export const FILE_URL_PREFIXES = [
+  ["", "models"],
+  ["/datasets", "datasets"],
+  ["/spaces", "spaces"],
+] as const;
+
 /** The prefix of a repository's file URLs (`/{prefix}{ns}/{name}/resolve/…`). */
 export function urlPrefixOf(type: RepoType): string {
   return type === "model" ? "" : `${PLURAL_BY_REPO_TYPE[type]}/`;

@@ -10,7 +10,7 @@ import { HubError } from "../../hub/errors.js";
 import { LfsBatch, type LfsBatchAnswer, type StoredFileLookup } from "../../hub/lfs-batch.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import type { RepoType } from "../../metadata/store.js";
-import { addressOf, PLURAL_BY_REPO_TYPE } from "./address.js";
+import { addressOf, PLURAL_BY_REPO_TYPE, FILE_URL_PREFIXES } from "./address.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
 
 export interface HubLfsRouteDeps extends HubRouteDeps {
@@ -32,11 +32,7 @@ export async function lfsRoutes(app: FastifyInstance, deps: HubLfsRouteDeps): Pr
   // Git LFS clients send (and accept) their own JSON media type.
   app.addContentTypeParser(LFS_MEDIA_TYPE, { parseAs: "string", bodyLimit: BATCH_BODY_LIMIT }, (_request, body, done) => done(null, body));
 
-  for (const [prefix, plural] of [
-    ["", "models"],
-    ["/datasets", "datasets"],
-    ["/spaces", "spaces"],
-  ] as const) {
+  for (const [prefix, plural] of FILE_URL_PREFIXES) {
     app.post<{ Params: BatchParams }>(`${prefix}/:namespace/:repoGit/info/lfs/objects/batch`, { bodyLimit: BATCH_BODY_LIMIT }, async (request, reply) => {
       const caller = await callerOfRequest(deps, request);
       const address = addressOf(plural, request.params.namespace, request.params.repoGit.replace(/\.git$/, ""));

@@ -7,8 +7,7 @@
 import type { FastifyInstance } from "fastify";
 import { HubError } from "../../hub/errors.js";
 import { requireRepoType } from "../../hub/names.js";
-import { RepoExistsError } from "../../hub/repositories.js";
-import { callerOfRequest, jsonBody, repoUrl, stringField, type HubRouteDeps } from "./repo-routes.js";
+import { answerNamingRepo, callerOfRequest, jsonBody, stringField, type HubRouteDeps } from "./repo-routes.js";
 
 export async function moveRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
   app.post("/api/repos/move", async (request, reply) => {
@@ -18,17 +17,6 @@ export async function moveRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     const to = stringField(body, "toRepo", true)!;
     const type = requireRepoType(stringField(body, "type", false) ?? "model");
     if (!from.includes("/")) throw new HubError(400, `"fromRepo" must be namespace/name; got ${JSON.stringify(from.slice(0, 100))}`);
-    try {
-      const moved = await deps.repos.moveRepo(caller, { type, name: from }, to);
-      return { url: repoUrl(deps, moved), name: moved.name, id: moved.name };
-    } catch (err) {
-      // As for create: the conflict names the repository that holds the name.
-      if (err instanceof RepoExistsError)
-        return reply
-          .code(409)
-          .header("x-error-message", err.message)
-          .send({ error: err.message, url: repoUrl(deps, err.repo) });
-      throw err;
-    }
+    return answerNamingRepo(deps, reply, () => deps.repos.moveRepo(caller, { type, name: from }, to));
   });
 }

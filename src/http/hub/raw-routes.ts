@@ -11,7 +11,7 @@ import { lfsPointer } from "../../format/git.js";
 import { HubError } from "../../hub/errors.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
-import { addressOf, revisionAndPath } from "./address.js";
+import { addressOf, revisionAndPath, FILE_URL_PREFIXES } from "./address.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
 import { requestedRange } from "./resolve-routes.js";
 
@@ -53,11 +53,7 @@ export async function rawRoutes(app: FastifyInstance, deps: HubRawRouteDeps): Pr
     };
   };
 
-  for (const [prefix, plural] of [
-    ["", "models"],
-    ["/datasets", "datasets"],
-    ["/spaces", "spaces"],
-  ] as const) {
+  for (const [prefix, plural] of FILE_URL_PREFIXES) {
     const url = `${prefix}/:namespace/:name/raw/*`;
     const handler = async (request: FastifyRequest<{ Params: RawParams }>, reply: FastifyReply) => {
       const blob = await find(request, plural);

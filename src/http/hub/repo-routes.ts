@@ -4,7 +4,7 @@
  * without doing anything (card validation, the CLI's agent-harness registry). The LFS batch
  * call is in lfs-routes.ts.
  */
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { requireRepoType } from "../../hub/names.js";
 import { HubError, notSupported } from "../../hub/errors.js";
 import { RepoExistsError, type HubRepositories, type RepoAddress } from "../../hub/repositories.js";
@@ -43,6 +43,25 @@ export async function callerOfRequest(deps: HubRouteDeps, request: FastifyReques
 
 export function repoUrl(deps: HubRouteDeps, repo: Pick<Repo, "type" | "name">): string {
   return `${deps.publicUrl()}/${urlPrefixOf(repo.type)}${repo.name}`;
+}
+
+/**
+ * The answer of create and move: the repository's URL and name; when the name is taken, the
+ * Hub's 409 carrying the URL of the repository that holds it (clients parse it even when they
+ * tolerate the conflict).
+ */
+export async function answerNamingRepo(deps: HubRouteDeps, reply: FastifyReply, named: () => Promise<Repo>) {
+  try {
+    const repo = await named();
+    return { url: repoUrl(deps, repo), name: repo.name, id: repo.name };
+  } catch (err) {
+    if (err instanceof RepoExistsError)
+      return reply
+        .code(409)
+        .header("x-error-message", err.message)
+        .send({ error: err.message, url: repoUrl(deps, err.repo) });
+    throw err;
+  }
 }
 
 export function stringField(body: Record<string, unknown>, field: string, required: boolean): string | undefined {
@@ -114,18 +133,7 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     if (Array.isArray(body.files) && body.files.length > 0) {
       throw notSupported("uploading files at repository creation", "create the repository, then upload the files (uploadFiles or commit)");
     }
-    try {
-      const repo = await deps.repos.createRepo(caller, type, namespace, name, visibilityOf(body));
-      return { url: repoUrl(deps, repo), name: repo.name, id: repo.name };
-    } catch (err) {
-      // The Hub's 409 carries the URL; clients parse it even when they tolerate the conflict.
-      if (err instanceof RepoExistsError)
-        return reply
-          .code(409)
-          .header("x-error-message", err.message)
-          .send({ error: err.message, url: repoUrl(deps, err.repo) });
-      throw err;
-    }
+    return answerNamingRepo(deps, reply, () => deps.repos.createRepo(caller, type, namespace, name, visibilityOf(body)));
   });
 
   app.delete("/api/repos/delete", async (request) => {

@@ -26,7 +26,7 @@ import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js"
 import { parseRangeHeader, ReconstructionError, resolveFileRange } from "../../cas/reconstruction.js";
 import { sendHijacked } from "../hijacked-body.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
-import { addressOf, PLURAL_BY_REPO_TYPE, revisionAndPath } from "./address.js";
+import { addressOf, PLURAL_BY_REPO_TYPE, revisionAndPath, FILE_URL_PREFIXES } from "./address.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
 
 /** Xet-stored files, reconstructed from their xorbs and verified as they stream (cas/file-reader.ts). */
@@ -63,11 +63,7 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
     return { repo, commit, file };
   };
 
-  for (const [prefix, plural] of [
-    ["", "models"],
-    ["/datasets", "datasets"],
-    ["/spaces", "spaces"],
-  ] as const) {
+  for (const [prefix, plural] of FILE_URL_PREFIXES) {
     const url = `${prefix}/:namespace/:name/resolve/*`;
     app.head<{ Params: ResolveParams }>(url, async (request, reply) => {
       await find(request, plural, reply);

@@ -9,8 +9,6 @@
  * the row count of one `INSERT … ON CONFLICT DO NOTHING`, which PostgreSQL makes exact across
  * connections.
  */
-import type pg from "pg";
-import type { PoolClient, QueryResultRow } from "pg";
 import { bytesToPlainHex, hashToHex, HASH_BYTES, type Hash } from "../../format/hash.js";
 import {
   checkHash,
@@ -27,7 +25,7 @@ import {
 } from "../cas.js";
 import type { DedupEntry } from "../migration.js";
 import { InvalidRecordError, NotFoundError } from "../errors.js";
-import type { PostgresConnection } from "./connection.js";
+import { type PostgresConnection, type NamedStatements } from "./connection.js";
 
 /** The `index`-th (1-based) hash of a parameter holding packed 32-byte hashes. */
 const hashAt = (param: string, index: string): string => `substring(${param}::bytea FROM (${index})::integer * 32 - 31 FOR 32)`;
@@ -76,19 +74,15 @@ const CAS_SQL = {
 } as const;
 
 export class PostgresCasRecords {
-  constructor(private readonly connection: PostgresConnection) {}
+  private readonly sql: NamedStatements<typeof CAS_SQL>;
 
-  private run<R extends QueryResultRow>(name: keyof typeof CAS_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.query<R>(name, CAS_SQL[name], values);
-  }
-
-  private runOn<R extends QueryResultRow>(client: PoolClient, name: keyof typeof CAS_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.queryOn<R>(client, name, CAS_SQL[name], values);
+  constructor(private readonly connection: PostgresConnection) {
+    this.sql = connection.statements(CAS_SQL);
   }
 
   async putXorb(xorb: XorbRecord): Promise<boolean> {
     const chunks = packXorbRecord(xorb);
-    const result = await this.run("insertXorb", [xorb.hash, xorb.serializedLength, xorb.uncompressedLength, new Date(), chunks]);
+    const result = await this.sql.run("insertXorb", [xorb.hash, xorb.serializedLength, xorb.uncompressedLength, new Date(), chunks]);
     return result.rowCount === 1;
   }
 
@@ -96,7 +90,7 @@ export class PostgresCasRecords {
     const found = new Map<string, XorbRecord>();
     if (hashes.length === 0) return found;
     const distinct = [...new Map(hashes.map((hash) => [bytesToPlainHex(hash), hash])).values()];
-    for (const row of (await this.run<XorbRow>("getXorbs", [distinct])).rows) {
+    for (const row of (await this.sql.run<XorbRow>("getXorbs", [distinct])).rows) {
       const record = xorbRecordOf(row);
       found.set(hashToHex(record.hash), record);
     }
@@ -104,7 +98,7 @@ export class PostgresCasRecords {
   }
 
   async getXorbSize(hash: Hash): Promise<number | null> {
-    const { rows } = await this.run<{ serialized_length: number }>("xorbSize", [hash]);
+    const { rows } = await this.sql.run<{ serialized_length: number }>("xorbSize", [hash]);
     return rows.length > 0 ? rows[0].serialized_length : null;
   }
 
@@ -117,20 +111,20 @@ export class PostgresCasRecords {
     const batch = packRegistration(files, dedupEntries);
 
     return this.connection.inTransaction(async (client) => {
-      if ((await this.runOn(client, "lockRepo", [repoId])).rowCount === 0) {
+      if ((await this.sql.runOn(client, "lockRepo", [repoId])).rowCount === 0) {
         throw new NotFoundError(`no repository with id ${repoId}`);
       }
       const now = new Date();
-      const isNew = (await this.runOn(client, "insertShard", [shardHash, now])).rowCount === 1;
+      const isNew = (await this.sql.runOn(client, "insertShard", [shardHash, now])).rowCount === 1;
       if (batch.fileCount > 0) {
-        await this.runOn(client, "insertFiles", [batch.fileHashes, batch.sizes, batch.sha256s, batch.terms, now]);
-        await this.runOn(client, "linkFiles", [batch.fileHashes, repoId]);
+        await this.sql.runOn(client, "insertFiles", [batch.fileHashes, batch.sizes, batch.sha256s, batch.terms, now]);
+        await this.sql.runOn(client, "linkFiles", [batch.fileHashes, repoId]);
       }
       if (batch.digests.length > 0) {
-        await this.runOn(client, "putSha256", [repoId, batch.digests, batch.digestFiles]);
+        await this.sql.runOn(client, "putSha256", [repoId, batch.digests, batch.digestFiles]);
       }
       if (batch.chunkHashes.length > 0) {
-        await this.runOn(client, "insertDedup", [batch.chunkHashes, batch.dedupXorbHashes]);
+        await this.sql.runOn(client, "insertDedup", [batch.chunkHashes, batch.dedupXorbHashes]);
       }
       return isNew;
     });
@@ -140,23 +134,23 @@ export class PostgresCasRecords {
   async insertDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
     const { chunkHashes, dedupXorbHashes } = packRegistration([], entries);
     if (entries.length === 0) return 0;
-    const result = await this.run("insertDedup", [chunkHashes, dedupXorbHashes]);
+    const result = await this.sql.run("insertDedup", [chunkHashes, dedupXorbHashes]);
     return result.rowCount ?? 0;
   }
 
   async getFile(hash: Hash): Promise<FileRecord | null> {
-    const { rows } = await this.run<FileRow>("getFile", [hash]);
+    const { rows } = await this.sql.run<FileRow>("getFile", [hash]);
     if (rows.length === 0) return null;
     const row = rows[0];
     return fileRecordOf(new Uint8Array(hash), row);
   }
 
   async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
-    return ((await this.run("fileInRepo", [fileHash, repoId])).rowCount ?? 0) > 0;
+    return ((await this.sql.run("fileInRepo", [fileHash, repoId])).rowCount ?? 0) > 0;
   }
 
   async findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {
-    const { rows } = await this.run<{ file_hash: Buffer }>("fileBySha256", [repoId, sha256]);
+    const { rows } = await this.sql.run<{ file_hash: Buffer }>("fileBySha256", [repoId, sha256]);
     return rows.length > 0 ? storedHash(rows[0].file_hash, "file hash in the SHA-256 index") : null;
   }
 
@@ -165,7 +159,7 @@ export class PostgresCasRecords {
       throw new RangeError(`the dedup lookup limit must be a non-negative integer, got ${limit}`);
     }
     if (limit === 0) return [];
-    const { rows } = await this.run<{ xorb_hash: Buffer }>("dedupXorbs", [chunkHash, limit]);
+    const { rows } = await this.sql.run<{ xorb_hash: Buffer }>("dedupXorbs", [chunkHash, limit]);
     return rows.map((row) => storedHash(row.xorb_hash, "xorb hash in the dedup index"));
   }
 }

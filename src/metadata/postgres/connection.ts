@@ -113,6 +113,11 @@ export class PostgresConnection {
     return client.query<R>({ name, text, values });
   }
 
+  /** A record family's table of named statements, run on this connection. */
+  statements<Sql extends Readonly<Record<string, string>>>(sql: Sql): NamedStatements<Sql> {
+    return new NamedStatements(this, sql);
+  }
+
   /** Runs `work` in a transaction on one pooled connection; any error rolls everything back. */
   inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
     return inTransaction(this.pool, work);
@@ -152,4 +157,24 @@ function isConnectionFailure(err: unknown): boolean {
 
 export function isViolation(err: unknown, code: string): boolean {
   return err instanceof DatabaseError && err.code === code;
+}
+
+/**
+ * A record family's statements, each run under its key as the statement name (pg prepares a
+ * named statement once per connection): `run` on any pooled connection, `runOn` on a
+ * transaction's.
+ */
+export class NamedStatements<Sql extends Readonly<Record<string, string>>> {
+  constructor(
+    private readonly connection: PostgresConnection,
+    private readonly sql: Sql,
+  ) {}
+
+  run<R extends QueryResultRow>(name: keyof Sql & string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.query<R>(name, this.sql[name], values);
+  }
+
+  runOn<R extends QueryResultRow>(client: PoolClient, name: keyof Sql & string, values: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.connection.queryOn<R>(client, name, this.sql[name], values);
+  }
 }

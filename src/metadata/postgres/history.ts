@@ -9,11 +9,10 @@
  * of two advances from the same head exactly one matches. Only then are the trees and the
  * commit inserted, in oid order so that two advances sharing trees lock them in the same order.
  */
-import type pg from "pg";
-import type { PoolClient, QueryResultRow } from "pg";
+import type { PoolClient } from "pg";
 import { checkCommit, decodeTreeEntries, distinctTrees, encodeTreeEntries } from "../history.js";
 import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RevisionKind, TreeRecord } from "../store.js";
-import type { PostgresConnection } from "./connection.js";
+import { type PostgresConnection, type NamedStatements } from "./connection.js";
 
 export interface CommitRow {
   repo_id: number;
@@ -66,21 +65,17 @@ export function encodeHistory(commit: CommitRecord, trees: readonly TreeRecord[]
 }
 
 export class PostgresHistoryRecords {
-  constructor(private readonly connection: PostgresConnection) {}
+  private readonly sql: NamedStatements<typeof HISTORY_SQL>;
 
-  private run<R extends QueryResultRow>(name: keyof typeof HISTORY_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.query<R>(name, HISTORY_SQL[name], values);
-  }
-
-  private runOn<R extends QueryResultRow>(client: PoolClient, name: keyof typeof HISTORY_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.queryOn<R>(client, name, HISTORY_SQL[name], values);
+  constructor(private readonly connection: PostgresConnection) {
+    this.sql = connection.statements(HISTORY_SQL);
   }
 
   /** Inserts the trees and the commit (each ignored when present), on the caller's transaction. */
   async insertHistory(client: PoolClient, repoId: number, history: EncodedHistory): Promise<void> {
-    if (history.treeOids.length > 0) await this.runOn(client, "insertTrees", [repoId, history.treeOids, history.treeEntries]);
+    if (history.treeOids.length > 0) await this.sql.runOn(client, "insertTrees", [repoId, history.treeOids, history.treeEntries]);
     const { commit } = history;
-    await this.runOn(client, "insertCommit", [
+    await this.sql.runOn(client, "insertCommit", [
       repoId,
       commit.oid,
       commit.treeOid,
@@ -94,27 +89,27 @@ export class PostgresHistoryRecords {
   }
 
   async getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
-    const { rows } = await this.run<CommitRow>("getCommit", [repoId, oid]);
+    const { rows } = await this.sql.run<CommitRow>("getCommit", [repoId, oid]);
     return rows.length > 0 ? toCommit(rows[0]) : null;
   }
 
   async commitOidsWithPrefix(repoId: number, prefix: string, limit: number): Promise<string[]> {
-    const { rows } = await this.run<{ oid: string }>("commitOidsWithPrefix", [repoId, prefix, limit]);
+    const { rows } = await this.sql.run<{ oid: string }>("commitOidsWithPrefix", [repoId, prefix, limit]);
     return rows.map((row) => row.oid);
   }
 
   async getTree(repoId: number, oid: string): Promise<TreeRecord | null> {
-    const { rows } = await this.run<TreeRow>("getTree", [repoId, oid]);
+    const { rows } = await this.sql.run<TreeRow>("getTree", [repoId, oid]);
     return rows.length > 0 ? toTree(rows[0]) : null;
   }
 
   async advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome> {
     const history = encodeHistory(advance.commit, advance.trees);
     return this.connection.inTransaction(async (client): Promise<BranchAdvanceOutcome> => {
-      const moved = await this.runOn(client, "moveBranch", [advance.repoId, advance.branch, history.commit.oid, advance.expectedHead]);
+      const moved = await this.sql.runOn(client, "moveBranch", [advance.repoId, advance.branch, history.commit.oid, advance.expectedHead]);
       if (moved.rowCount !== 1) {
         // Nothing was written: the transaction ends with nothing to commit. Tell why.
-        const { rows } = await this.runOn<{ kind: RevisionKind }>(client, "revisionKind", [advance.repoId, advance.branch]);
+        const { rows } = await this.sql.runOn<{ kind: RevisionKind }>(client, "revisionKind", [advance.repoId, advance.branch]);
         return rows.length === 0 || rows[0].kind !== "branch" ? "no_branch" : "moved";
       }
       await this.insertHistory(client, advance.repoId, history);

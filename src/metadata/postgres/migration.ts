@@ -4,7 +4,6 @@
  * `ON CONFLICT DO NOTHING`, so a repeated or resumed migration adds nothing twice.
  */
 import type pg from "pg";
-import type { PoolClient, QueryResultRow } from "pg";
 import { hashToHex } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { checkCommit, encodeTreeEntries, normalizeNamespaces } from "../history.js";
@@ -13,7 +12,7 @@ import type { DatedFile, DatedXorb, DedupEntry, ExportPage, FileRepoLink, RepoCo
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
 import type { PostgresCasRecords } from "./cas.js";
-import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection } from "./connection.js";
+import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection, type NamedStatements } from "./connection.js";
 import { COMMIT_COLUMNS, toCommit, toTree, type CommitRow, type TreeRow } from "./history.js";
 import { REPO_COLUMNS, toRepo, type RepoRow } from "./repos.js";
 
@@ -100,24 +99,20 @@ const MIGRATION_SQL = {
 } as const;
 
 export class PostgresMigrationRecords {
+  private readonly sql: NamedStatements<typeof MIGRATION_SQL>;
+
   constructor(
     private readonly connection: PostgresConnection,
     /** Dedup entries are imported as a registration writes them. */
     private readonly cas: PostgresCasRecords,
-  ) {}
-
-  private run<R extends QueryResultRow>(name: keyof typeof MIGRATION_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.query<R>(name, MIGRATION_SQL[name], values);
-  }
-
-  private runOn<R extends QueryResultRow>(client: PoolClient, name: keyof typeof MIGRATION_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.queryOn<R>(client, name, MIGRATION_SQL[name], values);
+  ) {
+    this.sql = connection.statements(MIGRATION_SQL);
   }
 
   async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
-    const { rows } = await this.run<RepoRow>("importRepo", [repo.type, repo.name, repo.createdAt, repo.private]);
+    const { rows } = await this.sql.run<RepoRow>("importRepo", [repo.type, repo.name, repo.createdAt, repo.private]);
     if (rows.length > 0) return { repo: toRepo(rows[0]), inserted: true };
-    const existing = await this.run<RepoRow>("carryVisibility", [repo.type, repo.name, repo.private]);
+    const existing = await this.sql.run<RepoRow>("carryVisibility", [repo.type, repo.name, repo.private]);
     if (existing.rows.length === 0) throw new Error(`repository ${repo.type}:${repo.name} neither inserted nor found (deleted meanwhile?)`);
     return { repo: toRepo(existing.rows[0]), inserted: false };
   }
@@ -127,7 +122,7 @@ export class PostgresMigrationRecords {
     const distinct = [...new Map(revisions.map((r) => [`${r.repoId}:${r.name}`, r])).values()];
     if (distinct.length === 0) return 0;
     return importing(async () => {
-      const result = await this.run("importRevisions", [
+      const result = await this.sql.run("importRevisions", [
         distinct.map((r) => r.repoId),
         distinct.map((r) => r.name),
         distinct.map((r) => r.kind),
@@ -144,7 +139,7 @@ export class PostgresMigrationRecords {
       this.connection.inTransaction(async (client) => {
         let changed = 0;
         for (const token of tokens) {
-          const inserted = await this.runOn(client, "importToken", [
+          const inserted = await this.sql.runOn(client, "importToken", [
             token.id,
             token.secretHash,
             token.access,
@@ -157,11 +152,11 @@ export class PostgresMigrationRecords {
           ]);
           if (inserted.rowCount === 0) {
             // Present already: its record (and coverage) stays; only a revocation carries over.
-            if (token.revokedAt !== null) changed += (await this.runOn(client, "carryRevocation", [token.revokedAt, token.id])).rowCount ?? 0;
+            if (token.revokedAt !== null) changed += (await this.sql.runOn(client, "carryRevocation", [token.revokedAt, token.id])).rowCount ?? 0;
             continue;
           }
           changed++;
-          if (token.repos !== "all" && token.repos.length > 0) await this.runOn(client, "importTokenRepos", [token.id, token.repos]);
+          if (token.repos !== "all" && token.repos.length > 0) await this.sql.runOn(client, "importTokenRepos", [token.id, token.repos]);
         }
         return changed;
       }),
@@ -170,7 +165,7 @@ export class PostgresMigrationRecords {
 
   async exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>> {
     return pagedExport(EXPORT_KEYS.commits, after, limit, async (key) => {
-      const { rows } = await this.run<CommitRow>("exportCommits", [...key, limit]);
+      const { rows } = await this.sql.run<CommitRow>("exportCommits", [...key, limit]);
       return rows.map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) }));
     });
   }
@@ -179,7 +174,7 @@ export class PostgresMigrationRecords {
     commits.forEach(checkCommit);
     if (commits.length === 0) return 0;
     return importing(async () => {
-      const result = await this.run("importCommits", [
+      const result = await this.sql.run("importCommits", [
         commits.map((c) => c.repoId),
         commits.map((c) => c.oid),
         commits.map((c) => c.treeOid),
@@ -196,7 +191,7 @@ export class PostgresMigrationRecords {
 
   async exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>> {
     return pagedExport(EXPORT_KEYS.trees, after, limit, async (key) => {
-      const { rows } = await this.run<TreeRow>("exportTrees", [...key, limit]);
+      const { rows } = await this.sql.run<TreeRow>("exportTrees", [...key, limit]);
       return rows.map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) }));
     });
   }
@@ -205,14 +200,14 @@ export class PostgresMigrationRecords {
     const entries = trees.map(encodeTreeEntries);
     if (trees.length === 0) return 0;
     return importing(async () => {
-      const result = await this.run("importTrees", [trees.map((t) => t.repoId), trees.map((t) => t.oid), entries]);
+      const result = await this.sql.run("importTrees", [trees.map((t) => t.repoId), trees.map((t) => t.oid), entries]);
       return result.rowCount ?? 0;
     });
   }
 
   async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
     return pagedExport(EXPORT_KEYS.xorbs, after, limit, async (key) => {
-      const { rows } = await this.run<DatedXorbRow>("exportXorbs", [...key, limit]);
+      const { rows } = await this.sql.run<DatedXorbRow>("exportXorbs", [...key, limit]);
       return rows.map((row): DatedXorb => ({ ...xorbRecordOf(row), createdAt: row.created_at }));
     });
   }
@@ -220,7 +215,7 @@ export class PostgresMigrationRecords {
   async importXorbs(xorbs: readonly DatedXorb[]): Promise<number> {
     const packed = xorbs.map((xorb) => packXorbRecord(xorb));
     if (xorbs.length === 0) return 0;
-    const result = await this.run("importXorbs", [
+    const result = await this.sql.run("importXorbs", [
       xorbs.map((x) => x.hash),
       xorbs.map((x) => x.serializedLength),
       xorbs.map((x) => x.uncompressedLength),
@@ -232,7 +227,7 @@ export class PostgresMigrationRecords {
 
   async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
     return pagedExport(EXPORT_KEYS.files, after, limit, async (key) => {
-      const { rows } = await this.run<DatedFileRow>("exportFiles", [...key, limit]);
+      const { rows } = await this.sql.run<DatedFileRow>("exportFiles", [...key, limit]);
       return rows.map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: row.created_at }));
     });
   }
@@ -240,7 +235,7 @@ export class PostgresMigrationRecords {
   async importFiles(files: readonly DatedFile[]): Promise<number> {
     const packed = files.map((file) => packFileRecord(file));
     if (files.length === 0) return 0;
-    const result = await this.run("importFiles", [
+    const result = await this.sql.run("importFiles", [
       files.map((f) => f.hash),
       files.map((f) => f.size),
       files.map((f) => f.sha256),
@@ -252,7 +247,7 @@ export class PostgresMigrationRecords {
 
   async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
     return pagedExport(EXPORT_KEYS.fileRepoLinks, after, limit, async (key) => {
-      const { rows } = await this.run<{ file_hash: Buffer; repo_id: number }>("exportFileRepos", [...key, limit]);
+      const { rows } = await this.sql.run<{ file_hash: Buffer; repo_id: number }>("exportFileRepos", [...key, limit]);
       return rows.map(fileRepoLinkOf);
     });
   }
@@ -263,14 +258,14 @@ export class PostgresMigrationRecords {
     });
     if (links.length === 0) return 0;
     return importing(async () => {
-      const result = await this.run("importFileRepos", [links.map((l) => l.fileHash), links.map((l) => l.repoId)]);
+      const result = await this.sql.run("importFileRepos", [links.map((l) => l.fileHash), links.map((l) => l.repoId)]);
       return result.rowCount ?? 0;
     });
   }
 
   async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
     return pagedExport(EXPORT_KEYS.sha256Index, after, limit, async (key) => {
-      const { rows } = await this.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer }>("exportSha256", [...key, limit]);
+      const { rows } = await this.sql.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer }>("exportSha256", [...key, limit]);
       return rows.map(sha256IndexEntryOf);
     });
   }
@@ -286,14 +281,14 @@ export class PostgresMigrationRecords {
     if (byKey.size === 0) return 0;
     const distinct = [...byKey.values()];
     return importing(async () => {
-      const result = await this.run("importSha256", [distinct.map((e) => e.repoId), distinct.map((e) => e.sha256), distinct.map((e) => e.fileHash)]);
+      const result = await this.sql.run("importSha256", [distinct.map((e) => e.repoId), distinct.map((e) => e.sha256), distinct.map((e) => e.fileHash)]);
       return result.rowCount ?? 0;
     });
   }
 
   async exportShards(after: string | null, limit: number): Promise<ExportPage<ShardRow>> {
     return pagedExport(EXPORT_KEYS.shards, after, limit, async (key) => {
-      const { rows } = await this.run<{ hash: Buffer; created_at: Date }>("exportShards", [...key, limit]);
+      const { rows } = await this.sql.run<{ hash: Buffer; created_at: Date }>("exportShards", [...key, limit]);
       return rows.map((row): ShardRow => ({ hash: storedHash(row.hash, "shard hash"), createdAt: row.created_at }));
     });
   }
@@ -303,7 +298,7 @@ export class PostgresMigrationRecords {
       checkHash(shard.hash, "shard hash");
     });
     if (shards.length === 0) return 0;
-    const result = await this.run("importShards", [shards.map((s) => s.hash), shards.map((s) => s.createdAt)]);
+    const result = await this.sql.run("importShards", [shards.map((s) => s.hash), shards.map((s) => s.createdAt)]);
     return result.rowCount ?? 0;
   }
 
@@ -311,8 +306,8 @@ export class PostgresMigrationRecords {
     return exportDedupPage(
       after,
       limit,
-      async (afterChunk) => (await this.run<DedupRow>("exportDedup", [afterChunk, limit])).rows,
-      async (chunkHash) => (await this.run<DedupRow>("exportDedupChunk", [chunkHash])).rows,
+      async (afterChunk) => (await this.sql.run<DedupRow>("exportDedup", [afterChunk, limit])).rows,
+      async (chunkHash) => (await this.sql.run<DedupRow>("exportDedupChunk", [chunkHash])).rows,
     );
   }
 

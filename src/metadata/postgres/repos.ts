@@ -4,11 +4,9 @@
  * initial tree and commit share one transaction. Deleting a repository is one statement whose
  * foreign keys cascade to everything that is only its (see schema.ts).
  */
-import type pg from "pg";
-import type { QueryResultRow } from "pg";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { Repo, RepoInit, RepoType, Revision, RevisionKind } from "../store.js";
-import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection } from "./connection.js";
+import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection, type NamedStatements } from "./connection.js";
 import { encodeHistory, type PostgresHistoryRecords } from "./history.js";
 
 export interface RepoRow {
@@ -52,21 +50,21 @@ const REPO_SQL = {
 } as const;
 
 export class PostgresRepoRecords {
+  private readonly sql: NamedStatements<typeof REPO_SQL>;
+
   constructor(
     private readonly connection: PostgresConnection,
     /** Writes a new repository's initial tree and commit. */
     private readonly history: PostgresHistoryRecords,
-  ) {}
-
-  private run<R extends QueryResultRow>(name: keyof typeof REPO_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.query<R>(name, REPO_SQL[name], values);
+  ) {
+    this.sql = connection.statements(REPO_SQL);
   }
 
   async createRepo(type: RepoType, name: string, init?: RepoInit): Promise<Repo> {
     const initial = init === undefined ? undefined : encodeHistory(init.commit, [init.tree]);
     const values = [type, name, new Date(), init === undefined || init.private, initial?.commit.oid ?? null];
     try {
-      if (initial === undefined) return toRepo((await this.run<RepoRow>("createRepo", values)).rows[0]);
+      if (initial === undefined) return toRepo((await this.sql.run<RepoRow>("createRepo", values)).rows[0]);
       return await this.connection.inTransaction(async (client) => {
         const { rows } = await this.connection.queryOn<RepoRow>(client, "createRepo", REPO_SQL.createRepo, values);
         await this.history.insertHistory(client, rows[0].id, initial);
@@ -79,26 +77,26 @@ export class PostgresRepoRecords {
   }
 
   async getRepo(type: RepoType, name: string): Promise<Repo | null> {
-    const { rows } = await this.run<RepoRow>("getRepo", [type, name]);
+    const { rows } = await this.sql.run<RepoRow>("getRepo", [type, name]);
     return rows.length > 0 ? toRepo(rows[0]) : null;
   }
 
   async getRepoById(id: number): Promise<Repo | null> {
-    const { rows } = await this.run<RepoRow>("getRepoById", [id]);
+    const { rows } = await this.sql.run<RepoRow>("getRepoById", [id]);
     return rows.length > 0 ? toRepo(rows[0]) : null;
   }
 
   async listRepos(): Promise<Repo[]> {
-    return (await this.run<RepoRow>("listRepos", [])).rows.map(toRepo);
+    return (await this.sql.run<RepoRow>("listRepos", [])).rows.map(toRepo);
   }
 
   async setRepoPrivate(repoId: number, isPrivate: boolean): Promise<boolean> {
-    return ((await this.run("setRepoPrivate", [repoId, isPrivate])).rowCount ?? 0) > 0;
+    return ((await this.sql.run("setRepoPrivate", [repoId, isPrivate])).rowCount ?? 0) > 0;
   }
 
   async renameRepo(repoId: number, name: string): Promise<boolean> {
     try {
-      return ((await this.run("renameRepo", [repoId, name])).rowCount ?? 0) > 0;
+      return ((await this.sql.run("renameRepo", [repoId, name])).rowCount ?? 0) > 0;
     } catch (err) {
       if (isViolation(err, PG_UNIQUE_VIOLATION)) throw new AlreadyExistsError(`a repository named ${name} of that type already exists`);
       throw err;
@@ -106,12 +104,12 @@ export class PostgresRepoRecords {
   }
 
   async deleteRepo(repoId: number): Promise<boolean> {
-    return ((await this.run("deleteRepo", [repoId])).rowCount ?? 0) > 0;
+    return ((await this.sql.run("deleteRepo", [repoId])).rowCount ?? 0) > 0;
   }
 
   async createRevision(repoId: number, name: string, kind: RevisionKind, commitOid: string | null = null): Promise<Revision> {
     try {
-      const { rows } = await this.run<RevisionRow>("createRevision", [repoId, name, kind, new Date(), commitOid]);
+      const { rows } = await this.sql.run<RevisionRow>("createRevision", [repoId, name, kind, new Date(), commitOid]);
       return toRevision(rows[0]);
     } catch (err) {
       if (isViolation(err, PG_UNIQUE_VIOLATION)) {
@@ -123,16 +121,16 @@ export class PostgresRepoRecords {
   }
 
   async deleteRevision(repoId: number, name: string): Promise<boolean> {
-    return ((await this.run("deleteRevision", [repoId, name])).rowCount ?? 0) > 0;
+    return ((await this.sql.run("deleteRevision", [repoId, name])).rowCount ?? 0) > 0;
   }
 
   async getRevision(repoId: number, name: string): Promise<Revision | null> {
-    const { rows } = await this.run<RevisionRow>("getRevision", [repoId, name]);
+    const { rows } = await this.sql.run<RevisionRow>("getRevision", [repoId, name]);
     return rows.length > 0 ? toRevision(rows[0]) : null;
   }
 
   async listRevisions(repoId: number): Promise<Revision[]> {
-    return (await this.run<RevisionRow>("listRevisions", [repoId])).rows.map(toRevision);
+    return (await this.sql.run<RevisionRow>("listRevisions", [repoId])).rows.map(toRevision);
   }
 }
 

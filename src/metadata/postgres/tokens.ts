@@ -4,11 +4,10 @@
  * written by one statement and read by one, so both come from the same snapshot.
  */
 import type pg from "pg";
-import type { QueryResultRow } from "pg";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import { normalizeNamespaces } from "../history.js";
 import type { Access, HubToken, NewHubToken } from "../store.js";
-import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection } from "./connection.js";
+import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type PostgresConnection, type NamedStatements } from "./connection.js";
 
 interface TokenRow {
   id: string;
@@ -44,10 +43,10 @@ const TOKEN_SQL = {
 } as const;
 
 export class PostgresTokenRecords {
-  constructor(private readonly connection: PostgresConnection) {}
+  private readonly sql: NamedStatements<typeof TOKEN_SQL>;
 
-  private run<R extends QueryResultRow>(name: keyof typeof TOKEN_SQL, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.connection.query<R>(name, TOKEN_SQL[name], values);
+  constructor(connection: PostgresConnection) {
+    this.sql = connection.statements(TOKEN_SQL);
   }
 
   async createHubToken(token: NewHubToken): Promise<HubToken> {
@@ -56,7 +55,17 @@ export class PostgresTokenRecords {
     const owner = token.owner ?? null;
     const createdAt = new Date();
     try {
-      await this.run("createToken", [token.id, token.secretHash, token.access, token.repos === "all", createdAt, token.expiresAt, repoIds, owner, namespaces]);
+      await this.sql.run("createToken", [
+        token.id,
+        token.secretHash,
+        token.access,
+        token.repos === "all",
+        createdAt,
+        token.expiresAt,
+        repoIds,
+        owner,
+        namespaces,
+      ]);
     } catch (err) {
       if (isViolation(err, PG_UNIQUE_VIOLATION)) {
         throw new AlreadyExistsError(
@@ -84,16 +93,16 @@ export class PostgresTokenRecords {
   }
 
   async findHubTokenBySecretHash(secretHash: string): Promise<HubToken | null> {
-    const { rows } = await this.run<TokenRow>("findToken", [secretHash]);
+    const { rows } = await this.sql.run<TokenRow>("findToken", [secretHash]);
     return rows.length > 0 ? toHubToken(rows[0]) : null;
   }
 
   async listHubTokens(): Promise<HubToken[]> {
-    return (await this.run<TokenRow>("listTokens", [])).rows.map(toHubToken);
+    return (await this.sql.run<TokenRow>("listTokens", [])).rows.map(toHubToken);
   }
 
   async revokeHubToken(id: string): Promise<boolean> {
-    return ((await this.run("revokeToken", [new Date(), id])).rowCount ?? 0) > 0;
+    return ((await this.sql.run("revokeToken", [new Date(), id])).rowCount ?? 0) > 0;
   }
 }
 
