@@ -12,6 +12,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, ty
 import { link, mkdir, open, unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { ConfigError, type CastorConfig } from "../config.js";
+import { fsyncDir } from "../storage/fsync-dir.js";
 
 export interface CastorKeys {
   /** Ed25519 private key; signs CAS access tokens. */
@@ -160,7 +161,8 @@ async function createOnce(path: string, generate: () => string): Promise<string>
   } finally {
     await unlink(tempPath).catch(() => undefined);
   }
-  await syncDirectory(dirname(path));
+  // The new directory entry made durable, so a key that signed tokens survives a power cut.
+  await fsyncDir(dirname(path));
   return content;
 }
 
@@ -170,15 +172,5 @@ async function readIfExists(path: string): Promise<string | null> {
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
     throw error;
-  }
-}
-
-/** Makes the new directory entry durable, so a key that signed tokens survives a power cut. */
-async function syncDirectory(dir: string): Promise<void> {
-  const handle = await open(dir, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
   }
 }

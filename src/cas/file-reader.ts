@@ -43,6 +43,7 @@
 import type { Writable } from "node:stream";
 import { Readable } from "node:stream";
 import { hashToHex, type Hash } from "../format/hash.js";
+import { drainedOrClosed } from "../writable-drain.js";
 import type { FileRecord } from "../metadata/cas.js";
 import { FileReadError, SpanBuffers, SpanFeed, SpanPlanner, XorbTables, type FileMetadata, type LoadedSpan, type SpanSource } from "./file-spans.js";
 
@@ -371,14 +372,4 @@ export class FileBody {
     this.started = true;
     return this.feed.close();
   }
-}
-
-function drainedOrClosed(out: Writable): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      out.off("drain", done).off("close", done);
-      resolve();
-    };
-    out.on("drain", done).on("close", done);
-  });
 }

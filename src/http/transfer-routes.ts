@@ -33,6 +33,7 @@ import { BlobStoreError, blobKeyFromHex, isBlobStoreError, type BlobKey, type Bl
 import { BufferPool } from "./buffer-pool.js";
 import { sendHijacked } from "./hijacked-body.js";
 import { multipartByteRanges } from "./multipart.js";
+import { drainedOrClosed } from "../writable-drain.js";
 
 export interface TransferRouteDeps {
   /** Where xorbs are stored (`xorbs/<hex>` keys). */
@@ -160,16 +161,6 @@ async function pumpSpan(span: SpanReader, out: ServerResponse): Promise<void> {
     const flowing = out.write(bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead), () => spanBuffers.give(buffer));
     if (!flowing && from < span.length) await drainedOrClosed(out);
   }
-}
-
-function drainedOrClosed(out: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      out.off("drain", done).off("close", done);
-      resolve();
-    };
-    out.on("drain", done).on("close", done);
-  });
 }
 
 /** The store's `not_found` in words for the client (404, errors.ts). */

@@ -37,6 +37,7 @@ import {
   type StagedPut,
   type SweepOptions,
 } from "./blob-store.js";
+import { fsyncDir } from "./fsync-dir.js";
 
 const TMP_DIR = "tmp";
 /** Published objects are immutable; read-only files make an accidental in-place edit fail loudly. */
@@ -57,16 +58,6 @@ function errorCode(err: unknown): string | undefined {
 function isMissing(err: unknown): boolean {
   const code = errorCode(err);
   return code === "ENOENT" || code === "ENOTDIR";
-}
-
-/** Makes a folder's entries (a new link, an unlink) durable; data fsync alone does not. */
-async function fsyncDir(path: string): Promise<void> {
-  const dir = await open(path, "r");
-  try {
-    await dir.sync();
-  } finally {
-    await dir.close();
-  }
 }
 
 async function removeQuietly(path: string): Promise<void> {
