@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { beforeEach, describe, it } from "node:test";
-import Database from "better-sqlite3";
 import { ShardRegistrationService, ShardRejectedError, type ShardProgress, type ShardRejectionCode } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { ZERO_HASH, chunkHash, fileHash, hashFromHex, hashToHex, isGlobalDedupEligible, verificationHash, type Hash } from "../../src/format/hash.js";
@@ -12,7 +11,7 @@ import type { CasMetadataStore } from "../../src/metadata/cas.js";
 import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import type { FsBlobStore } from "../../src/storage/fs.js";
-import { useFreshStores } from "../helpers/stores.js";
+import { sqliteRowCounts, useFreshStores } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, toHex } from "../helpers/vectors.js";
 
 const xorbVector = loadVector("xorb-small.json");
@@ -60,16 +59,7 @@ async function upload(xorb: SerializedXorb | string): Promise<void> {
 
 /** Row counts of every table a registration writes, read straight from the SQLite file. */
 function tableCounts(): Record<string, number> {
-  const db = new Database(metadata.path, { readonly: true });
-  try {
-    const counts: Record<string, number> = {};
-    for (const table of ["shards", "files", "file_repos", "file_sha256", "dedup_chunks"]) {
-      counts[table] = (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
-    }
-    return counts;
-  } finally {
-    db.close();
-  }
+  return sqliteRowCounts(metadata.path, ["shards", "files", "file_repos", "file_sha256", "dedup_chunks"]);
 }
 
 async function storedShardKeys(): Promise<string[]> {

@@ -7,7 +7,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
-import Database from "better-sqlite3";
 import { fileHash, hashToHex, verificationHash } from "../../src/format/hash.js";
 import type { ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
@@ -15,6 +14,7 @@ import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { METADATA_FILE_NAME } from "../../src/metadata/sqlite.js";
 import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { sqliteRowCounts } from "../helpers/stores.js";
 import { tempDirForFile } from "../helpers/temp-dir.js";
 import { makeData } from "../helpers/vectors.js";
 
@@ -79,16 +79,7 @@ function buildFiles(xorbs: SerializedXorb[]): ShardFile[] {
 }
 
 function rowCounts(): Record<string, number> {
-  const db = new Database(join(dataDir.path, METADATA_FILE_NAME), { readonly: true });
-  try {
-    const counts: Record<string, number> = {};
-    for (const table of ["xorbs", "shards", "files", "file_repos", "dedup_chunks"]) {
-      counts[table] = (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
-    }
-    return counts;
-  } finally {
-    db.close();
-  }
+  return sqliteRowCounts(join(dataDir.path, METADATA_FILE_NAME), ["xorbs", "shards", "files", "file_repos", "dedup_chunks"]);
 }
 
 async function postShard(token: string, body: Uint8Array): Promise<Response> {

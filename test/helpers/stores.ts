@@ -6,6 +6,7 @@ import { after, afterEach, before, beforeEach } from "node:test";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import Database from "better-sqlite3";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 
@@ -41,4 +42,18 @@ export function useFreshStores(name: string): () => TestStores {
     if (current === undefined) throw new Error("the fresh stores exist only while a test runs");
     return current;
   };
+}
+
+/** Row counts of `tables`, read straight from the SQLite file at `path` (opened read-only). */
+export function sqliteRowCounts(path: string, tables: readonly string[]): Record<string, number> {
+  const db = new Database(path, { readonly: true });
+  try {
+    const counts: Record<string, number> = {};
+    for (const table of tables) {
+      counts[table] = (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+    }
+    return counts;
+  } finally {
+    db.close();
+  }
 }
