@@ -31,7 +31,7 @@
 import { randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { mkdtemp, rm } from "node:fs/promises";
-import { Agent, request as httpRequest } from "node:http";
+import { Agent } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -50,6 +50,7 @@ import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
 import { benchRow, deterministicRandomBytes, median, megabytesPerSecond, type BenchRow } from "./lib.js";
+import { fetchCountedBytes } from "./support/fetch-bytes.js";
 
 const GROUP = "file-read";
 const KiB = 1024;
@@ -81,12 +82,12 @@ export async function run(): Promise<BenchRow[]> {
     const [setup] = (await once(worker, "message")) as [Setup];
     const urls = new HmacTransferUrls({ key: setup.urlKey, publicUrl: setup.url, ttlSeconds: 3600 });
     const fileUrl = `${setup.url}/files/${setup.fileHex}`;
-    const readFile = () => fetchBytes(agent, fileUrl);
+    const readFile = () => fetchCountedBytes(agent, fileUrl);
     const readSpans = async () => {
       let total = 0;
       for (const span of setup.spans) {
         const range = byteRange(span.start, span.end);
-        total += await fetchBytes(agent, urls.sign(hashFromHex(span.xorbHex), [range]), `bytes=${span.start}-${span.end}`);
+        total += await fetchCountedBytes(agent, urls.sign(hashFromHex(span.xorbHex), [range]), `bytes=${span.start}-${span.end}`);
       }
       return total;
     };
@@ -184,26 +185,6 @@ async function alternate(
   }
   const series = (values: number[]) => ({ best: Math.max(...values), median: median(values) });
   return { file: series(file), raw: series(raw), pairedRatio: median(ratio) };
-}
-
-/** GETs `url` and counts the body's bytes, checking them against Content-Length. */
-function fetchBytes(agent: Agent, url: string, range?: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const request = httpRequest(url, { agent, headers: range === undefined ? {} : { range } }, (response) => {
-      if (response.statusCode !== (range === undefined ? 200 : 206)) {
-        reject(new Error(`${url.split("?")[0]} answered ${response.statusCode}`));
-        response.resume();
-        return;
-      }
-      const expected = Number(response.headers["content-length"]);
-      let received = 0;
-      response.on("data", (piece: Buffer) => (received += piece.length));
-      response.once("end", () => (received === expected ? resolve(received) : reject(new Error(`got ${received} of ${expected} bytes`))));
-      response.once("error", reject);
-    });
-    request.once("error", reject);
-    request.end();
-  });
 }
 
 /**

@@ -16,7 +16,7 @@ import { randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { createReadStream } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
-import { Agent, createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
+import { Agent, createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -30,6 +30,7 @@ import { transferRoutes } from "../src/http/transfer-routes.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
 import { benchRow, deterministicRandomBytes, megabytesPerSecond, timeRepeated, type BenchRow } from "./lib.js";
+import { fetchCountedBytes } from "./support/fetch-bytes.js";
 
 const GROUP = "transfer";
 const MiB = 1024 * 1024;
@@ -173,29 +174,10 @@ async function fetchAll(agent: Agent, requestOf: (i: number) => { url: string; r
   const lane = async () => {
     while (next < REQUESTS_PER_RUN) {
       const { url, ranges } = requestOf(next++);
-      await fetchOne(agent, url, ranges);
+      await fetchCountedBytes(agent, url, rangeHeader(ranges));
     }
   };
   await Promise.all(Array.from({ length: IN_FLIGHT }, lane));
-}
-
-function fetchOne(agent: Agent, url: string, ranges: readonly ByteRange[]): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const request = httpRequest(url, { agent, headers: { range: rangeHeader(ranges) } }, (response) => {
-      if (response.statusCode !== 206) {
-        reject(new Error(`${url.split("?")[0]} answered ${response.statusCode}`));
-        response.resume();
-        return;
-      }
-      const expected = Number(response.headers["content-length"]);
-      let received = 0;
-      response.on("data", (chunk: Buffer) => (received += chunk.length));
-      response.once("end", () => (received === expected ? resolve() : reject(new Error(`got ${received} of ${expected} bytes`))));
-      response.once("error", reject);
-    });
-    request.once("error", reject);
-    request.end();
-  });
 }
 
 // ——— worker side: castor and the bare server over the same file ———
