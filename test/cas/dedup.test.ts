@@ -1,15 +1,14 @@
 import assert from "node:assert/strict";
 import { beforeEach, describe, it } from "node:test";
 import { DEDUP_KEY_LIFETIME_SECONDS, DedupKeyRing, DedupService, deriveDedupKey, utcDay } from "../../src/cas/dedup.js";
-import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
-import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
+import type { ShardRegistrationService } from "../../src/cas/shard-registration.js";
+import type { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { fileHash, hashFromHex, hashToHex, isZeroHash, keyedChunkHash, verificationHash, type Hash } from "../../src/format/hash.js";
 import { parseFullShard, type ParsedFullShard, type ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
-import type { FsBlobStore } from "../../src/storage/fs.js";
-import { useFreshStores } from "../helpers/stores.js";
+import { ingestWhole, useFreshCasServices } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData } from "../helpers/vectors.js";
 
 const xorbVector = loadVector("xorb-small.json");
@@ -46,18 +45,15 @@ describe("dedup key derivation", () => {
   });
 });
 
-const stores = useFreshStores("dedup");
+const cas = useFreshCasServices("dedup");
 let metadata: SqliteMetadataStore;
-let blobs: FsBlobStore;
 let ingest: XorbIngestService;
 let registration: ShardRegistrationService;
 let repoId: number;
 let now: Date;
 
 beforeEach(async () => {
-  ({ blobs, metadata } = stores());
-  ingest = new XorbIngestService({ blobs, metadata });
-  registration = new ShardRegistrationService({ metadata, blobs, maxShardBytes: 1024 * 1024 });
+  ({ metadata, ingest, registration } = cas());
   repoId = (await metadata.createRepo("model", "alice/bert")).id;
   now = NOON;
   await upload(fromHex(xorbVector.body_hex), VECTOR_XORB);
@@ -68,10 +64,7 @@ function service(options: { maxXorbs?: number; maxResponseBytes?: number } = {})
 }
 
 async function upload(bytes: Uint8Array, hash: Hash): Promise<void> {
-  async function* body() {
-    yield bytes;
-  }
-  await ingest.ingest(hash, body());
+  await ingestWhole(ingest, hash, bytes);
 }
 
 /** A file over all chunks of `xorb`, registered in a shard of its own. */

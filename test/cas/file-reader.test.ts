@@ -14,7 +14,7 @@ import type { FileRecord, FileTerm } from "../../src/metadata/cas.js";
 import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey, type BlobKey, type ByteSpan } from "../../src/storage/blob-store.js";
 import type { FsBlobStore } from "../../src/storage/fs.js";
-import { useFreshStores } from "../helpers/stores.js";
+import { ingestWhole, useFreshStores } from "../helpers/stores.js";
 import { makeData, splitmix64Bytes } from "../helpers/vectors.js";
 import { until, within } from "../helpers/wait.js";
 
@@ -39,13 +39,7 @@ interface StoredXorb {
 
 async function storeXorb(sources: readonly XorbChunkSource[]): Promise<StoredXorb> {
   const xorb = serializeXorb(sources);
-  const ingest = new XorbIngestService({ blobs, metadata });
-  await ingest.ingest(
-    xorb.info.hash,
-    (async function* () {
-      yield xorb.bytes;
-    })(),
-  );
+  await ingestWhole(new XorbIngestService({ blobs, metadata }), xorb.info.hash, xorb.bytes);
   return { xorb, data: sources.map((source) => ("data" in source ? source.data : assert.fail("raw chunks only"))) };
 }
 

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { beforeEach, describe, it } from "node:test";
 import { ShardRegistrationService, ShardRejectedError, type ShardProgress, type ShardRejectionCode } from "../../src/cas/shard-registration.js";
-import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
+import type { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { ZERO_HASH, chunkHash, fileHash, hashFromHex, hashToHex, isGlobalDedupEligible, verificationHash, type Hash } from "../../src/format/hash.js";
 import { CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE, shardSha256FromDigest, type ShardFile, type ShardXorb } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
@@ -11,7 +11,7 @@ import type { CasMetadataStore } from "../../src/metadata/cas.js";
 import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import type { FsBlobStore } from "../../src/storage/fs.js";
-import { sqliteRowCounts, useFreshStores } from "../helpers/stores.js";
+import { ingestWhole, sqliteRowCounts, useFreshCasServices } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, toHex } from "../helpers/vectors.js";
 
 const xorbVector = loadVector("xorb-small.json");
@@ -31,7 +31,7 @@ const FILE_B = hashFromHex(VECTOR_FILES[1].file_hash);
 const xetCoreVariant = () => fromHex(shardVector.xet_core_style_hex);
 const hfJsVariant = () => fromHex(shardVector.huggingface_js_style_hex);
 
-const stores = useFreshStores("shard-registration");
+const cas = useFreshCasServices("shard-registration");
 let blobs: FsBlobStore;
 let metadata: SqliteMetadataStore;
 let ingest: XorbIngestService;
@@ -40,9 +40,7 @@ let alice: number;
 let bob: number;
 
 beforeEach(async () => {
-  ({ blobs, metadata } = stores());
-  ingest = new XorbIngestService({ blobs, metadata });
-  service = new ShardRegistrationService({ metadata, blobs, maxShardBytes: 1024 * 1024 });
+  ({ blobs, metadata, ingest, registration: service } = cas());
   alice = (await metadata.createRepo("model", "alice/bert")).id;
   bob = (await metadata.createRepo("dataset", "bob/corpus")).id;
   await upload(xorbVector.body_hex);
@@ -51,10 +49,7 @@ beforeEach(async () => {
 async function upload(xorb: SerializedXorb | string): Promise<void> {
   const bytes = typeof xorb === "string" ? fromHex(xorb) : xorb.bytes;
   const hash = typeof xorb === "string" ? VECTOR_XORB : xorb.info.hash;
-  async function* body() {
-    yield bytes;
-  }
-  await ingest.ingest(hash, body());
+  await ingestWhole(ingest, hash, bytes);
 }
 
 /** Row counts of every table a registration writes, read straight from the SQLite file. */

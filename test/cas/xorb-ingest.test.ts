@@ -10,7 +10,7 @@ import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { blobKey } from "../../src/storage/blob-store.js";
 import type { FsBlobStore } from "../../src/storage/fs.js";
-import { useFreshStores } from "../helpers/stores.js";
+import { useFreshCasServices } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, splitmix64Bytes } from "../helpers/vectors.js";
 
 const vector = loadVector("xorb-small.json");
@@ -18,15 +18,14 @@ const VECTOR_HASH = hashFromHex(vector.expected.xorb_hash);
 const VECTOR_BODY = fromHex(vector.body_hex);
 const VECTOR_WITH_FOOTER = fromHex(vector.with_footer_hex);
 
-// A fresh pair of stores per test, so no test sees another's xorbs.
-const stores = useFreshStores("xorb-ingest");
+// Fresh stores and services per test, so no test sees another's xorbs.
+const cas = useFreshCasServices("xorb-ingest");
 let blobs: FsBlobStore;
 let metadata: SqliteMetadataStore;
 let service: XorbIngestService;
 
-beforeEach(async () => {
-  ({ blobs, metadata } = stores());
-  service = new XorbIngestService({ blobs, metadata });
+beforeEach(() => {
+  ({ blobs, metadata, ingest: service } = cas());
 });
 
 /** Yields `bytes` in pieces of the given sizes (cycled), as a network stream would. */

@@ -7,6 +7,9 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
+import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
+import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
+import type { Hash } from "../../src/format/hash.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 
@@ -42,6 +45,47 @@ export function useFreshStores(name: string): () => TestStores {
     if (current === undefined) throw new Error("the fresh stores exist only while a test runs");
     return current;
   };
+}
+
+/** The CAS services on one test's fresh stores, as the server builds them. */
+export interface TestCasServices extends TestStores {
+  ingest: XorbIngestService;
+  /** Takes shards of up to 1 MiB. */
+  registration: ShardRegistrationService;
+}
+
+/**
+ * `useFreshStores` with a xorb ingest and a shard registration service built on each test's
+ * stores, for the service-level CAS tests. Call it where `useFreshStores` would be called.
+ */
+export function useFreshCasServices(name: string): () => TestCasServices {
+  const stores = useFreshStores(name);
+  let current: TestCasServices | undefined;
+  beforeEach(() => {
+    const { blobs, metadata } = stores();
+    current = {
+      ...stores(),
+      ingest: new XorbIngestService({ blobs, metadata }),
+      registration: new ShardRegistrationService({ metadata, blobs, maxShardBytes: 1024 * 1024 }),
+    };
+  });
+  afterEach(() => {
+    current = undefined;
+  });
+  return () => {
+    if (current === undefined) throw new Error("the fresh CAS services exist only while a test runs");
+    return current;
+  };
+}
+
+/** Ingests `body` as a xorb sent in one piece. */
+export async function ingestWhole(ingest: XorbIngestService, hash: Hash, body: Uint8Array): Promise<void> {
+  await ingest.ingest(
+    hash,
+    (async function* () {
+      yield body;
+    })(),
+  );
 }
 
 /** Row counts of `tables`, read straight from the SQLite file at `path` (opened read-only). */
