@@ -67,6 +67,10 @@ export interface CastorConfig {
   limits: ConnectionLimits;
   /** How long a shutdown waits for requests in progress before it closes their connections. */
   shutdownGraceMs: number;
+  /** `GET /metrics` served (CASTOR_METRICS=on) or not (off). */
+  metrics: boolean;
+  /** Bearer token a metrics scrape must present (CASTOR_METRICS_TOKEN); null = none needed. */
+  metricsToken: string | null;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 }
 
@@ -120,6 +124,8 @@ export const SETTINGS = [
   "CASTOR_LINGER_BYTES",
   "CASTOR_SHUTDOWN_GRACE",
   "CASTOR_LOG_LEVEL",
+  "CASTOR_METRICS",
+  "CASTOR_METRICS_TOKEN",
 ] as const;
 export type SettingName = (typeof SETTINGS)[number];
 
@@ -217,6 +223,8 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
       lingerBytes: positiveInt("CASTOR_LINGER_BYTES", get("CASTOR_LINGER_BYTES") ?? String(DEFAULT_CONNECTION_LIMITS.lingerBytes)),
     },
     shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
+    metrics: oneOf("CASTOR_METRICS", get("CASTOR_METRICS") ?? "on", ["on", "off"] as const) === "on",
+    metricsToken: get("CASTOR_METRICS_TOKEN") ?? null,
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
   };
 }

@@ -103,6 +103,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       v2Reconstruction: config.v2Reconstruction,
       dataDir: config.dataDir,
       minFreeBytes: config.minFreeBytes,
+      metrics: { enabled: config.metrics, token: config.metricsToken },
     });
     const boundPort = await listen(app, config);
     boundPublicUrl = publicUrlForBoundPort(config, boundPort);

@@ -14,6 +14,7 @@ import { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
+import { CastorMetrics } from "../metrics.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
 import { casScope } from "./cas-scope.js";
@@ -25,6 +26,7 @@ import type { HubRepositories } from "../hub/repositories.js";
 import { hubRoutes, type XetFileSource } from "./hub/index.js";
 import { hubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
+import { installMetrics } from "./metrics.js";
 import { reconstructionRoutes } from "./reconstruction-routes.js";
 import { shardRoutes } from "./shard-routes.js";
 import { transferRoutes } from "./transfer-routes.js";
@@ -121,6 +123,8 @@ export interface CastorAppDeps extends HttpAppOptions {
   xetFiles: XetFileSource;
   /** `config.hubInlineMaxBytes`. */
   hubInlineMaxBytes: number;
+  /** `config.metrics` and `config.metricsToken`; default: `/metrics` served, no token needed. */
+  metrics?: { enabled: boolean; token: string | null };
 }
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
@@ -130,8 +134,18 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   // the successes that end them) whichever route or frame answered the client.
   const storageFull = new StorageFullWatch();
   const { xorbs, shards } = deps;
+  // Counted where the routes meet the services, so the services stay free of metrics.
+  const metrics = (deps.metrics?.enabled ?? true) ? new CastorMetrics() : undefined;
+  if (metrics) installMetrics(app, { metrics, token: deps.metrics?.token ?? null });
+  const hub: TokenRequestAuthorizer = {
+    authorizeTokenRequest: async (request) => {
+      const decision = await deps.hub.authorizeTokenRequest(request);
+      metrics?.tokenRequestDecided(decision.ok ? "granted" : "denied");
+      return decision;
+    },
+  };
   await app.register(healthRoutes, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
-  await app.register(hubTokenRoutes, { hub: deps.hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
+  await app.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
   await app.register(hubRoutes, {
     repos: deps.hubRepos,
     blobs: deps.blobs,
@@ -148,15 +162,34 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
           maxBodyBytes: xorbs.maxBodyBytes,
           storedSize: (hash) => xorbs.storedSize(hash),
           // An upload of a xorb recorded before stores nothing, so it says nothing about free space.
-          ingest: (hash, body) => storageFull.track(xorbs.ingest(hash, body), (result) => result.outcome !== "already_recorded"),
+          ingest: async (hash, body) => {
+            const result = await storageFull.track(xorbs.ingest(hash, body), (done) => done.outcome !== "already_recorded");
+            metrics?.xorbIngested(result.outcome);
+            return result;
+          },
         },
       });
       await cas.register(shardRoutes, {
-        shards: { maxShardBytes: shards.maxShardBytes, register: (body, options) => storageFull.track(shards.register(body, options)) },
+        shards: {
+          maxShardBytes: shards.maxShardBytes,
+          register: async (body, options) => {
+            const result = await storageFull.track(shards.register(body, options));
+            metrics?.shardRegistered(result.inserted);
+            return result;
+          },
+        },
         repos: deps.store,
         spool: { dir: join(deps.dataDir, SPOOL_DIR_NAME) },
       });
-      await cas.register(dedupRoutes, { dedup: deps.dedup });
+      await cas.register(dedupRoutes, {
+        dedup: {
+          query: async (chunk) => {
+            const answer = await deps.dedup.query(chunk);
+            metrics?.dedupQueried(answer !== null);
+            return answer;
+          },
+        },
+      });
       await cas.register(reconstructionRoutes, {
         reconstructions: new ReconstructionService({
           store: deps.store,

@@ -1,0 +1,128 @@
+/**
+ * castor's Prometheus metrics (prom-client). Each app owns one `CastorMetrics` and so one
+ * `Registry`, never prom-client's global one: several apps in one process (tests, a bench)
+ * keep separate counts and never register a metric name twice.
+ *
+ * Every label is bounded: the route is the router's pattern (`/v1/xorbs/:prefix/:hash`),
+ * `unmatched` when no route matched; never a raw URL, hash or repository name.
+ */
+import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+
+/** Route label of requests no route matched (404s of unknown paths). */
+export const UNMATCHED_ROUTE = "unmatched";
+
+/** Methods counted by name; any other (the parser accepts a few dozen) is `other`. */
+const KNOWN_METHODS: ReadonlySet<string> = new Set(["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]);
+
+/** Seconds; up to two minutes, since a large upload or download is one request. */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+export interface RequestObservation {
+  method: string;
+  /** The route pattern, or undefined when none matched. */
+  route: string | undefined;
+  status: number;
+  seconds: number;
+  /** Content-Length of the request and of the response, when they carry one. */
+  requestBytes?: number;
+  responseBytes?: number;
+}
+
+export type XorbIngestOutcome = "stored" | "already_stored" | "already_recorded";
+export type TokenRequestOutcome = "granted" | "denied";
+
+export class CastorMetrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<"method" | "route" | "status">;
+  private readonly durations: Histogram<"method" | "route" | "status_class">;
+  private readonly requestBytes: Counter<"method" | "route">;
+  private readonly responseBytes: Counter<"method" | "route">;
+  private readonly xorbIngests: Counter<"outcome">;
+  private readonly shardRegistrations: Counter<"outcome">;
+  private readonly dedupQueries: Counter<"result">;
+  private readonly tokenRequests: Counter<"outcome">;
+
+  constructor() {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    this.requests = new Counter({
+      name: "castor_http_requests_total",
+      help: "HTTP requests answered, by method, route pattern and status code",
+      labelNames: ["method", "route", "status"],
+      registers,
+    });
+    this.durations = new Histogram({
+      name: "castor_http_request_duration_seconds",
+      help: "Time from a request's arrival to the end of its response, by method, route pattern and status class (2xx…5xx)",
+      labelNames: ["method", "route", "status_class"],
+      buckets: DURATION_BUCKETS,
+      registers,
+    });
+    this.requestBytes = new Counter({
+      name: "castor_http_request_bytes_total",
+      help: "Request body bytes announced by Content-Length, by method and route pattern (bodies without one are not counted)",
+      labelNames: ["method", "route"],
+      registers,
+    });
+    this.responseBytes = new Counter({
+      name: "castor_http_response_bytes_total",
+      help: "Response body bytes announced by Content-Length, by method and route pattern (streamed answers without one are not counted)",
+      labelNames: ["method", "route"],
+      registers,
+    });
+    this.xorbIngests = new Counter({
+      name: "castor_xorb_ingests_total",
+      help: "Xorb uploads accepted, by outcome: stored, already_stored (the blob existed), already_recorded (nothing to store)",
+      labelNames: ["outcome"],
+      registers,
+    });
+    this.shardRegistrations = new Counter({
+      name: "castor_shard_registrations_total",
+      help: "Shard uploads registered, by outcome: registered, or already_registered (an identical shard was registered before)",
+      labelNames: ["outcome"],
+      registers,
+    });
+    this.dedupQueries = new Counter({
+      name: "castor_dedup_queries_total",
+      help: "Global-deduplication queries, by result: hit (a shard answered) or miss",
+      labelNames: ["result"],
+      registers,
+    });
+    this.tokenRequests = new Counter({
+      name: "castor_token_requests_total",
+      help: "Hub token operations (CAS token requests) decided, by outcome: granted or denied",
+      labelNames: ["outcome"],
+      registers,
+    });
+  }
+
+  observeRequest(o: RequestObservation): void {
+    const method = KNOWN_METHODS.has(o.method) ? o.method : "other";
+    const route = o.route ?? UNMATCHED_ROUTE;
+    this.requests.inc({ method, route, status: String(o.status) });
+    this.durations.observe({ method, route, status_class: `${Math.floor(o.status / 100)}xx` }, o.seconds);
+    if (o.requestBytes !== undefined && o.requestBytes > 0) this.requestBytes.inc({ method, route }, o.requestBytes);
+    if (o.responseBytes !== undefined && o.responseBytes > 0) this.responseBytes.inc({ method, route }, o.responseBytes);
+  }
+
+  xorbIngested(outcome: XorbIngestOutcome): void {
+    this.xorbIngests.inc({ outcome });
+  }
+
+  shardRegistered(inserted: boolean): void {
+    this.shardRegistrations.inc({ outcome: inserted ? "registered" : "already_registered" });
+  }
+
+  dedupQueried(hit: boolean): void {
+    this.dedupQueries.inc({ result: hit ? "hit" : "miss" });
+  }
+
+  tokenRequestDecided(outcome: TokenRequestOutcome): void {
+    this.tokenRequests.inc({ outcome });
+  }
+
+  /** The exposition text and its content type (Prometheus text format 0.0.4). */
+  async expose(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}
