@@ -91,6 +91,8 @@ export interface TestAppOptions {
   tokenTtlSeconds?: number;
   now?: () => Date;
   inlineMaxBytes?: number;
+  /** `/metrics`: served without a token unless this says otherwise. */
+  metrics?: CastorAppDeps["metrics"];
 }
 
 export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
@@ -107,6 +109,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     issuer: new CasTokenIssuer(privateKey, options.tokenTtlSeconds ?? 900, options.now),
     verifier: new CasTokenVerifier(publicKey, options.now),
     publicUrl,
+    metrics: options.metrics,
     ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes })),
   });
   url = await app.listen({ host: "127.0.0.1", port: 0 });

@@ -1,0 +1,215 @@
+/**
+ * `GET /metrics` on a real app: requests are counted under their route pattern (`unmatched` for
+ * unknown paths) and never under a raw path, hash or repository name; uploads, dedup queries and
+ * token requests have their own counters; the answer is the Prometheus text format;
+ * CASTOR_METRICS_TOKEN gates it and CASTOR_METRICS=off removes it.
+ */
+import assert from "node:assert/strict";
+import { generateKeyPairSync } from "node:crypto";
+import { after, before, describe, it } from "node:test";
+import parsePrometheusTextFormat, { type PrometheusFamily } from "parse-prometheus-text-format";
+import { ConfigError, loadConfig } from "../../src/config.js";
+import { startTestApp, type TestApp } from "../helpers/app.js";
+import { casTokenSignedWith } from "../helpers/fixtures.js";
+import { fromHex, loadVector } from "../helpers/vectors.js";
+
+const HASH_64_HEX = /[0-9a-f]{64}/i;
+const XORB_ROUTE = "/v1/xorbs/:prefix/:hash";
+const PROMETHEUS_TEXT = /^text\/plain; version=0\.0\.4; charset=utf-8$/;
+
+async function scrape(url: string, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(`${url}/metrics`, { headers });
+}
+
+async function families(url: string): Promise<Map<string, PrometheusFamily>> {
+  const response = await scrape(url);
+  assert.equal(response.status, 200);
+  return new Map(parsePrometheusTextFormat(await response.text()).map((family) => [family.name, family]));
+}
+
+/** A counter's value for `labels` (0 when that label set has not been counted yet). */
+function counterValue(family: PrometheusFamily | undefined, labels: Record<string, string>): number {
+  assert.ok(family, "metric family present");
+  const sample = family.metrics.find((m) => Object.entries(labels).every(([key, value]) => m.labels?.[key] === value));
+  return Number(sample?.value ?? 0);
+}
+
+/** The value of the exposition line `name{labels…}` whose labels include `labels`. */
+function rawValue(text: string, name: string, labels: Record<string, string>): number | undefined {
+  for (const line of text.split("\n")) {
+    const match = /^([a-z_]+)\{(.*)\} (\S+)$/.exec(line);
+    if (!match || match[1] !== name) continue;
+    const found = Object.fromEntries([...match[2].matchAll(/([a-z_]+)="([^"]*)"/g)].map((m) => [m[1], m[2]]));
+    if (Object.entries(labels).every(([key, value]) => found[key] === value)) return Number(match[3]);
+  }
+  return undefined;
+}
+
+describe("GET /metrics, open (the default)", () => {
+  let castor: TestApp;
+  const keys = generateKeyPairSync("ed25519");
+  const vector = loadVector("xorb-small.json");
+  const xorbHex: string = vector.expected.xorb_hash;
+  const xorbBody = fromHex(vector.body_hex);
+  let parsed: Map<string, PrometheusFamily>;
+  let scrapeResponse: Response;
+  let scrapeText: string;
+
+  before(async () => {
+    castor = await startTestApp({ name: "metrics", keys });
+    const { url } = castor;
+    for (let i = 0; i < 2; i++) assert.equal((await fetch(`${url}/healthz`)).status, 200);
+    assert.equal((await fetch(`${url}/no/such/${xorbHex}`)).status, 404);
+    // No CAS token: refused by the CAS scope, counted under the route's pattern.
+    assert.equal((await fetch(`${url}/v1/xorbs/default/${xorbHex}`, { method: "POST", body: xorbBody })).status, 401);
+    const write = await casTokenSignedWith(keys.privateKey, "write");
+    const stored = await fetch(`${url}/v1/xorbs/default/${xorbHex}`, { method: "POST", body: xorbBody, headers: { authorization: `Bearer ${write}` } });
+    assert.equal(stored.status, 200, await stored.text());
+    const miss = await fetch(`${url}/v1/chunks/default-merkledb/${"ab".repeat(32)}`, { headers: { authorization: `Bearer ${write}` } });
+    assert.equal(miss.status, 404);
+    // An unknown hub token: the token operation denies it.
+    const denied = await fetch(`${url}/api/models/alice/bert/xet-read-token/main`, { headers: { authorization: "Bearer hf_nope" } });
+    assert.equal(denied.status, 401);
+
+    scrapeResponse = await scrape(url);
+    assert.equal(scrapeResponse.status, 200);
+    scrapeText = await scrapeResponse.text();
+    parsed = new Map(parsePrometheusTextFormat(scrapeText).map((family) => [family.name, family]));
+  });
+
+  after(async () => {
+    await castor?.close();
+  });
+
+  it("answers in the Prometheus text format, uncached", () => {
+    assert.match(scrapeResponse.headers.get("content-type") ?? "", PROMETHEUS_TEXT);
+    assert.equal(scrapeResponse.headers.get("cache-control"), "no-store");
+  });
+
+  it("counts requests by method, route pattern and status", () => {
+    const requests = parsed.get("castor_http_requests_total");
+    assert.equal(requests?.type, "COUNTER");
+    assert.equal(counterValue(requests, { method: "GET", route: "/healthz", status: "200" }), 2);
+    assert.equal(counterValue(requests, { method: "GET", route: "unmatched", status: "404" }), 1);
+    assert.equal(counterValue(requests, { method: "POST", route: XORB_ROUTE, status: "401" }), 1);
+    assert.equal(counterValue(requests, { method: "POST", route: XORB_ROUTE, status: "200" }), 1);
+    assert.equal(counterValue(requests, { method: "GET", route: "/v1/chunks/:prefix/:hash", status: "404" }), 1);
+  });
+
+  it("times requests in a histogram by status class", () => {
+    assert.equal(parsed.get("castor_http_request_duration_seconds")?.type, "HISTOGRAM");
+    // The parser folds a histogram's label sets into one, so its lines are read here.
+    const healthz = { method: "GET", route: "/healthz", status_class: "2xx" };
+    assert.equal(rawValue(scrapeText, "castor_http_request_duration_seconds_count", healthz), 2);
+    assert.equal(rawValue(scrapeText, "castor_http_request_duration_seconds_bucket", { ...healthz, le: "+Inf" }), 2);
+    assert.equal(rawValue(scrapeText, "castor_http_request_duration_seconds_count", { method: "POST", route: XORB_ROUTE, status_class: "4xx" }), 1);
+  });
+
+  it("counts request bytes announced by Content-Length", () => {
+    // The refused upload and the stored one each announced the whole body.
+    assert.equal(counterValue(parsed.get("castor_http_request_bytes_total"), { method: "POST", route: XORB_ROUTE }), 2 * xorbBody.length);
+    assert.ok(counterValue(parsed.get("castor_http_response_bytes_total"), { method: "GET", route: "/healthz" }) > 0);
+  });
+
+  it("counts xorb ingests, dedup queries and token requests by outcome", () => {
+    assert.equal(counterValue(parsed.get("castor_xorb_ingests_total"), { outcome: "stored" }), 1);
+    assert.equal(counterValue(parsed.get("castor_dedup_queries_total"), { result: "miss" }), 1);
+    assert.equal(counterValue(parsed.get("castor_dedup_queries_total"), { result: "hit" }), 0);
+    assert.equal(counterValue(parsed.get("castor_token_requests_total"), { outcome: "denied" }), 1);
+    assert.ok(parsed.has("castor_shard_registrations_total"));
+  });
+
+  it("puts no hash, raw path or repository name in any label", () => {
+    for (const family of parsed.values()) {
+      for (const metric of family.metrics) {
+        for (const value of Object.values(metric.labels ?? {})) {
+          assert.doesNotMatch(value, HASH_64_HEX, `${family.name} label ${value}`);
+          assert.ok(!value.includes("alice") && !value.includes("/no/such"), `${family.name} label ${value}`);
+        }
+      }
+    }
+  });
+
+  it("includes the process metrics (memory, event-loop lag)", () => {
+    assert.ok(parsed.has("process_resident_memory_bytes"));
+    assert.ok(parsed.has("nodejs_eventloop_lag_seconds"));
+  });
+
+  it("counts its own scrapes, and each app counts only its own requests", async () => {
+    const other = await startTestApp({ name: "metrics-other" });
+    try {
+      const otherRequests = (await families(other.url)).get("castor_http_requests_total");
+      assert.equal(counterValue(otherRequests, { method: "GET", route: "/healthz", status: "200" }), 0);
+      const again = (await families(castor.url)).get("castor_http_requests_total");
+      assert.ok(counterValue(again, { method: "GET", route: "/metrics", status: "200" }) >= 1);
+      assert.equal(counterValue(again, { method: "GET", route: "/healthz", status: "200" }), 2);
+    } finally {
+      await other.close();
+    }
+  });
+});
+
+describe("GET /metrics with CASTOR_METRICS_TOKEN", () => {
+  const token = "scrape-secret-0123456789";
+  let castor: TestApp;
+  const logLines: string[] = [];
+
+  before(async () => {
+    castor = await startTestApp({ name: "metrics-token", metrics: { enabled: true, token }, logLines: (line) => logLines.push(line) });
+  });
+
+  after(async () => {
+    await castor?.close();
+  });
+
+  it("refuses a scrape without the token or with another one (401), serves one with it", async () => {
+    const missing = await scrape(castor.url);
+    assert.equal(missing.status, 401);
+    assert.match(missing.headers.get("www-authenticate") ?? "", /^Bearer /);
+    assert.equal((await scrape(castor.url, { authorization: "Bearer not-the-token" })).status, 401);
+    const granted = await scrape(castor.url, { authorization: `Bearer ${token}` });
+    assert.equal(granted.status, 200);
+    assert.match(granted.headers.get("content-type") ?? "", PROMETHEUS_TEXT);
+    const requests = new Map(parsePrometheusTextFormat(await granted.text()).map((family) => [family.name, family])).get("castor_http_requests_total");
+    assert.equal(counterValue(requests, { method: "GET", route: "/metrics", status: "401" }), 2);
+  });
+
+  it("never logs the token", () => {
+    assert.ok(logLines.length > 0);
+    for (const line of logLines) assert.ok(!line.includes(token), line);
+  });
+});
+
+describe("CASTOR_METRICS=off", () => {
+  let castor: TestApp;
+
+  before(async () => {
+    castor = await startTestApp({ name: "metrics-off", metrics: { enabled: false, token: null } });
+  });
+
+  after(async () => {
+    await castor?.close();
+  });
+
+  it("serves no /metrics (404)", async () => {
+    assert.equal((await scrape(castor.url)).status, 404);
+  });
+});
+
+describe("CASTOR_METRICS and CASTOR_METRICS_TOKEN", () => {
+  it("serve /metrics without a token by default", () => {
+    const config = loadConfig({});
+    assert.equal(config.metrics, true);
+    assert.equal(config.metricsToken, null);
+  });
+
+  it("read on/off and the token from the environment, the flags winning", () => {
+    assert.equal(loadConfig({ CASTOR_METRICS: "off" }).metrics, false);
+    assert.equal(loadConfig({ CASTOR_METRICS: "off" }, { metrics: "on" }).metrics, true);
+    assert.equal(loadConfig({ CASTOR_METRICS_TOKEN: "from-env" }, { "metrics-token": "from-flag" }).metricsToken, "from-flag");
+  });
+
+  it("refuse anything but on or off", () => {
+    assert.throws(() => loadConfig({ CASTOR_METRICS: "yes" }), ConfigError);
+  });
+});
