@@ -25,6 +25,8 @@ Administration (on the data dir or database, like the server):
   token revoke ID                revoke a hub token
   migrate --from DATA_DIR        copy an embedded data dir into the configured
                                  PostgreSQL + S3 stores (safe to run again)
+  fsck                           check the stores, read-only: xorb blobs re-validated,
+                                 file terms and dedup entries resolved; exit 1 on damage
 Client (through the server, with --endpoint and a hub token, or CASTOR_ENDPOINT and
 CASTOR_HUB_TOKEN):
   upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE...
@@ -54,6 +56,7 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   upload: () => import("./upload.js"),
   download: () => import("./download.js"),
   migrate: () => import("./migrate.js"),
+  fsck: () => import("./fsck.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {

@@ -1,0 +1,78 @@
+/**
+ * `castor fsck`: checks the configured stores (read-only) with `fsckStores` (src/cas/fsck.ts):
+ * progress on stderr, a summary and every problem on stdout, exit code 1 when damage was found.
+ */
+import { fsckStores, type FsckReport } from "../cas/fsck.js";
+import { loadConfig, type CastorConfig } from "../config.js";
+import { openMetadataStore } from "../metadata/open.js";
+import type { MetadataStore } from "../metadata/store.js";
+import type { BlobStore } from "../storage/blob-store.js";
+import { openBlobStore } from "../storage/open.js";
+import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, runCommand, UsageError } from "./args.js";
+
+const USAGE = `Usage: castor fsck [--progress-every N]
+
+Checks the configured stores without changing anything: every recorded xorb's blob exists and
+re-validates against its hash (streamed, in bounded memory) and matches its chunk table;
+every file's terms name recorded xorbs with chunk ranges inside them; every dedup index entry
+names a recorded xorb. Progress goes to stderr; the counts and every problem found (its kind and
+the xorb, file or chunk hash) to stdout.
+
+  --progress-every N   a progress line every N xorbs (default 1000), and at least one
+                       per GiB validated
+
+${CONFIG_FLAGS_HELP}
+
+Exit codes: 0 the stores are intact, 1 damage found (or the check could not run), 2 bad
+command line.
+`;
+
+export function run(argv: string[]): Promise<number> {
+  return runCommand("fsck", async () => {
+    const args = parseCommandLine(argv, { "progress-every": { type: "string" } });
+    if (args.help) {
+      process.stdout.write(USAGE);
+      return EXIT_OK;
+    }
+    expectPositionals(args.positionals, []);
+    const every = args.values["progress-every"];
+    const progressEveryXorbs = every === undefined ? undefined : Number(every);
+    if (progressEveryXorbs !== undefined && !(Number.isSafeInteger(progressEveryXorbs) && progressEveryXorbs >= 1)) {
+      throw new UsageError(`--progress-every must be a whole number of xorbs >= 1, got ${JSON.stringify(every)}`);
+    }
+    const config = loadConfig(process.env, args.configFlags);
+    const say = (line: string) => process.stderr.write(`castor fsck: ${line}\n`);
+    const report = await withStores(config, (metadata, blobs) => fsckStores(metadata, blobs, { progress: say, progressEveryXorbs }));
+    process.stdout.write(summary(report));
+    return report.problemCount === 0 ? EXIT_OK : EXIT_FAILURE;
+  });
+}
+
+function summary(report: FsckReport): string {
+  const { counts, problems, problemCount } = report;
+  const lines = [
+    `Checked ${counts.xorbs} xorbs (${counts.xorbBytes} bytes validated), ${counts.files} files (${counts.fileTerms} terms), ${counts.dedupEntries} dedup entries.`,
+  ];
+  if (problemCount === 0) return `${lines.join("\n")}\nNo damage found.\n`;
+  lines.push(
+    `Damage found: ${problemCount} problem${problemCount === 1 ? "" : "s"}${problemCount > problems.length ? ` (the first ${problems.length} listed)` : ""}.`,
+  );
+  return `${lines.join("\n")}\n${formatTable(
+    ["KIND", "WHAT", "PROBLEM"],
+    problems.map((problem) => [problem.kind, problem.subject, problem.message]),
+  )}`;
+}
+
+async function withStores<T>(config: CastorConfig, work: (metadata: MetadataStore, blobs: BlobStore) => Promise<T>): Promise<T> {
+  const metadata = await openMetadataStore(config);
+  try {
+    const blobs: BlobStore = await openBlobStore(config);
+    try {
+      return await work(metadata, blobs);
+    } finally {
+      blobs.close?.();
+    }
+  } finally {
+    await metadata.close();
+  }
+}
