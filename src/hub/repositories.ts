@@ -151,18 +151,15 @@ export class HubRepositories {
     if (!(token.repos === "all" || token.namespaces.includes(ns))) {
       throw new HubError(403, `this hub token may not move repositories into ${quote(ns)}: use a write token created with --namespace ${ns} (or --all-repos)`);
     }
-    const taken = async (): Promise<HubError> => {
-      const existing = await this.store.getRepo(repo.type, target);
-      return existing !== null && canRead(caller, existing)
-        ? new RepoExistsError(existing)
-        : new HubError(403, `this hub token may not move ${formatRepoRef(repo)} to ${quote(target)}`);
-    };
-    if ((await this.store.getRepo(repo.type, target)) !== null) throw await taken();
     try {
       if (!(await this.store.renameRepo(repo.id, target))) throw repoNotFound(caller, from);
     } catch (err) {
-      if (err instanceof AlreadyExistsError) throw await taken();
-      throw err;
+      if (!(err instanceof AlreadyExistsError)) throw err;
+      // The name is taken (the store refused the rename): 409 naming the holder when the caller can see it.
+      const existing = await this.store.getRepo(repo.type, target);
+      throw existing !== null && canRead(caller, existing)
+        ? new RepoExistsError(existing)
+        : new HubError(403, `this hub token may not move ${formatRepoRef(repo)} to ${quote(target)}`);
     }
     return { ...repo, name: target };
   }
