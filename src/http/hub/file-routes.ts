@@ -14,7 +14,8 @@ import { gitBlobId } from "../../format/git.js";
 import { HubError, notSupported } from "../../hub/errors.js";
 import type { CommitOperation } from "../../hub/history.js";
 import { sha256Hex } from "../../hub/history.js";
-import type { HubRepositories, PreuploadFile } from "../../hub/repositories.js";
+import type { HubRepositories, ListedEntry, PreuploadFile } from "../../hub/repositories.js";
+import type { CommitRecord, Repo } from "../../metadata/store.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
 import { addressOf, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
 import { readLines } from "./ndjson.js";
@@ -67,6 +68,18 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
   });
   app.addContentTypeParser("application/x-ndjson", (_request, payload, done) => done(null, payload));
 
+  /** Listed entries as the Hub renders them; with `expand`, each with the commit that last changed it. */
+  const entriesJson = async (repo: Repo, commit: CommitRecord, entries: ListedEntry[], expand: boolean) => {
+    const last = expand
+      ? await deps.repos.lastCommits(
+          repo,
+          commit,
+          entries.map((entry) => entry.path),
+        )
+      : null;
+    return entries.map((entry) => treeEntryJson(entry, last?.get(entry.path)));
+  };
+
   app.get<{ Params: RepoParams; Querystring: { recursive?: string; expand?: string; cursor?: string; limit?: string } }>(
     "/api/:types/:namespace/:name/tree/*",
     async (request, reply) => {
@@ -90,13 +103,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
         const next = `${deps.publicUrl()}/api/${types}/${repo.name}/tree/${commit.oid}${pathPart}?recursive=${recursive}&expand=${expand}${limitPart}&cursor=${cursor}`;
         reply.header("link", `<${next}>; rel="next"`);
       }
-      if (!expand) return page.entries.map((entry) => treeEntryJson(entry));
-      const last = await deps.repos.lastCommits(
-        repo,
-        commit,
-        page.entries.map((entry) => entry.path),
-      );
-      return page.entries.map((entry) => treeEntryJson(entry, last.get(entry.path)));
+      return entriesJson(repo, commit, page.entries, expand);
     },
   );
 
@@ -119,14 +126,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
       if (paths.length > most) {
         throw new HubError(413, `paths-info takes at most ${most} paths per request${expand ? " with expand=true" : ""}: split the request`);
       }
-      const entries = await deps.repos.pathsInfo(repo, commit, paths as string[]);
-      if (!expand) return entries.map((entry) => treeEntryJson(entry));
-      const last = await deps.repos.lastCommits(
-        repo,
-        commit,
-        entries.map((entry) => entry.path),
-      );
-      return entries.map((entry) => treeEntryJson(entry, last.get(entry.path)));
+      return entriesJson(repo, commit, await deps.repos.pathsInfo(repo, commit, paths as string[]), expand);
     },
   );
 
