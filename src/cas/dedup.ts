@@ -10,10 +10,11 @@
  * groups its cached answers per key, so a per-response key would defeat their caches (§7.3).
  */
 import { createHmac } from "node:crypto";
-import { HASH_BYTES, hashToHex, isZeroHash, type Hash } from "../format/hash.js";
+import { bytesToPlainHex, HASH_BYTES, hashToHex, isZeroHash, type Hash } from "../format/hash.js";
 import { SHARD_FOOTER_BYTES, SHARD_HEADER_BYTES, SHARD_RECORD_BYTES, type ShardXorb } from "../format/shard.js";
 import { serializeFullShard } from "../format/shard-writer.js";
 import type { CasMetadataStore, XorbRecord } from "../metadata/cas.js";
+import type { GcRecords } from "../metadata/gc.js";
 
 /** How long a client may use the keyed hashes of an answer: the production sample's 7 days. */
 export const DEDUP_KEY_LIFETIME_SECONDS = 7 * 24 * 60 * 60;
@@ -70,7 +71,7 @@ export class DedupKeyRing {
 }
 
 export interface DedupServiceOptions {
-  metadata: Pick<CasMetadataStore, "findDedupXorbs" | "getXorbs">;
+  metadata: Pick<CasMetadataStore, "findDedupXorbs" | "getXorbs"> & Pick<GcRecords, "leaseObjects">;
   /** The dedup key seed (`CastorKeys.dedupKeySeed`); the same on every node. */
   dedupKeySeed: Uint8Array;
   now?: () => Date;
@@ -105,7 +106,12 @@ export class DedupService {
    * At most `maxXorbs` xorbs and about `maxResponseBytes`; the first xorb is always included.
    */
   async query(chunkHash: Hash): Promise<Uint8Array | null> {
-    const xorbHashes = await this.metadata.findDedupXorbs(chunkHash, this.maxXorbs);
+    const found = await this.metadata.findDedupXorbs(chunkHash, this.maxXorbs);
+    if (found.length === 0) return null;
+    // The client will name these xorbs in its shard: a lease keeps them from a garbage
+    // collection running now, and one being deleted already is left out of the answer.
+    const leases = await this.metadata.leaseObjects("xorb", found);
+    const xorbHashes = found.filter((hash) => leases.has(bytesToPlainHex(hash)));
     if (xorbHashes.length === 0) return null;
     const records = await this.metadata.getXorbs(xorbHashes);
 

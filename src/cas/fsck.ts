@@ -20,7 +20,7 @@ import { FormatError } from "../format/errors.js";
 import { hashToHex } from "../format/hash.js";
 import { XorbValidator } from "../format/xorb.js";
 import type { XorbRecord } from "../metadata/cas.js";
-import type { ExportPage } from "../metadata/migration.js";
+import { exportPages, type ExportPage } from "../metadata/migration.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { blobKey, isBlobStoreError, type BlobStore } from "../storage/blob-store.js";
 
@@ -115,7 +115,7 @@ export async function fsckStores(metadata: MetadataStore, blobs: BlobStore, opti
   say(`xorbs: ${counts.xorbs} checked (${counts.xorbBytes} bytes validated)`);
 
   // 2. file terms against the xorb records.
-  for await (const page of pageBatches((after, limit) => metadata.exportFiles(after, limit), pageRows(LARGE_ROW_PAGE))) {
+  for await (const page of exportPages((after, limit) => metadata.exportFiles(after, limit), pageRows(LARGE_ROW_PAGE))) {
     const xorbs = await metadata.getXorbs(page.flatMap((file) => file.terms.map((term) => term.xorbHash)));
     for (const file of page) {
       counts.files++;
@@ -144,7 +144,7 @@ export async function fsckStores(metadata: MetadataStore, blobs: BlobStore, opti
   say(`files: ${counts.files} checked (${counts.fileTerms} terms)`);
 
   // 3. the dedup index against the xorb records.
-  for await (const page of pageBatches((after, limit) => metadata.exportDedupEntries(after, limit), pageRows(SMALL_ROW_PAGE))) {
+  for await (const page of exportPages((after, limit) => metadata.exportDedupEntries(after, limit), pageRows(SMALL_ROW_PAGE))) {
     const xorbs = await metadata.getXorbs(page.map((entry) => entry.xorbHash));
     for (const entry of page) {
       counts.dedupEntries++;
@@ -224,17 +224,7 @@ function termMismatch(xorb: XorbRecord, start: number, end: number, unpacked: nu
   return null;
 }
 
-/** Every page's rows of a paged export, page by page. */
-async function* pageBatches<T>(exporter: (after: string | null, limit: number) => Promise<ExportPage<T>>, limit: number): AsyncGenerator<T[]> {
-  for (let after: string | null = null; ; ) {
-    const page: ExportPage<T> = await exporter(after, limit);
-    if (page.rows.length > 0) yield page.rows;
-    if (page.next === null) return;
-    after = page.next;
-  }
-}
-
 /** Every row of a paged export, one at a time. */
 async function* pages<T>(exporter: (after: string | null, limit: number) => Promise<ExportPage<T>>, limit: number): AsyncGenerator<T> {
-  for await (const rows of pageBatches(exporter, limit)) yield* rows;
+  for await (const rows of exportPages(exporter, limit)) yield* rows;
 }

@@ -31,6 +31,7 @@ import {
   type ShardXorb,
 } from "../format/shard.js";
 import type { CasMetadataStore, FileRecord, FileTerm, XorbRecord } from "../metadata/cas.js";
+import { BeingCollectedError } from "../metadata/errors.js";
 import { blobKey, type BlobStore } from "../storage/blob-store.js";
 
 export type ShardRejectionCode =
@@ -202,7 +203,14 @@ export class ShardRegistrationService {
     await this.deps.blobs.putIfAbsent(blobKey("shards", shardHash), canonical);
     options.signal?.throwIfAborted();
     options.onCommitting?.("syncing");
-    const inserted = await this.deps.metadata.registerShard({ shardHash, repoId: options.repoId, files, dedupEntries });
+    let inserted: boolean;
+    try {
+      inserted = await this.deps.metadata.registerShard({ shardHash, repoId: options.repoId, files, dedupEntries });
+    } catch (error) {
+      // A garbage collection removed a xorb after the checks above: the client uploads it again.
+      if (error instanceof BeingCollectedError) throw new ShardRejectedError("missing_xorb", error.message, { cause: error });
+      throw error;
+    }
     return { inserted, shardHash, files: files.length, dedupEntries: dedupEntries.length };
   }
 }

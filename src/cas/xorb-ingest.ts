@@ -27,11 +27,13 @@ import { FormatError, type FormatErrorCode } from "../format/errors.js";
 import { hashToHex, type Hash } from "../format/hash.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES, XORB_CHUNK_HEADER_BYTES, XorbValidator, type XorbInfo } from "../format/xorb.js";
 import type { CasMetadataStore, XorbRecord } from "../metadata/cas.js";
+import type { GcRecords } from "../metadata/gc.js";
+import { leaseForWrite } from "./leases.js";
 import { blobKey, type BlobStore, type StagedPut } from "../storage/blob-store.js";
 
 export interface XorbIngestDeps {
   blobs: BlobStore;
-  metadata: Pick<CasMetadataStore, "putXorb" | "getXorbSize">;
+  metadata: Pick<CasMetadataStore, "putXorb" | "getXorbSize"> & Pick<GcRecords, "leaseObjects">;
   /** Cap on a whole upload body, footer included (default `DEFAULT_MAX_XORB_BODY_BYTES`). */
   maxBodyBytes?: number;
 }
@@ -103,12 +105,16 @@ export class XorbIngestService {
    * an `XorbRejectedError` carrying the validator's code and message, and nothing is stored.
    */
   async ingest(hash: Hash, body: AsyncIterable<Uint8Array>): Promise<XorbIngestResult> {
-    if ((await this.metadata.getXorbSize(hash)) !== null) {
+    if ((await this.metadata.getXorbSize(hash)) !== null && (await this.leaseRecorded(hash))) {
       // Validating would cost CPU for an answer that cannot change; reading the body to its
       // end keeps the connection healthy (a client still sending would otherwise see a reset).
       await this.drain(body);
       return { wasInserted: false, outcome: "already_recorded", record: null };
     }
+
+    // Leased before the blob is stored, so a garbage collection that starts now leaves it
+    // alone; putXorb checks the collector did not overtake the lease (src/metadata/gc.ts).
+    const lease = await leaseForWrite(this.metadata, "xorb", hash);
 
     const validator = new XorbValidator({ expectedHash: hash, maxBodyBytes: this.maxBodyBytes });
     const chunkStream = new ChunkStreamEnd();
@@ -117,7 +123,7 @@ export class XorbIngestService {
       const info = await this.validateInto(body, validator, chunkStream, staged);
       const { inserted } = await staged.commit();
       const record = inserted ? recordOf(info) : await this.recordOfStoredXorb(hash);
-      const wasInserted = await this.metadata.putXorb(record);
+      const wasInserted = await this.metadata.putXorb(record, lease);
       return { wasInserted, outcome: inserted ? "stored" : "already_stored", record };
     } finally {
       // No-op after a commit; otherwise removes the temp file whatever went wrong.
@@ -144,6 +150,16 @@ export class XorbIngestService {
     // Ending publishes nothing; commit() waits for the last write and fsyncs.
     writable.end();
     return info;
+  }
+
+  /**
+   * Leases a recorded xorb for the client that is about to name it in a shard, and confirms it
+   * is still recorded; false when a garbage collection is deleting it (the body is then stored
+   * anew).
+   */
+  private async leaseRecorded(hash: Hash): Promise<boolean> {
+    const leased = await this.metadata.leaseObjects("xorb", [hash]);
+    return leased.size === 1 && (await this.metadata.getXorbSize(hash)) !== null;
   }
 
   private async drain(body: AsyncIterable<Uint8Array>): Promise<void> {

@@ -3,12 +3,9 @@
  * progress on stderr, a summary and every problem on stdout, exit code 1 when damage was found.
  */
 import { fsckStores, type FsckReport } from "../cas/fsck.js";
-import { loadConfig, type CastorConfig } from "../config.js";
-import { openMetadataStore } from "../metadata/open.js";
-import type { MetadataStore } from "../metadata/store.js";
-import type { BlobStore } from "../storage/blob-store.js";
-import { openBlobStore } from "../storage/open.js";
+import { loadConfig } from "../config.js";
 import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, runCommand, UsageError } from "./args.js";
+import { withStores } from "./stores.js";
 
 const USAGE = `Usage: castor fsck [--progress-every N]
 
@@ -61,18 +58,4 @@ function summary(report: FsckReport): string {
     ["KIND", "WHAT", "PROBLEM"],
     problems.map((problem) => [problem.kind, problem.subject, problem.message]),
   )}`;
-}
-
-async function withStores<T>(config: CastorConfig, work: (metadata: MetadataStore, blobs: BlobStore) => Promise<T>): Promise<T> {
-  const metadata = await openMetadataStore(config);
-  try {
-    const blobs: BlobStore = await openBlobStore(config);
-    try {
-      return await work(metadata, blobs);
-    } finally {
-      blobs.close?.();
-    }
-  } finally {
-    await metadata.close();
-  }
 }

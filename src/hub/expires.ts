@@ -13,6 +13,15 @@ const ISO_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\
 const FORMS = `a duration (30d, 12h, 45m, 3600s) or an ISO date (2030-01-31, or 2030-01-31T12:00:00Z with a zone)`;
 
 /**
+ * Milliseconds of a duration written `30d`, `12h`, `45m` or `3600s` (zero allowed); null for any
+ * other text. At most 12 digits, so the product stays an exact integer.
+ */
+export function durationMs(text: string): number | null {
+  const duration = DURATION.exec(text.trim());
+  return duration === null ? null : Number(duration[1]) * UNIT_MS[duration[2].toLowerCase() as keyof typeof UNIT_MS];
+}
+
+/**
  * `"30d"`, `"12h"`, `"45m"`, `"3600s"` (from `now`), `"2030-01-31"` (midnight UTC) or an ISO
  * date-time with `Z` or an offset. The result must lie after `now` and within 100 years;
  * HubError 400 otherwise.
@@ -20,13 +29,11 @@ const FORMS = `a duration (30d, 12h, 45m, 3600s) or an ISO date (2030-01-31, or 
 export function parseExpires(text: string, now: Date): Date {
   const value = text.trim();
   let at: Date;
-  const duration = DURATION.exec(value);
-  if (duration) {
-    const amount = Number(duration[1]);
-    if (amount === 0) throw new HubError(400, `expiry ${quote(text)} must be longer than zero`);
-    // Bounded before multiplying so the product stays an exact integer.
-    if (amount > MAX_TOKEN_LIFETIME_MS / 1000) throw tooFar(text);
-    at = new Date(now.getTime() + amount * UNIT_MS[duration[2].toLowerCase() as keyof typeof UNIT_MS]);
+  const duration = durationMs(value);
+  if (duration !== null) {
+    if (duration === 0) throw new HubError(400, `expiry ${quote(text)} must be longer than zero`);
+    if (duration > MAX_TOKEN_LIFETIME_MS) throw tooFar(text);
+    at = new Date(now.getTime() + duration);
   } else {
     at = parseIsoDate(value, text);
   }

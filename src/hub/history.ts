@@ -11,7 +11,7 @@
  */
 import { createHash } from "node:crypto";
 import { commitMessage, compareTreeItems, gitBlobId, gitCommitBody, gitObjectId, gitTreeId, lfsPointer, userSignature } from "../format/git.js";
-import { hashToHex } from "../format/hash.js";
+import { hashToHex, type Hash } from "../format/hash.js";
 import type { CommitRecord, MetadataStore, Repo, TreeEntry, TreeFileEntry, TreeRecord } from "../metadata/store.js";
 import { HubError } from "./errors.js";
 import { quote } from "./names.js";
@@ -86,7 +86,7 @@ interface EditableFolder {
 
 export class HistoryWriter {
   constructor(
-    private readonly store: Pick<MetadataStore, "getTree" | "getCommit" | "getRevision" | "advanceBranch" | "findFileBySha256" | "getFile">,
+    private readonly store: Pick<MetadataStore, "getTree" | "getCommit" | "getRevision" | "advanceBranch" | "findFileBySha256" | "getFile" | "leaseObjects">,
     private readonly now: () => Date = () => new Date(),
   ) {}
 
@@ -142,6 +142,7 @@ export class HistoryWriter {
    */
   private async resolveXetFiles(repo: Repo, operations: CommitOperation[], head: string | null): Promise<Map<string, { size: number; xetHash: string }>> {
     const found = new Map<string, { size: number; xetHash: string }>();
+    const leased: Hash[] = [];
     for (const op of operations) {
       if (op.kind !== "lfsFile" || found.has(op.sha256)) continue;
       const fileHash = await this.store.findFileBySha256(repo.id, Buffer.from(op.sha256, "hex"));
@@ -161,7 +162,11 @@ export class HistoryWriter {
         );
       }
       found.set(op.sha256, { size: file.size, xetHash: hashToHex(fileHash) });
+      leased.push(fileHash);
     }
+    // Until the commit lands, only a lease keeps these files from a garbage collection that
+    // marked before it (src/metadata/gc.ts).
+    await this.store.leaseObjects("file", leased);
     for (const op of operations) {
       if (op.kind === "lfsFile" && op.size !== undefined && op.size !== found.get(op.sha256)!.size) {
         throw new HubError(

@@ -14,6 +14,7 @@
 import { HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
 import { MAX_XORB_CHUNKS } from "../format/xorb.js";
 import { CorruptRecordError, InvalidRecordError } from "./errors.js";
+import type { Lease } from "./gc.js";
 
 /** One chunk of a stored xorb, in xorb order. */
 export interface StoredChunk {
@@ -76,9 +77,11 @@ export interface CasMetadataStore {
    * Records a fully validated, already stored xorb. Returns true when this call inserted it,
    * false when it was already recorded (the first record is kept unchanged); of many concurrent
    * calls for one hash — in this process or any other on the same database — exactly one
-   * returns true.
+   * returns true. With `lease` (the uploader's, taken before it stored the blob: gc.ts), the
+   * record is written only if the garbage collector has not condemned the xorb since, and
+   * BeingCollectedError is thrown (nothing written) otherwise.
    */
-  putXorb(xorb: XorbRecord): Promise<boolean>;
+  putXorb(xorb: XorbRecord, lease?: Lease): Promise<boolean>;
   /**
    * The recorded xorbs among `hashes` (missing ones are absent from the map), keyed by hex
    * string form (`hashToHex`). Duplicates in `hashes` are fine; any number may be asked at once.

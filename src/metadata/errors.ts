@@ -31,3 +31,12 @@ export class InvalidRecordError extends Error {
 export class CorruptRecordError extends Error {
   override readonly name = "CorruptRecordError";
 }
+
+/**
+ * Thrown when a write relies on an object the garbage collector is deleting or has deleted
+ * (gc.ts): `putXorb` with a lease the collector overtook, a shard registration naming such a
+ * xorb. Nothing of the write is stored; the object must be uploaded again.
+ */
+export class BeingCollectedError extends Error {
+  override readonly name = "BeingCollectedError";
+}

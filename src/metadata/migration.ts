@@ -320,3 +320,13 @@ function parseIdTextCursor(cursor: string | null): [number, string] {
   if (match === null || !Number.isSafeInteger(Number(match[1]))) throw badCursor(cursor);
   return [Number(match[1]), match[2]];
 }
+
+/** Every page's rows of a paged export, page by page (`castor fsck` and `gc` scan tables so). */
+export async function* exportPages<T>(exporter: (after: string | null, limit: number) => Promise<ExportPage<T>>, limit: number): AsyncGenerator<T[]> {
+  for (let after: string | null = null; ; ) {
+    const page: ExportPage<T> = await exporter(after, limit);
+    if (page.rows.length > 0) yield page.rows;
+    if (page.next === null) return;
+    after = page.next;
+  }
+}

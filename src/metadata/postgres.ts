@@ -8,11 +8,13 @@
  * The records live in one file per family, behind this one `MetadataStore`:
  * `postgres/schema.ts` (migrations), `postgres/connection.ts` (the pool), `postgres/repos.ts`
  * (repositories, revisions), `postgres/tokens.ts` (hub tokens), `postgres/history.ts`
- * (commits, trees, branch heads), `postgres/cas.ts` (xorbs, files, shards, dedup index) and
+ * (commits, trees, branch heads), `postgres/cas.ts` (xorbs, files, shards, dedup index),
+ * `postgres/gc.ts` (leases, the collector's deletions) and
  * `postgres/migration.ts` (export and import for `castor migrate`).
  */
 import { PostgresCasRecords } from "./postgres/cas.js";
 import { PostgresConnection, type PostgresStoreOptions } from "./postgres/connection.js";
+import { PostgresGcRecords } from "./postgres/gc.js";
 import { PostgresHistoryRecords } from "./postgres/history.js";
 import { PostgresMigrationRecords } from "./postgres/migration.js";
 import { PostgresRepoRecords } from "./postgres/repos.js";
@@ -45,6 +47,7 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
       tokens: new PostgresTokenRecords(connection),
       history,
       cas,
+      gc: new PostgresGcRecords(connection),
       migration: new PostgresMigrationRecords(connection, cas),
     });
     this.poolSize = connection.poolSize;

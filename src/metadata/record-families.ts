@@ -1,11 +1,12 @@
 /**
  * A `MetadataStore` made of one object per record family — what both backends are: their
- * `repos` (repositories, revisions), `tokens`, `history` (commits, trees, branch heads), `cas`
- * and `migration` records live in files of their own (sqlite/, postgres/) and this class
+ * `repos` (repositories, revisions), `tokens`, `history` (commits, trees, branch heads), `cas`,
+ * `gc` (leases and the collector's deletions) and `migration` records live in files of their own (sqlite/, postgres/) and this class
  * presents them as the one store the rest of castor uses. A backend adds only `ping` and
  * `close`.
  */
 import type { Hash } from "../format/hash.js";
+import type { CondemnableKind, CondemnedBlob, CondemnedXorb, DeletedFile, GcRecords, Lease, LeaseKind, SeenRef } from "./gc.js";
 import type { CasMetadataStore, FileRecord, ShardRegistration, XorbRecord } from "./cas.js";
 import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, MetadataMigration, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "./migration.js";
 import type {
@@ -49,6 +50,7 @@ export interface RecordFamilies {
   tokens: TokenRecords;
   history: HistoryRecords;
   cas: CasMetadataStore;
+  gc: GcRecords;
   migration: MetadataMigration;
 }
 
@@ -119,8 +121,8 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   }
 
   // CAS records
-  putXorb(xorb: XorbRecord): Promise<boolean> {
-    return this.families.cas.putXorb(xorb);
+  putXorb(xorb: XorbRecord, lease?: Lease): Promise<boolean> {
+    return this.families.cas.putXorb(xorb, lease);
   }
   getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
     return this.families.cas.getXorbs(hashes);
@@ -142,6 +144,32 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   }
   findDedupXorbs(chunkHash: Hash, limit: number): Promise<Hash[]> {
     return this.families.cas.findDedupXorbs(chunkHash, limit);
+  }
+
+  // Garbage collection
+  leaseObjects(kind: LeaseKind, hashes: readonly Hash[]): Promise<Map<string, Lease>> {
+    return this.families.gc.leaseObjects(kind, hashes);
+  }
+  deleteFiles(hashes: readonly Hash[], cutoff: Date): Promise<DeletedFile[]> {
+    return this.families.gc.deleteFiles(hashes, cutoff);
+  }
+  condemnXorbs(hashes: readonly Hash[], cutoff: Date): Promise<CondemnedXorb[]> {
+    return this.families.gc.condemnXorbs(hashes, cutoff);
+  }
+  condemnInline(hashes: readonly Hash[], cutoff: Date): Promise<Hash[]> {
+    return this.families.gc.condemnInline(hashes, cutoff);
+  }
+  condemned(limit: number): Promise<CondemnedBlob[]> {
+    return this.families.gc.condemned(limit);
+  }
+  release(kind: CondemnableKind, hashes: readonly Hash[]): Promise<void> {
+    return this.families.gc.release(kind, hashes);
+  }
+  pruneLeases(cutoff: Date): Promise<number> {
+    return this.families.gc.pruneLeases(cutoff);
+  }
+  deleteHistory(repoId: number, refs: readonly SeenRef[], commitOids: readonly string[], treeOids: readonly string[]): ReturnType<GcRecords["deleteHistory"]> {
+    return this.families.gc.deleteHistory(repoId, refs, commitOids, treeOids);
   }
 
   // Migration

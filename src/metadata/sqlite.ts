@@ -15,7 +15,8 @@
  * The records live in one file per family, behind this one `MetadataStore`:
  * `sqlite/schema.ts` (file, settings, migrations), `sqlite/repos.ts` (repositories,
  * revisions), `sqlite/tokens.ts` (hub tokens), `sqlite/history.ts` (commits, trees, branch
- * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index) and `sqlite/migration.ts`
+ * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index), `sqlite/gc.ts` (leases, the
+ * collector's deletions) and `sqlite/migration.ts`
  * (export and import for `castor migrate`).
  */
 import { mkdirSync } from "node:fs";
@@ -23,6 +24,7 @@ import { join } from "node:path";
 import { RecordFamiliesStore } from "./record-families.js";
 import { SqliteCasRecords } from "./sqlite/cas.js";
 import { SqliteConnection } from "./sqlite/connection.js";
+import { SqliteGcRecords } from "./sqlite/gc.js";
 import { SqliteHistoryRecords } from "./sqlite/history.js";
 import { SqliteMigrationRecords } from "./sqlite/migration.js";
 import { SqliteRepoRecords } from "./sqlite/repos.js";
@@ -49,7 +51,7 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
     tokens = new SqliteTokenRecords(connection),
     cas = new SqliteCasRecords(connection),
   ) {
-    super({ repos, tokens, history, cas, migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql) });
+    super({ repos, tokens, history, cas, gc: new SqliteGcRecords(connection), migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql) });
     this.path = connection.path;
     this.cas = cas;
     this.pingStatement = connection.db.prepare<[], { ok: number }>("SELECT 1 AS ok");

@@ -21,6 +21,7 @@
 
 import type { RepoType } from "../format/repo.js";
 import type { CasMetadataStore } from "./cas.js";
+import type { GcRecords } from "./gc.js";
 import type { MetadataMigration } from "./migration.js";
 
 export type { CasMetadataStore, FileRecord, FileTerm, ShardRegistration, StoredChunk, XorbRecord } from "./cas.js";
@@ -246,7 +247,7 @@ export interface HubMetadataStore {
 }
 
 /** Everything castor keeps besides blobs, one record family per interface. */
-export interface MetadataStore extends HubMetadataStore, CasMetadataStore, MetadataMigration {
+export interface MetadataStore extends HubMetadataStore, CasMetadataStore, GcRecords, MetadataMigration {
   /** Resolves when the store answers a trivial query (for /readyz). */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -9,12 +9,14 @@
  */
 import type { Readable } from "node:stream";
 import type { FastifyInstance } from "fastify";
+import { leaseForWrite } from "../../cas/leases.js";
 import { TaskPool } from "../../client/concurrency.js";
 import { gitBlobId } from "../../format/git.js";
 import { HubError, notSupported } from "../../hub/errors.js";
 import type { CommitOperation } from "../../hub/history.js";
 import { sha256Hex } from "../../hub/history.js";
 import type { HubRepositories, ListedEntry, PreuploadFile } from "../../hub/repositories.js";
+import type { GcRecords } from "../../metadata/gc.js";
 import type { CommitRecord, Repo } from "../../metadata/store.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
 import { addressOf, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
@@ -25,6 +27,8 @@ import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
 export interface HubFileRouteDeps extends HubRouteDeps {
   repos: HubRepositories;
   blobs: BlobStore;
+  /** Leases inline blobs against a garbage collection running while they are written. */
+  store: Pick<GcRecords, "leaseObjects">;
   /** Largest file a commit may carry inline (`config.hubInlineMaxBytes`). */
   inlineMaxBytes: number;
 }
@@ -272,7 +276,10 @@ async function operationOf(
       }
       const sha256 = sha256Hex(content);
       const pool = content.length <= SMALL_INLINE_BYTES ? writes.small : writes.large;
-      await pool.submit(async () => void (await deps.blobs.putIfAbsent(blobKeyFromHex("inline", sha256), content)));
+      await pool.submit(async () => {
+        await leaseForWrite(deps.store, "inline", Buffer.from(sha256, "hex"));
+        await deps.blobs.putIfAbsent(blobKeyFromHex("inline", sha256), content);
+      });
       return { kind: "file", path, size: content.length, sha256, oid: gitBlobId(content) };
     }
     case "lfsFile": {

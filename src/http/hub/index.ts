@@ -5,6 +5,7 @@
  * access to.
  */
 import type { FastifyInstance } from "fastify";
+import type { GcRecords } from "../../metadata/gc.js";
 import type { BlobStore } from "../../storage/blob-store.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import type { StoredFileLookup } from "../../hub/lfs-batch.js";
@@ -23,7 +24,7 @@ export interface HubHttpDeps {
   blobs: BlobStore;
   xetFiles: XetFileSource;
   /** The repositories' SHA-256 index, for the LFS batch call. */
-  store: StoredFileLookup;
+  store: StoredFileLookup & Pick<GcRecords, "leaseObjects">;
   publicUrl: () => string;
   /** `config.hubInlineMaxBytes`. */
   inlineMaxBytes: number;

@@ -25,14 +25,15 @@ import {
 } from "../cas.js";
 import type { DedupEntry } from "../migration.js";
 import { InvalidRecordError, NotFoundError } from "../errors.js";
+import { collectedXorb, overtakenLease, registrationXorbs, type Lease } from "../gc.js";
+import { LEASE_SQL, takeLeases } from "./gc.js";
+import { hashAt, packDistinct, packedIndexes } from "./packed.js";
+import type { PoolClient } from "pg";
 import { type PostgresConnection, type NamedStatements } from "./connection.js";
 
-/** The `index`-th (1-based) hash of a parameter holding packed 32-byte hashes. */
-const hashAt = (param: string, index: string): string => `substring(${param}::bytea FROM (${index})::integer * 32 - 31 FOR 32)`;
-/** The indexes 1..n of a parameter holding n packed 32-byte hashes. */
-const packedIndexes = (param: string): string => `generate_series(1, length(${param}::bytea) / 32)`;
 
 const CAS_SQL = {
+  ...LEASE_SQL,
   insertXorb: `
     INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (hash) DO NOTHING`,
@@ -46,7 +47,8 @@ const CAS_SQL = {
     SELECT ${hashAt("$1", "f.i")}, f.size, f.sha256, $5::timestamptz, f.terms
     FROM unnest($2::bigint[], $3::bytea[], $4::bytea[]) WITH ORDINALITY AS f (size, sha256, terms, i)
     ORDER BY 1
-    ON CONFLICT (hash) DO NOTHING`,
+    ON CONFLICT (hash) DO NOTHING
+    RETURNING hash`,
   linkFiles: `
     INSERT INTO file_repos (file_hash, repo_id)
     SELECT ${hashAt("$1", "i")}, $2::bigint FROM ${packedIndexes("$1")} AS i
@@ -80,10 +82,16 @@ export class PostgresCasRecords {
     this.sql = connection.statements(CAS_SQL);
   }
 
-  async putXorb(xorb: XorbRecord): Promise<boolean> {
+  async putXorb(xorb: XorbRecord, lease?: Lease): Promise<boolean> {
     const chunks = packXorbRecord(xorb);
-    const result = await this.sql.run("insertXorb", [xorb.hash, xorb.serializedLength, xorb.uncompressedLength, new Date(), chunks]);
-    return result.rowCount === 1;
+    const values = [xorb.hash, xorb.serializedLength, xorb.uncompressedLength, new Date(), chunks];
+    if (lease === undefined) return (await this.sql.run("insertXorb", values)).rowCount === 1;
+    // The share lock on the lease row waits for a collector condemning the xorb right now.
+    return this.connection.inTransaction(async (client) => {
+      const row = (await this.sql.runOn<{ epoch: number; deleting: boolean }>(client, "leaseForPut", [xorb.hash])).rows[0];
+      if (row === undefined || row.deleting || row.epoch !== lease.epoch) throw overtakenLease(xorb.hash);
+      return (await this.sql.runOn(client, "insertXorb", values)).rowCount === 1;
+    });
   }
 
   async getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
@@ -114,10 +122,20 @@ export class PostgresCasRecords {
       if ((await this.sql.runOn(client, "lockRepo", [repoId])).rowCount === 0) {
         throw new NotFoundError(`no repository with id ${repoId}`);
       }
+      await this.leaseXorbsOf(client, registration);
       const now = new Date();
       const isNew = (await this.sql.runOn(client, "insertShard", [shardHash, now])).rowCount === 1;
       if (batch.fileCount > 0) {
-        await this.sql.runOn(client, "insertFiles", [batch.fileHashes, batch.sizes, batch.sha256s, batch.terms, now]);
+        const fileRows = [batch.fileHashes, batch.sizes, batch.sha256s, batch.terms, now];
+        const inserted = (await this.sql.runOn<{ hash: Buffer }>(client, "insertFiles", fileRows)).rows;
+        if (inserted.length < batch.fileCount) {
+          // Files recorded before get a lease, which waits for a collector deleting them right
+          // now; inserting again then restores any it deleted before the lease was taken.
+          const insertedKeys = new Set(inserted.map((row) => row.hash.toString("hex")));
+          const known = batch.files.filter((file) => !insertedKeys.has(bytesToPlainHex(file.hash))).map((file) => file.hash);
+          await takeLeases(this.sql, client, "file", known);
+          await this.sql.runOn(client, "insertFiles", fileRows);
+        }
         await this.sql.runOn(client, "linkFiles", [batch.fileHashes, repoId]);
       }
       if (batch.digests.length > 0) {
@@ -128,6 +146,22 @@ export class PostgresCasRecords {
       }
       return isNew;
     });
+  }
+
+  /**
+   * Leases every xorb the registration relies on, in its transaction, and checks each is still
+   * recorded: a xorb a collector condemned (or deleted) meanwhile fails the registration.
+   */
+  private async leaseXorbsOf(client: PoolClient, registration: ShardRegistration): Promise<void> {
+    const xorbs = registrationXorbs(registration);
+    if (xorbs.length === 0) return;
+    const packed = packDistinct(xorbs);
+    const leased = await takeLeases(this.sql, client, "xorb", xorbs, "leaseRecorded");
+    if (leased.size === xorbs.length) return;
+    // Not leased: not recorded, or condemned. Judged only if the xorb ever had a lease.
+    const hadLease = new Set((await this.sql.runOn<{ hash: Buffer }>(client, "xorbsWithLeases", [packed])).rows.map((row) => row.hash.toString("hex")));
+    const gone = xorbs.find((xorb) => !leased.has(bytesToPlainHex(xorb)) && hadLease.has(bytesToPlainHex(xorb)));
+    if (gone !== undefined) throw collectedXorb(gone);
   }
 
   /** Inserts dedup entries as one registration does: one sequence value, positions in the given order. */
@@ -167,6 +201,7 @@ export class PostgresCasRecords {
 /** A registration's row sets as statement parameters; hashes packed back to back. */
 interface PackedRegistration {
   fileCount: number;
+  files: FileRecord[];
   /** Files kept (first occurrence of each hash), in shard order. */
   fileHashes: Buffer;
   sizes: number[];
@@ -225,6 +260,7 @@ function packRegistration(files: readonly FileRecord[], dedupEntries: readonly D
 
   return {
     fileCount: kept.length,
+    files: kept,
     fileHashes,
     sizes: kept.map((file) => file.size),
     sha256s: kept.map((file) => file.sha256),

@@ -169,6 +169,23 @@ export const MIGRATIONS: readonly string[] = [
     CONSTRAINT trees_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE
   );
   `,
+  // Garbage collection, as SQLite's fourth migration: leases, condemnation marks and epochs
+  // (../gc.ts), and file_sha256 indexed by file, which a deleted file's entries are found by and
+  // which the foreign key check of every deleted file row would otherwise scan the table for.
+  `
+  CREATE TABLE gc_leases (
+    kind      text        NOT NULL,
+    hash      bytea       NOT NULL,
+    leased_at timestamptz NOT NULL,
+    deleting  boolean     NOT NULL DEFAULT false,
+    epoch     bigint      NOT NULL,
+    CONSTRAINT gc_leases_pkey PRIMARY KEY (kind, hash),
+    CONSTRAINT gc_leases_kind_check CHECK (kind IN ('xorb', 'file', 'inline')),
+    CONSTRAINT gc_leases_hash_check CHECK (octet_length(hash) = 32)
+  );
+  CREATE INDEX gc_leases_deleting ON gc_leases (kind, hash) WHERE deleting;
+  CREATE INDEX file_sha256_by_file ON file_sha256 (file_hash);
+  `,
 ];
 
 /** The database was migrated by a newer castor whose schema this version does not know. */

@@ -17,6 +17,7 @@ import {
   type XorbRow,
 } from "../cas.js";
 import { InvalidRecordError } from "../errors.js";
+import { overtakenLease, type Lease } from "../gc.js";
 import type { SqliteConnection } from "./connection.js";
 import { runToEnd } from "../../format/steps.js";
 import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps, type ShardStatements } from "./shard-registration.js";
@@ -75,9 +76,13 @@ export class SqliteCasRecords {
     return statement;
   }
 
-  async putXorb(xorb: XorbRecord): Promise<boolean> {
+  async putXorb(xorb: XorbRecord, lease?: Lease): Promise<boolean> {
+    const chunks = packXorbRecord(xorb);
     return this.connection.write(() => {
-      const chunks = packXorbRecord(xorb);
+      if (lease !== undefined) {
+        const row = this.sql.leaseOf.get("xorb", xorb.hash);
+        if (row === undefined || row.deleting === 1 || row.epoch !== lease.epoch) throw overtakenLease(xorb.hash);
+      }
       return this.sql.insertXorb.run(xorb.hash, xorb.serializedLength, xorb.uncompressedLength, Date.now(), chunks).changes > 0;
     });
   }

@@ -163,6 +163,24 @@ export const MIGRATIONS: readonly string[] = [
     ON CONFLICT (one) DO UPDATE SET max_id = max(max_id, excluded.max_id);
   END;
   `,
+  // Garbage collection (../gc.ts): a lease per object an upload, registration, dedup answer or
+  // commit used, stamped with the time; `deleting` marks a blob the collector condemned and
+  // has not deleted yet (the partial index lists them after a crash); `epoch` is a random
+  // number drawn anew at each condemnation and at the row's creation, which putXorb compares
+  // with the lease it took. file_sha256 gains an index by file: deleting a file deletes its
+  // entries, and SQLite checks the foreign key from file_sha256 on every deleted file row.
+  `
+  CREATE TABLE gc_leases (
+    kind      TEXT    NOT NULL CHECK (kind IN ('xorb', 'file', 'inline')),
+    hash      BLOB    NOT NULL CHECK (length(hash) = 32),
+    leased_at INTEGER NOT NULL,
+    deleting  INTEGER NOT NULL DEFAULT 0 CHECK (deleting IN (0, 1)),
+    epoch     INTEGER NOT NULL,
+    PRIMARY KEY (kind, hash)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX gc_leases_deleting ON gc_leases (kind, hash) WHERE deleting = 1;
+  CREATE INDEX file_sha256_by_file ON file_sha256 (file_hash);
+  `,
 ];
 
 /** The database file was written by a newer castor whose schema this version does not know. */

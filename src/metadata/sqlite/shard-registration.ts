@@ -18,13 +18,16 @@ import Database from "better-sqlite3";
 import { bytesToPlainHex } from "../../format/hash.js";
 import { checkHash, packFileRecord, type ShardRegistration } from "../cas.js";
 import { NotFoundError } from "../errors.js";
+import { collectedXorb, registrationXorbs } from "../gc.js";
+import { prepareLeaseStatements, type LeaseStatements } from "./gc.js";
 import { BUSY_TIMEOUT_MS, configureConnection } from "./schema.js";
 
 /** Rows written between two pauses: a few milliseconds of inserts. */
 export const ROWS_PER_STEP = 2_000;
 
 /** The statements a registration runs, prepared on the connection that runs them. */
-export interface ShardStatements {
+export interface ShardStatements extends LeaseStatements {
+  xorbExists: Database.Statement<[Uint8Array], { ok: number }>;
   repoExists: Database.Statement<[number], { ok: number }>;
   insertShard: Database.Statement<[Uint8Array, number]>;
   insertFile: Database.Statement<[Uint8Array, number, Uint8Array | null, number, Uint8Array]>;
@@ -36,6 +39,8 @@ export interface ShardStatements {
 
 export function prepareShardStatements(db: Database.Database): ShardStatements {
   return {
+    ...prepareLeaseStatements(db),
+    xorbExists: db.prepare<[Uint8Array], { ok: number }>("SELECT 1 AS ok FROM xorbs WHERE hash = ?"),
     repoExists: db.prepare<[number], { ok: number }>("SELECT 1 AS ok FROM repos WHERE id = ?"),
     insertShard: db.prepare<[Uint8Array, number]>("INSERT INTO shards (hash, created_at) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"),
     insertFile: db.prepare<[Uint8Array, number, Uint8Array | null, number, Uint8Array]>(
@@ -64,10 +69,21 @@ export function fitsOneStep(registration: ShardRegistration): boolean {
  */
 export function* registrationSteps(sql: ShardStatements, registration: ShardRegistration): Generator<void, boolean, void> {
   const { shardHash, repoId, files, dedupEntries } = registration;
+  let rows = 0;
   if (!sql.repoExists.get(repoId)) throw new NotFoundError(`no repository with id ${repoId}`);
   const now = Date.now();
+  // Leases keep what the shard names from a garbage collection running now (../gc.ts): the
+  // xorbs its terms use, and the files it names that are recorded already. A xorb without a
+  // record but with a lease was collected (`collectedXorb`).
+  for (const xorb of registrationXorbs(registration)) {
+    if (++rows % ROWS_PER_STEP === 0) yield;
+    if (sql.xorbExists.get(xorb)) {
+      if (sql.lease.get("xorb", xorb, now) === undefined) throw collectedXorb(xorb);
+    } else if (sql.leaseOf.get("xorb", xorb) !== undefined) {
+      throw collectedXorb(xorb);
+    }
+  }
   const isNew = sql.insertShard.run(shardHash, now).changes > 0;
-  let rows = 0;
   const seen = new Set<string>();
   for (const file of files) {
     if (++rows % ROWS_PER_STEP === 0) yield;
@@ -75,7 +91,7 @@ export function* registrationSteps(sql: ShardStatements, registration: ShardRegi
     const key = bytesToPlainHex(file.hash);
     if (seen.has(key)) continue;
     seen.add(key);
-    sql.insertFile.run(file.hash, file.size, file.sha256, now, terms);
+    if (sql.insertFile.run(file.hash, file.size, file.sha256, now, terms).changes === 0) sql.lease.get("file", file.hash, now);
     sql.linkFile.run(file.hash, repoId);
     if (file.sha256 !== null) sql.putSha256.run(repoId, file.sha256, file.hash);
   }
