@@ -126,6 +126,26 @@ export class HistoryWriter {
     }
   }
 
+  /**
+   * Replaces the branch's history with one parentless commit of its head's tree (the Hub's
+   * `super_squash_history`): what only the old commits reached becomes garbage for `castor gc`.
+   */
+  async squash(repo: Repo, branch: string, message: string, author: string): Promise<CommitRecord> {
+    for (let attempt = 1; ; attempt++) {
+      const revision = await this.store.getRevision(repo.id, branch);
+      if (revision === null) throw new HubError(404, `branch ${quote(branch)} not found in ${repo.type}:${repo.name}`, "RevisionNotFound");
+      if (revision.kind !== "branch") throw new HubError(400, `${quote(branch)} is a tag: only branches are squashed`);
+      const head = revision.commitOid;
+      if (head === null) throw new HubError(400, `the branch ${quote(branch)} has no commit to squash`);
+      const { summary, description } = splitMessage(message);
+      const commit = buildCommit(await this.rootTreeOf(repo.id, head), [], summary, description, author, this.now());
+      const outcome = await this.store.advanceBranch({ repoId: repo.id, branch, expectedHead: head, commit, trees: [] });
+      if (outcome === "advanced") return commit;
+      if (outcome === "no_branch") throw new HubError(404, `branch ${quote(branch)} not found in ${repo.type}:${repo.name}`, "RevisionNotFound");
+      if (attempt >= MAX_ATTEMPTS) throw new HubError(409, `the branch ${quote(branch)} kept moving under concurrent commits; retry`);
+    }
+  }
+
   private async rootTreeOf(repoId: number, commitOid: string): Promise<string> {
     const commit = await this.store.getCommit(repoId, commitOid);
     if (commit === null) throw new Error(`commit ${commitOid} of repository #${repoId} is missing from the metadata store`);
@@ -263,4 +283,10 @@ export class HistoryWriter {
     if (folder.dirty && (isRoot || entries.length > 0)) out.push({ oid, entries });
     return oid;
   }
+}
+
+/** A message's first line (the summary) and the rest, as a commit keeps them. */
+function splitMessage(message: string): { summary: string; description: string } {
+  const newline = message.indexOf("\n");
+  return newline === -1 ? { summary: message, description: "" } : { summary: message.slice(0, newline), description: message.slice(newline + 1).trim() };
 }

@@ -378,6 +378,13 @@ export class HubRepositories {
     if (header.summary.trim() === "") throw new HubError(400, "the commit summary is empty");
     return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations });
   }
+
+  /** Squashes `branch` of a repository the caller may write to one commit (see HistoryWriter.squash). */
+  async squash(caller: Caller, address: RepoAddress, branch: string, message: string | undefined): Promise<CommitRecord> {
+    const repo = await this.writable(caller, address);
+    const text = message?.trim() || `Super-squash branch '${branch}'`;
+    return this.writer.squash(repo, branch, text, authorOf(caller));
+  }
 }
 
 /** `createRepo` found the repository already there (the Hub answers 409 with its URL). */

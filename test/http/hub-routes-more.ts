@@ -602,7 +602,6 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
           ["POST", "/api/spaces/alice/app/duplicate", /duplicating repositories/, { json: { repository: "alice/app2" } }],
           ["POST", "/api/models/alice/plain/lfs-files/duplicate", /copies between repositories/, { json: {} }],
           ["GET", "/api/models/alice/plain/lfs-files", /LFS files/],
-          ["POST", "/api/models/alice/plain/super-squash/main", /squashing history/, { json: {} }],
           ["GET", "/api/tasks", /inference/],
         ];
         for (const [method, path, feature, options] of cases) {

@@ -222,6 +222,14 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     return {};
   });
 
+  // huggingface_hub's super_squash_history: the branch becomes one commit of its current files.
+  app.post<{ Params: RepoParams }>("/api/:types/:namespace/:name/super-squash/*", async (request) => {
+    const caller = await callerOfRequest(deps, request);
+    const branch = revisionAndPath(request, API_REVISION_SEGMENT).revision;
+    const commit = await deps.repos.squash(caller, address(request), branch, stringField(jsonBody(request), "message", false));
+    return { commitId: commit.oid };
+  });
+
   app.get<{ Params: RepoParams }>("/api/:types/:namespace/:name/refs", async (request) => {
     const caller = await callerOfRequest(deps, request);
     const repo = await deps.repos.readable(caller, address(request));

@@ -31,7 +31,6 @@ const REPO_FEATURES: readonly (readonly [paths: string[], feature: string, hint:
     "copy within one repository (CommitOperationCopy without src_repo_id), or upload the file to the other repository (Xet deduplicates its bytes)",
   ],
   [["lfs-files", "lfs-files/batch"], "listing and deleting stored LFS files", "the files of a revision are in GET .../tree/{revision}"],
-  [["super-squash/*"], "squashing history", "castor keeps every commit"],
 ];
 
 export async function unsupportedRoutes(app: FastifyInstance): Promise<void> {
