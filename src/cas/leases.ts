@@ -13,12 +13,7 @@ import type { GcRecords, Lease, LeaseKind } from "../metadata/gc.js";
 export const LEASE_WAIT_MS = 30_000;
 const LEASE_POLL_MS = 100;
 
-export async function leaseForWrite(
-  store: Pick<GcRecords, "leaseObjects">,
-  kind: LeaseKind,
-  hash: Hash,
-  options: { waitMs?: number } = {},
-): Promise<Lease> {
+export async function leaseForWrite(store: Pick<GcRecords, "leaseObjects">, kind: LeaseKind, hash: Hash, options: { waitMs?: number } = {}): Promise<Lease> {
   const deadline = Date.now() + (options.waitMs ?? LEASE_WAIT_MS);
   for (;;) {
     const lease = (await store.leaseObjects(kind, [hash])).get(bytesToPlainHex(hash));

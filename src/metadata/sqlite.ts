@@ -51,7 +51,14 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
     tokens = new SqliteTokenRecords(connection),
     cas = new SqliteCasRecords(connection),
   ) {
-    super({ repos, tokens, history, cas, gc: new SqliteGcRecords(connection), migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql) });
+    super({
+      repos,
+      tokens,
+      history,
+      cas,
+      gc: new SqliteGcRecords(connection),
+      migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql),
+    });
     this.path = connection.path;
     this.cas = cas;
     this.pingStatement = connection.db.prepare<[], { ok: number }>("SELECT 1 AS ok");

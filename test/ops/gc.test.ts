@@ -113,7 +113,10 @@ before(async () => {
   await upload("a", "unique.bin", data.unique);
   await upload("a", "shared.bin", data.shared);
   await upload("b", "shared.bin", data.shared);
-  await commit("a", "add an inline file", { key: "file", value: { path: "inline.txt", content: Buffer.from(INLINE_TEXT).toString("base64"), encoding: "base64" } });
+  await commit("a", "add an inline file", {
+    key: "file",
+    value: { path: "inline.txt", content: Buffer.from(INLINE_TEXT).toString("base64"), encoding: "base64" },
+  });
 });
 
 after(async () => {

@@ -31,7 +31,6 @@ import { hashAt, packDistinct, packedIndexes } from "./packed.js";
 import type { PoolClient } from "pg";
 import { type PostgresConnection, type NamedStatements } from "./connection.js";
 
-
 const CAS_SQL = {
   ...LEASE_SQL,
   insertXorb: `

@@ -14,7 +14,17 @@
 import type { PoolClient } from "pg";
 import { bytesToPlainHex, HASH_BYTES, type Hash } from "../../format/hash.js";
 import { PACKED_CHUNK_BYTES, storedHash } from "../cas.js";
-import { sameRefs, type CondemnableKind, type CondemnedBlob, type CondemnedXorb, type DeletedFile, type GcRecords, type Lease, type LeaseKind, type SeenRef } from "../gc.js";
+import {
+  sameRefs,
+  type CondemnableKind,
+  type CondemnedBlob,
+  type CondemnedXorb,
+  type DeletedFile,
+  type GcRecords,
+  type Lease,
+  type LeaseKind,
+  type SeenRef,
+} from "../gc.js";
 import { hashAt, packDistinct, packedIndexes } from "./packed.js";
 import type { NamedStatements, PostgresConnection } from "./connection.js";
 

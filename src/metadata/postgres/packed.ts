@@ -14,7 +14,6 @@ export const packedIndexes = (param: string): string => `generate_series(1, leng
 export function packDistinct(hashes: readonly Hash[]): Buffer {
   const distinct = [...new Map(hashes.map((hash) => [bytesToPlainHex(hash), hash])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   const packed = Buffer.allocUnsafe(distinct.length * HASH_BYTES);
-  distinct.forEach(([, hash], i) => packed.set(hash, i * HASH_BYTES));
+  for (const [i, [, hash]] of distinct.entries()) packed.set(hash, i * HASH_BYTES);
   return packed;
 }
-

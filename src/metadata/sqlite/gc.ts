@@ -6,7 +6,17 @@
 import type Database from "better-sqlite3";
 import { bytesToPlainHex, type Hash } from "../../format/hash.js";
 import { PACKED_CHUNK_BYTES, storedHash } from "../cas.js";
-import { sameRefs, type CondemnableKind, type CondemnedBlob, type CondemnedXorb, type DeletedFile, type GcRecords, type Lease, type LeaseKind, type SeenRef } from "../gc.js";
+import {
+  sameRefs,
+  type CondemnableKind,
+  type CondemnedBlob,
+  type CondemnedXorb,
+  type DeletedFile,
+  type GcRecords,
+  type Lease,
+  type LeaseKind,
+  type SeenRef,
+} from "../gc.js";
 import type { SqliteConnection } from "./connection.js";
 
 /** A fresh epoch: 48 random bits, exact in a JavaScript number. */
