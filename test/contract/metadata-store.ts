@@ -8,6 +8,7 @@ import { describe, it, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { AlreadyExistsError, NotFoundError, REPO_TYPES, type MetadataStore, type NewHubToken } from "../../src/metadata/store.js";
 import { runCasMetadataContract } from "./cas-metadata.js";
+import { runGcRecordsContract } from "./gc-records.js";
 import { runHubHistoryContract } from "./hub-history.js";
 import { runMigrationContract } from "./metadata-migration.js";
 
@@ -392,6 +393,7 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
 
     runHubHistoryContract(withStore);
     runCasMetadataContract(withStore);
+    runGcRecordsContract(withStore);
     runMigrationContract(open);
   });
 }
