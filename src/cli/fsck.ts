@@ -8,7 +8,7 @@ import { openMetadataStore } from "../metadata/open.js";
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { openBlobStore } from "../storage/open.js";
-import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, runCommand, UsageError } from "./args.js";
+import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseProgressEvery, runCommand } from "./args.js";
 
 const USAGE = `Usage: castor fsck [--progress-every N]
 
@@ -35,11 +35,7 @@ export function run(argv: string[]): Promise<number> {
       return EXIT_OK;
     }
     expectPositionals(args.positionals, []);
-    const every = args.values["progress-every"];
-    const progressEveryXorbs = every === undefined ? undefined : Number(every);
-    if (progressEveryXorbs !== undefined && !(Number.isSafeInteger(progressEveryXorbs) && progressEveryXorbs >= 1)) {
-      throw new UsageError(`--progress-every must be a whole number of xorbs >= 1, got ${JSON.stringify(every)}`);
-    }
+    const progressEveryXorbs = parseProgressEvery(args.values["progress-every"], "xorbs");
     const config = loadConfig(process.env, args.configFlags);
     const say = (line: string) => process.stderr.write(`castor fsck: ${line}\n`);
     const report = await withStores(config, (metadata, blobs) => fsckStores(metadata, blobs, { progress: say, progressEveryXorbs }));

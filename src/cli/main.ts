@@ -27,6 +27,11 @@ Administration (on the data dir or database, like the server):
                                  PostgreSQL + S3 stores (safe to run again)
   fsck                           check the stores, read-only: xorb blobs re-validated,
                                  file terms and dedup entries resolved; exit 1 on damage
+  backup DEST [--copy]           consistent copy of the embedded data dir into the new
+                                 folder DEST, while the server runs (blobs hard-linked
+                                 on the same filesystem unless --copy)
+  restore SRC [--force]          restore a backup into an empty data dir, checked before
+                                 anything is moved into place
 Client (through the server, with --endpoint and a hub token, or CASTOR_ENDPOINT and
 CASTOR_HUB_TOKEN):
   upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE...
@@ -57,6 +62,8 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   download: () => import("./download.js"),
   migrate: () => import("./migrate.js"),
   fsck: () => import("./fsck.js"),
+  backup: () => import("./backup.js"),
+  restore: () => import("./restore.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {
