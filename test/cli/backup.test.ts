@@ -5,15 +5,16 @@
  *   into a new data dir: `castor fsck` finds it intact, and a server started on it serves every
  *   file committed before the backup byte-exact, with the old hub tokens, and accepts the CAS
  *   access token and transfer URL the old server handed out (its keys came along);
- * - the refusals: a non-empty DEST, a non-empty data dir (and one a server holds, even with
- *   --force), the scale-out configuration, a folder that is no backup, a damaged backup, a
- *   blob the snapshot needs that is missing;
+ * - blobs copied with --copy and across filesystems (hard-linked otherwise);
+ * - the refusals: a non-empty DEST, a DEST inside the data dir, a non-empty data dir (and one a
+ *   server holds, even with --force), the scale-out configuration, a folder that is no backup, a
+ *   damaged backup, a blob the snapshot needs that is missing;
  * - an interrupted backup never leaves DEST: SIGTERM removes its partial folder, SIGKILL leaves
  *   only that partial folder.
  */
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, readFile, rm, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
@@ -193,7 +194,7 @@ describe("castor backup of a running server, then castor restore", () => {
   });
 });
 
-describe("castor backup / restore refusals", () => {
+describe("castor backup / restore on a small data dir: how blobs are copied, and the refusals", () => {
   const xorbVector = loadVector("xorb-small.json");
   const shardVector = loadVector("shard-upload-small.json");
   const XORB_HEX: string = xorbVector.expected.xorb_hash;
@@ -222,6 +223,18 @@ describe("castor backup / restore refusals", () => {
     assert.match(result.stdout, /; blobs copied\.$/m);
     assert.match(result.stdout, /^blobs +.* 2 objects \(1 xorbs, 1 shards, 0 inline files; 2 referenced by the snapshot\)/m);
     assert.match(result.stdout, /^Note: the data dir has no keys\/jwt-signing-key\.pem, keys\/url-key, keys\/dedup-key-seed: /m);
+  });
+
+  // tmpfs at /dev/shm is another filesystem than the temp dir on most Linux machines.
+  const otherFilesystem = existsSync("/dev/shm") && statSync("/dev/shm").dev !== statSync(tmpdir()).dev ? "/dev/shm" : null;
+  it("copies the blobs a hard link cannot reach (DEST on another filesystem)", { skip: otherFilesystem === null && "no second filesystem here" }, async () => {
+    const elsewhere = await mkdtemp(join(otherFilesystem!, "castor-backup-"));
+    try {
+      const result = assertOk(await castor(["backup", join(elsewhere, "b")], { CASTOR_DATA_DIR: dataDir }), "castor backup to another filesystem");
+      assert.match(result.stdout, /; blobs copied\.$/m);
+    } finally {
+      await rm(elsewhere, { recursive: true, force: true });
+    }
   });
 
   it("refuses a DEST that is not empty, and leaves it as it was", async () => {
