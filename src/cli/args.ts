@@ -127,6 +127,34 @@ export async function runSubcommand(
   return handler(rest);
 }
 
+/** The value of `--progress-every N`: a whole number of `what` ≥ 1; undefined when the option is absent. */
+export function parseProgressEvery(value: string | undefined, what: string): number | undefined {
+  if (value === undefined) return undefined;
+  const every = Number(value);
+  if (!(Number.isSafeInteger(every) && every >= 1))
+    throw new UsageError(`--progress-every must be a whole number of ${what} >= 1, got ${JSON.stringify(value)}`);
+  return every;
+}
+
+/**
+ * An AbortSignal that the first SIGINT or SIGTERM aborts (with an Error naming the signal), so a
+ * long command can stop cleanly and remove what it half wrote; a second signal ends the process
+ * at once, as usual. Call `dispose` when the command is done.
+ */
+export function interruptSignal(): { signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  const signals = ["SIGINT", "SIGTERM"] as const;
+  const onSignal = (name: NodeJS.Signals) => {
+    dispose();
+    controller.abort(new Error(`interrupted by ${name}`));
+  };
+  const dispose = () => {
+    for (const name of signals) process.off(name, onSignal);
+  };
+  for (const name of signals) process.on(name, onSignal);
+  return { signal: controller.signal, dispose };
+}
+
 /** Left-aligned columns separated by two spaces; the last column is not padded. */
 export function formatTable(headers: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = headers.map((header, i) => Math.max(header.length, ...rows.map((row) => row[i]?.length ?? 0)));

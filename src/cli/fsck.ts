@@ -4,7 +4,7 @@
  */
 import { fsckStores, type FsckReport } from "../cas/fsck.js";
 import { loadConfig } from "../config.js";
-import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, runCommand, UsageError } from "./args.js";
+import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseProgressEvery, runCommand } from "./args.js";
 import { withStores } from "./stores.js";
 
 const USAGE = `Usage: castor fsck [--progress-every N]
@@ -32,11 +32,7 @@ export function run(argv: string[]): Promise<number> {
       return EXIT_OK;
     }
     expectPositionals(args.positionals, []);
-    const every = args.values["progress-every"];
-    const progressEveryXorbs = every === undefined ? undefined : Number(every);
-    if (progressEveryXorbs !== undefined && !(Number.isSafeInteger(progressEveryXorbs) && progressEveryXorbs >= 1)) {
-      throw new UsageError(`--progress-every must be a whole number of xorbs >= 1, got ${JSON.stringify(every)}`);
-    }
+    const progressEveryXorbs = parseProgressEvery(args.values["progress-every"], "xorbs");
     const config = loadConfig(process.env, args.configFlags);
     const say = (line: string) => process.stderr.write(`castor fsck: ${line}\n`);
     const report = await withStores(config, (metadata, blobs) => fsckStores(metadata, blobs, { progress: say, progressEveryXorbs }));

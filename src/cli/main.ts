@@ -29,6 +29,11 @@ Administration (on the data dir or database, like the server):
                                  file terms and dedup entries resolved; exit 1 on damage
   gc [--dry-run] [--grace 24h]   remove what no branch or tag reaches and no client used
                                  within the grace window (safe while serving)
+  backup DEST [--copy]           consistent copy of the embedded data dir into the new
+                                 folder DEST, while the server runs (blobs hard-linked
+                                 on the same filesystem unless --copy)
+  restore SRC [--force]          restore a backup into an empty data dir, checked before
+                                 anything is moved into place
 Client (through the server, with --endpoint and a hub token, or CASTOR_ENDPOINT and
 CASTOR_HUB_TOKEN):
   upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE...
@@ -60,6 +65,8 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   migrate: () => import("./migrate.js"),
   fsck: () => import("./fsck.js"),
   gc: () => import("./gc.js"),
+  backup: () => import("./backup.js"),
+  restore: () => import("./restore.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {

@@ -16,8 +16,9 @@
  * `sqlite/schema.ts` (file, settings, migrations), `sqlite/repos.ts` (repositories,
  * revisions), `sqlite/tokens.ts` (hub tokens), `sqlite/history.ts` (commits, trees, branch
  * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index), `sqlite/gc.ts` (leases, the
- * collector's deletions) and `sqlite/migration.ts`
- * (export and import for `castor migrate`).
+ * collector's deletions) and `sqlite/migration.ts` (export and import for `castor migrate`).
+ * `sqlite/snapshot.ts` handles the file as a whole (online copies and checks for `castor
+ * backup` and `castor restore`).
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";

@@ -129,8 +129,21 @@ export class FsBlobStore implements BlobStore {
     return new FsBlobStore(absolute);
   }
 
-  /** The only place a path is derived from a key, and it re-validates the key first. */
-  private pathOf(key: BlobKey): string {
+  /**
+   * A store over `root` as it is, creating nothing (`open` creates its folders): for reading a
+   * folder that must stay unchanged, such as a backup. A missing root or kind folder lists as
+   * empty; writes fail, since there is no `tmp/`.
+   */
+  static at(root: string): FsBlobStore {
+    return new FsBlobStore(resolve(root));
+  }
+
+  /**
+   * The file that holds (or would hold) `key`'s object. The only place a path is derived from a
+   * key, and it re-validates the key first; public for tools that copy a store file by file
+   * (`castor backup`, `castor restore`), so the layout stays known to this file alone.
+   */
+  objectPath(key: BlobKey): string {
     const { kind, hex } = blobKeyParts(key);
     return join(this.root, kind, hex.slice(0, 2), hex);
   }
@@ -165,7 +178,7 @@ export class FsBlobStore implements BlobStore {
     let finalPath: string;
     let temp: { path: string; file: FileHandle };
     try {
-      finalPath = this.pathOf(key);
+      finalPath = this.objectPath(key);
       if (await this.exists(key)) {
         discardBody(body);
         return { inserted: false };
@@ -193,7 +206,7 @@ export class FsBlobStore implements BlobStore {
   }
 
   async putFileIfAbsent(key: BlobKey, path: string): Promise<PutOutcome> {
-    const finalPath = this.pathOf(key);
+    const finalPath = this.objectPath(key);
     if (await this.exists(key)) return { inserted: false };
     const tempPath = join(this.root, TMP_DIR, `${randomUUID()}.part`);
     try {
@@ -213,7 +226,7 @@ export class FsBlobStore implements BlobStore {
   }
 
   async beginPut(key: BlobKey): Promise<StagedPut> {
-    const finalPath = this.pathOf(key);
+    const finalPath = this.objectPath(key);
     const temp = await this.createTemp();
     return new FsStagedPut(key, temp.path, temp.file, () => this.publish(temp.path, finalPath));
   }
@@ -249,7 +262,7 @@ export class FsBlobStore implements BlobStore {
 
   private async openStored(key: BlobKey): Promise<FileHandle> {
     try {
-      return await open(this.pathOf(key), "r");
+      return await open(this.objectPath(key), "r");
     } catch (err) {
       if (isMissing(err)) throw new BlobStoreError("not_found", `${key} is not stored`);
       throw err;
@@ -257,7 +270,7 @@ export class FsBlobStore implements BlobStore {
   }
 
   async size(key: BlobKey): Promise<number | null> {
-    const path = this.pathOf(key);
+    const path = this.objectPath(key);
     try {
       return (await stat(path)).size;
     } catch (err) {
@@ -271,7 +284,7 @@ export class FsBlobStore implements BlobStore {
   }
 
   async delete(key: BlobKey): Promise<void> {
-    const path = this.pathOf(key);
+    const path = this.objectPath(key);
     try {
       await unlink(path);
     } catch (err) {

@@ -2,7 +2,7 @@
  * Runs the `castor` command as a real child process (`node --import tsx castor-cli.ts …`), so
  * tests see exactly what a user sees: stdout, stderr and the exit code.
  */
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
@@ -10,6 +10,8 @@ const TSX = import.meta.resolve("tsx");
 
 export interface CliResult {
   code: number | null;
+  /** The signal that ended the process, if one did. */
+  signal: NodeJS.Signals | null;
   stdout: string;
   stderr: string;
 }
@@ -21,6 +23,8 @@ export interface CliOptions {
   cwd?: string;
   /** Kill the child after this long (a hung command fails the test instead of the run). */
   timeoutMs?: number;
+  /** Sees stderr as it arrives, with the child (to signal it at a given point). */
+  onStderr?: (text: string, child: ChildProcess) => void;
 }
 
 export function runCastor(args: string[], options: CliOptions = {}): Promise<CliResult> {
@@ -34,9 +38,14 @@ export function runCastor(args: string[], options: CliOptions = {}): Promise<Cli
   const stdout: Buffer[] = [];
   const stderr: Buffer[] = [];
   child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk));
-  child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr.push(chunk);
+    options.onStderr?.(chunk.toString("utf8"), child);
+  });
   return new Promise((resolve, reject) => {
     child.once("error", reject);
-    child.once("close", (code) => resolve({ code, stdout: Buffer.concat(stdout).toString("utf8"), stderr: Buffer.concat(stderr).toString("utf8") }));
+    child.once("close", (code, signal) =>
+      resolve({ code, signal, stdout: Buffer.concat(stdout).toString("utf8"), stderr: Buffer.concat(stderr).toString("utf8") }),
+    );
   });
 }
