@@ -8,14 +8,16 @@
  * The records live in one file per family, behind this one `MetadataStore`:
  * `postgres/schema.ts` (migrations), `postgres/connection.ts` (the pool), `postgres/repos.ts`
  * (repositories, revisions), `postgres/tokens.ts` (hub tokens), `postgres/history.ts`
- * (commits, trees, branch heads), `postgres/cas.ts` (xorbs, files, shards, dedup index) and
- * `postgres/migration.ts` (export and import for `castor migrate`).
+ * (commits, trees, branch heads), `postgres/cas.ts` (xorbs, files, shards, dedup index),
+ * `postgres/migration.ts` (export and import for `castor migrate`) and `postgres/stats.ts`
+ * (storage statistics).
  */
 import { PostgresCasRecords } from "./postgres/cas.js";
 import { PostgresConnection, type PostgresStoreOptions } from "./postgres/connection.js";
 import { PostgresHistoryRecords } from "./postgres/history.js";
 import { PostgresMigrationRecords } from "./postgres/migration.js";
 import { PostgresRepoRecords } from "./postgres/repos.js";
+import { PostgresStatsRecords } from "./postgres/stats.js";
 import { PostgresTokenRecords } from "./postgres/tokens.js";
 import { RecordFamiliesStore } from "./record-families.js";
 
@@ -46,6 +48,7 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
       history,
       cas,
       migration: new PostgresMigrationRecords(connection, cas),
+      stats: new PostgresStatsRecords(connection),
     });
     this.poolSize = connection.poolSize;
   }

@@ -15,8 +15,8 @@
  * The records live in one file per family, behind this one `MetadataStore`:
  * `sqlite/schema.ts` (file, settings, migrations), `sqlite/repos.ts` (repositories,
  * revisions), `sqlite/tokens.ts` (hub tokens), `sqlite/history.ts` (commits, trees, branch
- * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index) and `sqlite/migration.ts`
- * (export and import for `castor migrate`).
+ * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index), `sqlite/migration.ts`
+ * (export and import for `castor migrate`) and `sqlite/stats.ts` (storage statistics).
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -27,6 +27,7 @@ import { SqliteHistoryRecords } from "./sqlite/history.js";
 import { SqliteMigrationRecords } from "./sqlite/migration.js";
 import { SqliteRepoRecords } from "./sqlite/repos.js";
 import { METADATA_FILE_NAME } from "./sqlite/schema.js";
+import { SqliteStatsRecords } from "./sqlite/stats.js";
 import { SqliteTokenRecords } from "./sqlite/tokens.js";
 
 export { BUSY_TIMEOUT_MS, JOURNAL_SIZE_LIMIT_BYTES, METADATA_FILE_NAME, MIGRATIONS, MetadataSchemaError } from "./sqlite/schema.js";
@@ -49,7 +50,14 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
     tokens = new SqliteTokenRecords(connection),
     cas = new SqliteCasRecords(connection),
   ) {
-    super({ repos, tokens, history, cas, migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql) });
+    super({
+      repos,
+      tokens,
+      history,
+      cas,
+      migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql),
+      stats: new SqliteStatsRecords(connection),
+    });
     this.path = connection.path;
     this.cas = cas;
     this.pingStatement = connection.db.prepare<[], { ok: number }>("SELECT 1 AS ok");

@@ -10,6 +10,7 @@ import { AlreadyExistsError, NotFoundError, REPO_TYPES, type MetadataStore, type
 import { runCasMetadataContract } from "./cas-metadata.js";
 import { runHubHistoryContract } from "./hub-history.js";
 import { runMigrationContract } from "./metadata-migration.js";
+import { runStatsMetadataContract } from "./stats-metadata.js";
 
 export interface MetadataStoreFixture {
   store: MetadataStore;
@@ -392,6 +393,7 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
 
     runHubHistoryContract(withStore);
     runCasMetadataContract(withStore);
+    runStatsMetadataContract(withStore);
     runMigrationContract(open);
   });
 }
