@@ -27,6 +27,8 @@ Administration (on the data dir or database, like the server):
                                  PostgreSQL + S3 stores (safe to run again)
   fsck                           check the stores, read-only: xorb blobs re-validated,
                                  file terms and dedup entries resolved; exit 1 on damage
+  stats [--history] [--json]     storage statistics: logical and stored bytes, dedup ratio,
+                                 per repository and in total; daily samples with --history
 Client (through the server, with --endpoint and a hub token, or CASTOR_ENDPOINT and
 CASTOR_HUB_TOKEN):
   upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE...
@@ -57,6 +59,7 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   download: () => import("./download.js"),
   migrate: () => import("./migrate.js"),
   fsck: () => import("./fsck.js"),
+  stats: () => import("./stats.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {
