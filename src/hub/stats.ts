@@ -284,6 +284,8 @@ export class StorageStatsService {
    */
   async measure(signal?: AbortSignal): Promise<StorageStats> {
     const stats = await computeStorageStats(this.store, { now: this.now, signal });
+    // Nothing is written once stopped: the store may be closing.
+    signal?.throwIfAborted();
     await this.store.recordStatsSample(sampleOf(stats));
     return stats;
   }
