@@ -18,7 +18,7 @@ const MAX_HISTORY_DAYS = 36_600;
 
 export async function statsRoutes(app: FastifyInstance, deps: StatsRouteDeps): Promise<void> {
   app.get<{ Querystring: { history?: unknown } }>("/api/stats", async (request, reply) => {
-    requireAdmin(await callerOfRequest(deps, request), "the storage statistics");
+    requireAdmin(await callerOfRequest(deps, request), "GET /api/stats");
     const history = historyLimit(request.query.history);
     const stats = await deps.stats.measureShared();
     reply.header("cache-control", "no-store");
