@@ -6,7 +6,8 @@
  * Every label is bounded: the route is the router's pattern (`/v1/xorbs/:prefix/:hash`),
  * `unmatched` when no route matched; never a raw URL, hash or repository name.
  */
-import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { StatsSample } from "./metadata/store.js";
 
 /** Route label of requests no route matched (404s of unknown paths). */
 export const UNMATCHED_ROUTE = "unmatched";
@@ -41,6 +42,7 @@ export class CastorMetrics {
   private readonly shardRegistrations: Counter<"outcome">;
   private readonly dedupQueries: Counter<"result">;
   private readonly tokenRequests: Counter<"outcome">;
+  private readonly storageGauges: { [K in "logicalBytes" | "storedBytes" | "recordedXorbBytes"]: Gauge } & { takenAt: Gauge };
 
   constructor() {
     const registers = [this.registry];
@@ -94,6 +96,24 @@ export class CastorMetrics {
       labelNames: ["outcome"],
       registers,
     });
+    // Set from the daily storage sample (hub/stats.ts), never computed per scrape: a walk of
+    // every repository is far too slow for that.
+    const gauge = (name: string, help: string) => new Gauge({ name, help, registers });
+    this.storageGauges = {
+      logicalBytes: gauge(
+        "castor_storage_logical_bytes",
+        "Sum of the sizes of the live files (at branch and tag heads) of all repositories, at the last daily sample",
+      ),
+      storedBytes: gauge(
+        "castor_storage_stored_bytes",
+        "Bytes of the distinct xorbs and inline blobs the live files need, each counted once, at the last daily sample",
+      ),
+      recordedXorbBytes: gauge(
+        "castor_storage_recorded_xorb_bytes",
+        "Bytes of every recorded xorb, referenced by a live file or not, at the last daily sample",
+      ),
+      takenAt: gauge("castor_storage_sample_timestamp_seconds", "When the last daily storage sample was taken, Unix time (0: none since the server started)"),
+    };
   }
 
   observeRequest(o: RequestObservation): void {
@@ -119,6 +139,13 @@ export class CastorMetrics {
 
   tokenRequestDecided(outcome: TokenRequestOutcome): void {
     this.tokenRequests.inc({ outcome });
+  }
+
+  storageSampled(sample: StatsSample): void {
+    this.storageGauges.logicalBytes.set(sample.logicalBytes);
+    this.storageGauges.storedBytes.set(sample.storedBytes);
+    this.storageGauges.recordedXorbBytes.set(sample.recordedXorbBytes);
+    this.storageGauges.takenAt.set(sample.takenAt.getTime() / 1000);
   }
 
   /** The exposition text and its content type (Prometheus text format 0.0.4). */

@@ -104,6 +104,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       dataDir: config.dataDir,
       minFreeBytes: config.minFreeBytes,
       metrics: { enabled: config.metrics, token: config.metricsToken },
+      storageStats: { dailySamples: true },
     });
     const boundPort = await listen(app, config);
     boundPublicUrl = publicUrlForBoundPort(config, boundPort);

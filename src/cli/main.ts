@@ -34,6 +34,8 @@ Administration (on the data dir or database, like the server):
                                  on the same filesystem unless --copy)
   restore SRC [--force]          restore a backup into an empty data dir, checked before
                                  anything is moved into place
+  stats [--history] [--json]     storage statistics: logical and stored bytes, dedup ratio,
+                                 per repository and in total; daily samples with --history
 Client (through the server, with --endpoint and a hub token, or CASTOR_ENDPOINT and
 CASTOR_HUB_TOKEN):
   upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE...
@@ -67,6 +69,7 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   gc: () => import("./gc.js"),
   backup: () => import("./backup.js"),
   restore: () => import("./restore.js"),
+  stats: () => import("./stats.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {

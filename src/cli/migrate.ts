@@ -3,8 +3,8 @@
  * (with their visibility), hub tokens (their secret hashes; the secrets were never stored),
  * objects of every blob kind (xorbs, shards, inline file contents), xorb chunk tables, files,
  * file ↔ repository links, the SHA-256 index, registered shards, the global-dedup index, and
- * the repositories' histories (trees, commits, revisions with the commits they point at) —
- * into the configured target: normally PostgreSQL (`CASTOR_DATABASE_URL`) and S3
+ * the repositories' histories (trees, commits, revisions with the commits they point at) and
+ * the daily storage statistics samples — into the configured target: normally PostgreSQL (`CASTOR_DATABASE_URL`) and S3
  * (`CASTOR_S3_*`), where several castor nodes then serve it.
  *
  * Idempotent: objects are put-if-absent and rows insert-or-ignore, so a run cut short is simply
@@ -41,11 +41,12 @@ import { CONFIG_FLAGS_HELP, EXIT_OK, UsageError, expectPositionals, formatTable,
 const USAGE = `Usage: castor migrate --from DATA_DIR
 
 Copies everything of the embedded data dir DATA_DIR (repositories, revisions, commits,
-trees, hub tokens, xorbs, shards, inline files, the SHA-256 and dedup indexes) into the
-configured stores: PostgreSQL (CASTOR_DATABASE_URL) and S3 (CASTOR_S3_BUCKET,
-CASTOR_S3_ENDPOINT, …). Safe to run again: an interrupted run completes, a repeated one
-copies nothing. Stop the embedded server first (or run again after stopping it). Progress
-goes to stderr; the summary, and how to carry the server's keys to the new nodes, to stdout.
+trees, hub tokens, xorbs, shards, inline files, the SHA-256 and dedup indexes, the daily
+storage statistics samples) into the configured stores: PostgreSQL (CASTOR_DATABASE_URL) and
+S3 (CASTOR_S3_BUCKET, CASTOR_S3_ENDPOINT, …). Safe to run again: an interrupted run
+completes, a repeated one copies nothing. Stop the embedded server first (or run again after
+stopping it). Progress goes to stderr; the summary, and how to carry the server's keys to the
+new nodes, to stdout.
 
   --from DATA_DIR   the embedded data dir to copy (the CASTOR_DATA_DIR of the old server)
 
@@ -242,6 +243,13 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
     revisionsCopied += await target.metadata.importRevisions(revisions.map((revision) => ({ ...revision, repoId: mapRepo(revision.repoId) })));
   }
   step("revisions", revisionCount, revisionsCopied);
+
+  // The growth history `castor stats --history` shows. A day the target has a sample of
+  // already (its nodes ran that day) keeps the target's.
+  const samples = await source.metadata.listStatsSamples();
+  let samplesCopied = 0;
+  for (const sample of samples) if (await target.metadata.recordStatsSample(sample)) samplesCopied++;
+  step("storage statistics samples", samples.length, samplesCopied);
   return steps;
 }
 

@@ -23,6 +23,7 @@ import { dedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
 import { healthRoutes } from "./health.js";
 import type { HubRepositories } from "../hub/repositories.js";
+import { DailyStatsSampler, StorageStatsService } from "../hub/stats.js";
 import { hubRoutes, type XetFileSource } from "./hub/index.js";
 import { hubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
@@ -125,6 +126,11 @@ export interface CastorAppDeps extends HttpAppOptions {
   hubInlineMaxBytes: number;
   /** `config.metrics` and `config.metricsToken`; default: `/metrics` served, no token needed. */
   metrics?: { enabled: boolean; token: string | null };
+  /**
+   * Storage statistics (`GET /api/stats`): their clock, and whether the app keeps daily samples
+   * from the moment it is ready until it closes (`castor serve` does; test apps only when asked).
+   */
+  storageStats?: { dailySamples: boolean; now?: () => Date };
 }
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
@@ -144,6 +150,21 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       return decision;
     },
   };
+  const stats = new StorageStatsService(deps.store, { now: deps.storageStats?.now });
+  if (deps.storageStats?.dailySamples) {
+    const sampler = new DailyStatsSampler(stats, {
+      now: deps.storageStats.now,
+      onSample: (sample) => {
+        metrics?.storageSampled(sample);
+        const { logicalBytes, storedBytes, recordedXorbBytes } = sample;
+        app.log.info({ day: sample.day, logicalBytes, storedBytes, recordedXorbBytes }, "storage statistics sample");
+      },
+      onError: (error) => app.log.warn({ err: error }, "the daily storage statistics sample failed; trying again later"),
+    });
+    // Started once the app is ready, stopped before the stores close (server.ts closes them after the app).
+    app.addHook("onReady", async () => sampler.start());
+    app.addHook("onClose", () => sampler.stop());
+  }
   await app.register(healthRoutes, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
   await app.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
   await app.register(hubRoutes, {
@@ -153,6 +174,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     store: deps.store,
     publicUrl: deps.publicUrl,
     inlineMaxBytes: deps.hubInlineMaxBytes,
+    stats,
   });
   await app.register(casScope, {
     verifier: deps.verifier,

@@ -82,3 +82,18 @@ export function requireWritable(caller: Caller, repo: Repo | null, wanted: Pick<
   }
   return repo;
 }
+
+/**
+ * An admin token: write access to every repository (`castor token create --all-repos --access
+ * write`), the one kind of token that may already change anything in the hub.
+ */
+export function isAdminToken(token: HubToken): boolean {
+  return token.repos === "all" && token.access === "write";
+}
+
+/** HubError unless the caller holds an admin token: 401 anonymous, 403 any other token. */
+export function requireAdmin(caller: Caller, what: string): void {
+  const hint = "a hub token with write access to all repositories (castor token create --all-repos --access write)";
+  if (caller.token === null) throw new HubError(401, `${what} needs ${hint}: send Authorization: Bearer hf_…`);
+  if (!isAdminToken(caller.token)) throw new HubError(403, `${what} needs ${hint}; this token is not one`);
+}

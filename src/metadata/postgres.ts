@@ -9,8 +9,8 @@
  * `postgres/schema.ts` (migrations), `postgres/connection.ts` (the pool), `postgres/repos.ts`
  * (repositories, revisions), `postgres/tokens.ts` (hub tokens), `postgres/history.ts`
  * (commits, trees, branch heads), `postgres/cas.ts` (xorbs, files, shards, dedup index),
- * `postgres/gc.ts` (leases, the collector's deletions) and
- * `postgres/migration.ts` (export and import for `castor migrate`).
+ * `postgres/gc.ts` (leases, the collector's deletions), `postgres/migration.ts` (export and
+ * import for `castor migrate`) and `postgres/stats.ts` (storage statistics).
  */
 import { PostgresCasRecords } from "./postgres/cas.js";
 import { PostgresConnection, type PostgresStoreOptions } from "./postgres/connection.js";
@@ -18,6 +18,7 @@ import { PostgresGcRecords } from "./postgres/gc.js";
 import { PostgresHistoryRecords } from "./postgres/history.js";
 import { PostgresMigrationRecords } from "./postgres/migration.js";
 import { PostgresRepoRecords } from "./postgres/repos.js";
+import { PostgresStatsRecords } from "./postgres/stats.js";
 import { PostgresTokenRecords } from "./postgres/tokens.js";
 import { RecordFamiliesStore } from "./record-families.js";
 
@@ -49,6 +50,7 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
       cas,
       gc: new PostgresGcRecords(connection),
       migration: new PostgresMigrationRecords(connection, cas),
+      stats: new PostgresStatsRecords(connection),
     });
     this.poolSize = connection.poolSize;
   }

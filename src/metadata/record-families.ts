@@ -1,13 +1,15 @@
 /**
  * A `MetadataStore` made of one object per record family — what both backends are: their
  * `repos` (repositories, revisions), `tokens`, `history` (commits, trees, branch heads), `cas`,
- * `gc` (leases and the collector's deletions) and `migration` records live in files of their own (sqlite/, postgres/) and this class
+ * `gc` (leases and the collector's deletions), `migration` and `stats` (storage-statistics
+ * samples and reads) records live in files of their own (sqlite/, postgres/) and this class
  * presents them as the one store the rest of castor uses. A backend adds only `ping` and
  * `close`.
  */
 import type { Hash } from "../format/hash.js";
 import type { CondemnableKind, CondemnedBlob, CondemnedXorb, DeletedFile, GcRecords, Lease, LeaseKind, SeenRef } from "./gc.js";
 import type { CasMetadataStore, FileRecord, ShardRegistration, XorbRecord } from "./cas.js";
+import type { StatsMetadata, StatsSample, XorbFootprint, XorbTotals } from "./stats.js";
 import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, MetadataMigration, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "./migration.js";
 import type {
   BranchAdvance,
@@ -52,6 +54,7 @@ export interface RecordFamilies {
   cas: CasMetadataStore;
   gc: GcRecords;
   migration: MetadataMigration;
+  stats: StatsMetadata;
 }
 
 export abstract class RecordFamiliesStore implements MetadataStore {
@@ -229,6 +232,23 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   }
   importDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
     return this.families.migration.importDedupEntries(entries);
+  }
+
+  // Storage statistics
+  recordStatsSample(sample: StatsSample): Promise<boolean> {
+    return this.families.stats.recordStatsSample(sample);
+  }
+  listStatsSamples(): Promise<StatsSample[]> {
+    return this.families.stats.listStatsSamples();
+  }
+  xorbTotals(): Promise<XorbTotals> {
+    return this.families.stats.xorbTotals();
+  }
+  xorbFootprints(hashes: readonly Hash[]): Promise<Map<string, XorbFootprint>> {
+    return this.families.stats.xorbFootprints(hashes);
+  }
+  fileXorbs(hashes: readonly Hash[]): Promise<Map<string, Hash[]>> {
+    return this.families.stats.fileXorbs(hashes);
   }
 
   abstract ping(): Promise<void>;

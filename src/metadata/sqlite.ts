@@ -16,9 +16,9 @@
  * `sqlite/schema.ts` (file, settings, migrations), `sqlite/repos.ts` (repositories,
  * revisions), `sqlite/tokens.ts` (hub tokens), `sqlite/history.ts` (commits, trees, branch
  * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index), `sqlite/gc.ts` (leases, the
- * collector's deletions) and `sqlite/migration.ts` (export and import for `castor migrate`).
- * `sqlite/snapshot.ts` handles the file as a whole (online copies and checks for `castor
- * backup` and `castor restore`).
+ * collector's deletions), `sqlite/migration.ts` (export and import for `castor migrate`) and
+ * `sqlite/stats.ts` (storage statistics). `sqlite/snapshot.ts` handles the file as a whole
+ * (online copies and checks for `castor backup` and `castor restore`).
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -30,6 +30,7 @@ import { SqliteHistoryRecords } from "./sqlite/history.js";
 import { SqliteMigrationRecords } from "./sqlite/migration.js";
 import { SqliteRepoRecords } from "./sqlite/repos.js";
 import { METADATA_FILE_NAME } from "./sqlite/schema.js";
+import { SqliteStatsRecords } from "./sqlite/stats.js";
 import { SqliteTokenRecords } from "./sqlite/tokens.js";
 
 export { BUSY_TIMEOUT_MS, JOURNAL_SIZE_LIMIT_BYTES, METADATA_FILE_NAME, MIGRATIONS, MetadataSchemaError } from "./sqlite/schema.js";
@@ -59,6 +60,7 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
       cas,
       gc: new SqliteGcRecords(connection),
       migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql),
+      stats: new SqliteStatsRecords(connection),
     });
     this.path = connection.path;
     this.cas = cas;

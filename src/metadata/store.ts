@@ -6,8 +6,9 @@
  *
  * It has two halves: the hub (repositories, revisions, commits and trees, hub tokens),
  * declared here with the history codecs in history.ts, and the CAS (xorbs, files, shards,
- * dedup index), declared in cas.ts with the packed-table codecs; and the export/import
- * methods `castor migrate` copies a store with (migration.ts).
+ * dedup index), declared in cas.ts with the packed-table codecs; the export/import
+ * methods `castor migrate` copies a store with (migration.ts); and the storage-statistics
+ * samples and reads (stats.ts).
  *
  * Rules every implementation keeps (the contract suite checks them):
  * - No caching: each call reads the database, so a write by another process (an admin command
@@ -23,6 +24,7 @@ import type { RepoType } from "../format/repo.js";
 import type { CasMetadataStore } from "./cas.js";
 import type { GcRecords } from "./gc.js";
 import type { MetadataMigration } from "./migration.js";
+import type { StatsMetadata } from "./stats.js";
 
 export type { CasMetadataStore, FileRecord, FileTerm, ShardRegistration, StoredChunk, XorbRecord } from "./cas.js";
 export type {
@@ -37,6 +39,8 @@ export type {
   Sha256IndexEntry,
   ShardRow,
 } from "./migration.js";
+
+export type { StatsMetadata, StatsSample, StorageTotals, XorbFootprint, XorbTotals } from "./stats.js";
 
 export { REPO_TYPES, type RepoType } from "../format/repo.js";
 
@@ -247,7 +251,7 @@ export interface HubMetadataStore {
 }
 
 /** Everything castor keeps besides blobs, one record family per interface. */
-export interface MetadataStore extends HubMetadataStore, CasMetadataStore, GcRecords, MetadataMigration {
+export interface MetadataStore extends HubMetadataStore, CasMetadataStore, GcRecords, MetadataMigration, StatsMetadata {
   /** Resolves when the store answers a trivial query (for /readyz). */
   ping(): Promise<void>;
   close(): Promise<void>;

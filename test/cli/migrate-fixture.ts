@@ -5,8 +5,9 @@
  * deduplicated), plus what the old server handed out and must stay valid after a migration with
  * the carried keys: a CAS access token and a transfer URL. Then the server is stopped, as the
  * migration guide says, and the store gets what the hub's histories add (`addHistories`): a
- * commit with a tree and an inline file on alice/bert's main, bob/data made public, and a hub
- * token with an owner and namespaces.
+ * commit with a tree and an inline file on alice/bert's main, bob/data made public, a hub
+ * token with an owner and namespaces, and a storage statistics sample of a past day (besides
+ * the one the server took of its start-up day).
  *
  * `checkMigratedServer` downloads every file from a server started on the migrated stores with
  * the OLD hub tokens, byte for byte, and checks the old token and URL and the revoked hub token.
@@ -19,6 +20,7 @@ import { join } from "node:path";
 import { download, upload } from "../../src/client/index.js";
 import { loadConfig } from "../../src/config.js";
 import { withHub } from "../../src/hub/open.js";
+import { computeStorageStats } from "../../src/hub/stats.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import type { CommitRecord, TreeRecord } from "../../src/metadata/store.js";
 import { blobKeyFromHex } from "../../src/storage/blob-store.js";
@@ -129,7 +131,8 @@ function gitOid(type: string, body: Buffer): string {
 /**
  * Adds to the (stopped) data dir what hub histories add: a commit on alice/bert's main whose
  * tree holds an inline README (its content under `inline/`), bob/data made public, a hub token
- * with an owner and namespaces. Objects and ids are git's, computed here.
+ * with an owner and namespaces; and a storage statistics sample of a past day. Objects and ids
+ * are git's, computed here.
  */
 export async function addHistories(dataDir: string): Promise<{ commit: CommitRecord; tree: TreeRecord; readme: Buffer }> {
   const store = await SqliteMetadataStore.open(dataDir);
@@ -167,6 +170,8 @@ export async function addHistories(dataDir: string): Promise<{ commit: CommitRec
     };
     assert.equal(await store.advanceBranch({ repoId: bert.id, branch: "main", expectedHead: head, commit, trees: [tree] }), "advanced");
     assert.equal(await store.setRepoPrivate((await store.getRepo("dataset", "bob/data"))!.id, false), true);
+    const totals = (await store.listStatsSamples()).at(-1) ?? (await computeStorageStats(store)).totals;
+    assert.equal(await store.recordStatsSample({ ...totals, day: "2025-12-31", takenAt: new Date("2025-12-31T00:00:00.123Z") }), true);
     await store.createHubToken({
       id: "tok_owned",
       secretHash: "0".repeat(64),

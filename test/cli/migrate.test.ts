@@ -95,6 +95,7 @@ async function idFreeRows(store: MetadataStore) {
     sha256: (await all((a, n) => store.exportSha256Index(a, n))).map((e) => ({ ...e, repoId: repoNames.get(e.repoId) })),
     shards: await all((a, n) => store.exportShards(a, n)),
     dedup: await all((a, n) => store.exportDedupEntries(a, n)),
+    statsSamples: await store.listStatsSamples(),
   };
 }
 

@@ -11,6 +11,7 @@ import { runCasMetadataContract } from "./cas-metadata.js";
 import { runGcRecordsContract } from "./gc-records.js";
 import { runHubHistoryContract } from "./hub-history.js";
 import { runMigrationContract } from "./metadata-migration.js";
+import { runStatsMetadataContract } from "./stats-metadata.js";
 
 export interface MetadataStoreFixture {
   store: MetadataStore;
@@ -394,6 +395,7 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
     runHubHistoryContract(withStore);
     runCasMetadataContract(withStore);
     runGcRecordsContract(withStore);
+    runStatsMetadataContract(withStore);
     runMigrationContract(open);
   });
 }

@@ -93,6 +93,8 @@ export interface TestAppOptions {
   inlineMaxBytes?: number;
   /** `/metrics`: served without a token unless this says otherwise. */
   metrics?: CastorAppDeps["metrics"];
+  /** Storage statistics' clock and daily samples (off unless asked). */
+  storageStats?: CastorAppDeps["storageStats"];
 }
 
 export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
@@ -110,6 +112,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     verifier: new CasTokenVerifier(publicKey, options.now),
     publicUrl,
     metrics: options.metrics,
+    storageStats: options.storageStats,
     ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes })),
   });
   url = await app.listen({ host: "127.0.0.1", port: 0 });

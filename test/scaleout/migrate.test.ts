@@ -93,6 +93,7 @@ describe("castor migrate: embedded data dir → PostgreSQL + S3 (Ceph RGW)", () 
         (await sourceMetadata.listHubTokens()).map((token) => token.secretHash),
       );
       assert.deepEqual((await targetMetadata.exportDedupEntries(null, 10_000)).rows, (await sourceMetadata.exportDedupEntries(null, 10_000)).rows);
+      assert.deepEqual(await targetMetadata.listStatsSamples(), await sourceMetadata.listStatsSamples());
       // Histories, visibility and token owners, with repository ids as names (each store numbers its own).
       const hubRows = async (store: SqliteMetadataStore | PostgresMetadataStore) => {
         const repos = (await store.listRepos()).filter((repo) => repo.name !== "zed/already-here");

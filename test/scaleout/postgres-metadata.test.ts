@@ -89,6 +89,7 @@ describe("PostgresMetadataStore specifics", () => {
           "dedup_chunks",
           "commits",
           "trees",
+          "stats_samples",
         ]) {
           assert.ok(tables.includes(table), `table ${table} exists`);
         }

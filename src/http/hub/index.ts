@@ -9,12 +9,14 @@ import type { GcRecords } from "../../metadata/gc.js";
 import type { BlobStore } from "../../storage/blob-store.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import type { StoredFileLookup } from "../../hub/lfs-batch.js";
+import type { StorageStatsService } from "../../hub/stats.js";
 import { fileRoutes } from "./file-routes.js";
 import { lfsRoutes } from "./lfs-routes.js";
 import { moveRoutes } from "./move-routes.js";
 import { rawRoutes } from "./raw-routes.js";
 import { repoRoutes } from "./repo-routes.js";
 import { resolveRoutes, type XetFileSource } from "./resolve-routes.js";
+import { statsRoutes } from "./stats-routes.js";
 import { unsupportedRoutes } from "./unsupported-routes.js";
 
 export type { XetFileSource } from "./resolve-routes.js";
@@ -28,6 +30,8 @@ export interface HubHttpDeps {
   publicUrl: () => string;
   /** `config.hubInlineMaxBytes`. */
   inlineMaxBytes: number;
+  /** Storage statistics, for `GET /api/stats`. */
+  stats: StorageStatsService;
 }
 
 export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promise<void> {
@@ -37,5 +41,6 @@ export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promis
   await lfsRoutes(app, deps);
   await rawRoutes(app, deps);
   await moveRoutes(app, deps);
+  await statsRoutes(app, deps);
   await unsupportedRoutes(app);
 }

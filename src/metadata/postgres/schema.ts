@@ -186,6 +186,30 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX gc_leases_deleting ON gc_leases (kind, hash) WHERE deleting;
   CREATE INDEX file_sha256_by_file ON file_sha256 (file_hash);
   `,
+  // Storage statistics, as in SQLite's schema: one sample of the totals per UTC day, the first
+  // recorded kept (codec and field meanings in ../stats.ts).
+  `
+  CREATE TABLE stats_samples (
+    day                 date        NOT NULL,
+    taken_at            timestamptz NOT NULL,
+    repositories        bigint      NOT NULL,
+    files               bigint      NOT NULL,
+    logical_bytes       bigint      NOT NULL,
+    stored_bytes        bigint      NOT NULL,
+    xorbs               bigint      NOT NULL,
+    chunks              bigint      NOT NULL,
+    inline_blobs        bigint      NOT NULL,
+    inline_bytes        bigint      NOT NULL,
+    recorded_xorbs      bigint      NOT NULL,
+    recorded_xorb_bytes bigint      NOT NULL,
+    recorded_chunks     bigint      NOT NULL,
+    CONSTRAINT stats_samples_pkey PRIMARY KEY (day),
+    CONSTRAINT stats_samples_totals_check CHECK (
+      repositories >= 0 AND files >= 0 AND logical_bytes >= 0 AND stored_bytes >= 0 AND xorbs >= 0 AND chunks >= 0
+      AND inline_blobs >= 0 AND inline_bytes >= 0 AND recorded_xorbs >= 0 AND recorded_xorb_bytes >= 0 AND recorded_chunks >= 0
+    )
+  );
+  `,
 ];
 
 /** The database was migrated by a newer castor whose schema this version does not know. */

@@ -3,7 +3,7 @@
  * terms, the repository links and SHA-256 index of files, shards, and the global-dedup index.
  */
 import type Database from "better-sqlite3";
-import { bytesToPlainHex, hashToHex, type Hash } from "../../format/hash.js";
+import { hashToHex, type Hash } from "../../format/hash.js";
 import {
   checkHash,
   packXorbRecord,
@@ -19,13 +19,10 @@ import {
 import { InvalidRecordError } from "../errors.js";
 import { overtakenLease, type Lease } from "../gc.js";
 import type { SqliteConnection } from "./connection.js";
+import { HashBatchQuery } from "./hash-batches.js";
 import { runToEnd } from "../../format/steps.js";
 import { BulkShardWriter, fitsOneStep, prepareShardStatements, registrationSteps, type ShardStatements } from "./shard-registration.js";
 
-/** Hashes per `getXorbs` query; batch sizes are powers of two up to this, so few statements exist. */
-const XORB_BATCH_MAX = 256;
-
-type XorbBatchStatement = Database.Statement<Uint8Array[], XorbRow>;
 export interface CasStatements extends ShardStatements {
   insertXorb: Database.Statement<[Uint8Array, number, number, number, Uint8Array]>;
   xorbSize: Database.Statement<[Uint8Array], { serialized_length: number }>;
@@ -56,24 +53,16 @@ export class SqliteCasRecords {
   private readonly db: Database.Database;
   /** Writes large shard registrations on a connection of their own, in steps. */
   private readonly bulkShards: BulkShardWriter;
+  private readonly xorbBatches: HashBatchQuery<XorbRow>;
 
   constructor(private readonly connection: SqliteConnection) {
     this.db = connection.db;
     this.sql = prepareCasStatements(this.db);
     this.bulkShards = new BulkShardWriter(connection.path);
-  }
-
-  /** `SELECT … WHERE hash IN (?, …)` with `size` placeholders, prepared on first use. */
-  private readonly xorbBatches = new Map<number, XorbBatchStatement>();
-  private xorbBatch(size: number): XorbBatchStatement {
-    let statement = this.xorbBatches.get(size);
-    if (!statement) {
-      statement = this.db.prepare<Uint8Array[], XorbRow>(
-        `SELECT hash, serialized_length, uncompressed_length, chunks FROM xorbs WHERE hash IN (${Array(size).fill("?").join(", ")})`,
-      );
-      this.xorbBatches.set(size, statement);
-    }
-    return statement;
+    this.xorbBatches = new HashBatchQuery(
+      this.db,
+      (placeholders) => `SELECT hash, serialized_length, uncompressed_length, chunks FROM xorbs WHERE hash IN (${placeholders})`,
+    );
   }
 
   async putXorb(xorb: XorbRecord, lease?: Lease): Promise<boolean> {
@@ -89,18 +78,9 @@ export class SqliteCasRecords {
 
   async getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
     const found = new Map<string, XorbRecord>();
-    const distinct = [...new Map(hashes.map((hash) => [bytesToPlainHex(hash), hash])).values()];
-    for (let start = 0; start < distinct.length; start += XORB_BATCH_MAX) {
-      const batch = distinct.slice(start, start + XORB_BATCH_MAX);
-      // Pad to a power of two by repeating the last hash (harmless inside IN), so at most
-      // log2(XORB_BATCH_MAX) + 1 statements are ever prepared.
-      let size = 1;
-      while (size < batch.length) size *= 2;
-      while (batch.length < size) batch.push(batch[batch.length - 1]);
-      for (const row of this.xorbBatch(size).all(...batch)) {
-        const record = xorbRecordOf(row);
-        found.set(hashToHex(record.hash), record);
-      }
+    for (const row of this.xorbBatches.all(hashes)) {
+      const record = xorbRecordOf(row);
+      found.set(hashToHex(record.hash), record);
     }
     return found;
   }

@@ -181,6 +181,26 @@ export const MIGRATIONS: readonly string[] = [
   CREATE INDEX gc_leases_deleting ON gc_leases (kind, hash) WHERE deleting = 1;
   CREATE INDEX file_sha256_by_file ON file_sha256 (file_hash);
   `,
+  // Storage statistics: one sample of the totals per UTC day (the first recorded is kept; the
+  // codec and field meanings are in ../stats.ts). The day is the key, written YYYY-MM-DD, so
+  // rows sort by date as text.
+  `
+  CREATE TABLE stats_samples (
+    day                 TEXT    NOT NULL PRIMARY KEY CHECK (day GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]'),
+    taken_at            INTEGER NOT NULL,
+    repositories        INTEGER NOT NULL CHECK (repositories >= 0),
+    files               INTEGER NOT NULL CHECK (files >= 0),
+    logical_bytes       INTEGER NOT NULL CHECK (logical_bytes >= 0),
+    stored_bytes        INTEGER NOT NULL CHECK (stored_bytes >= 0),
+    xorbs               INTEGER NOT NULL CHECK (xorbs >= 0),
+    chunks              INTEGER NOT NULL CHECK (chunks >= 0),
+    inline_blobs        INTEGER NOT NULL CHECK (inline_blobs >= 0),
+    inline_bytes        INTEGER NOT NULL CHECK (inline_bytes >= 0),
+    recorded_xorbs      INTEGER NOT NULL CHECK (recorded_xorbs >= 0),
+    recorded_xorb_bytes INTEGER NOT NULL CHECK (recorded_xorb_bytes >= 0),
+    recorded_chunks     INTEGER NOT NULL CHECK (recorded_chunks >= 0)
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];
 
 /** The database file was written by a newer castor whose schema this version does not know. */

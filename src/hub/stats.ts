@@ -1,0 +1,379 @@
+/**
+ * Storage statistics (`castor stats`, `GET /api/stats`, the server's daily samples): how many
+ * bytes the repositories hold, and how many castor stores for them.
+ *
+ * What is counted:
+ * - The live files of a repository are the files of the trees at the heads of its branches and
+ *   tags. A file is its path and git oid (the blob id of its content, or for a Xet-stored file
+ *   of its LFS pointer, which names the content's SHA-256 and size): the same file at the same
+ *   path in several refs counts once per repository; another version at that path, or the same
+ *   content at another path, counts separately.
+ * - Logical bytes: Σ sizes of the live files. The total is the sum over repositories, so
+ *   content two repositories both hold counts twice.
+ * - Stored bytes: the bytes of distinct content the live files need — the serialized lengths
+ *   of the distinct xorbs their terms name, plus the sizes of their distinct inline blobs
+ *   (`inline/<sha256>` in the blob store). A repository's figure is what its own live files
+ *   need, so repositories sharing xorbs each count them: per-repository figures overlap and do
+ *   not add up to the total, which counts each xorb and inline blob once.
+ * - Dedup ratio: logical / stored bytes.
+ * - Recorded xorbs: every xorb the metadata records, referenced by a live file or not. Their
+ *   bytes beyond the live xorbs' are what a garbage collection could reclaim: xorbs of deleted
+ *   files, of files only older commits hold, of uploads never committed.
+ * Shard objects, metadata and blob-store overhead are not counted.
+ *
+ * How: repositories → revisions → head commits → trees, each (tree, path) once per repository;
+ * the distinct Xet file hashes → their xorbs (`fileXorbs`), then the xorbs' sizes
+ * (`xorbFootprints`), both in batches; sums over all xorbs by the database (`xorbTotals`).
+ * Memory holds hashes, never file records or chunk tables: per repository its live (path, oid)
+ * pairs, file hashes and xorbs, across repositories the xorbs and inline blobs counted so far.
+ * It is not a snapshot: writes during the walk may or may not be counted.
+ */
+import { hashFromHex, hashToHex } from "../format/hash.js";
+import type { MetadataStore, Repo, StatsSample, StorageTotals, XorbFootprint } from "../metadata/store.js";
+import { formatRepoRef } from "./names.js";
+
+/** What the walk reads. */
+export type StatsStore = Pick<
+  MetadataStore,
+  "listRepos" | "listRevisions" | "getCommit" | "getTree" | "fileXorbs" | "xorbFootprints" | "xorbTotals" | "recordStatsSample" | "listStatsSamples"
+>;
+
+/** What one repository's live files hold and need (the totals' fields of the same names, for one repository). */
+export type LiveContent = Pick<StorageTotals, "files" | "logicalBytes" | "storedBytes" | "xorbs" | "chunks" | "inlineBlobs" | "inlineBytes">;
+
+export interface RepoStorage extends LiveContent {
+  type: Repo["type"];
+  name: string;
+}
+
+export interface StorageStats {
+  /** When the walk began; its UTC day is the day of the sample it gives. */
+  takenAt: Date;
+  totals: StorageTotals;
+  /** In creation order. */
+  repositories: RepoStorage[];
+}
+
+/** File hashes, and then xorb hashes, per metadata query. */
+const BATCH = 1000;
+
+/** Sums of live content; one per repository and one for the total, fed the same records. */
+class Tally {
+  files = 0;
+  logicalBytes = 0;
+  xorbs = 0;
+  chunks = 0;
+  xorbBytes = 0;
+  inlineBlobs = 0;
+  inlineBytes = 0;
+
+  addXorb(footprint: XorbFootprint): void {
+    this.xorbs++;
+    this.chunks += footprint.chunks;
+    this.xorbBytes += footprint.serializedLength;
+  }
+
+  addInline(size: number): void {
+    this.inlineBlobs++;
+    this.inlineBytes += size;
+  }
+
+  content(): LiveContent {
+    const { files, logicalBytes, xorbs, chunks, inlineBlobs, inlineBytes } = this;
+    return { files, logicalBytes, storedBytes: this.xorbBytes + inlineBytes, xorbs, chunks, inlineBlobs, inlineBytes };
+  }
+}
+
+export interface ComputeOptions {
+  now?: () => Date;
+  /** Ends the walk between two queries (with the signal's reason). */
+  signal?: AbortSignal;
+}
+
+export async function computeStorageStats(store: StatsStore, options: ComputeOptions = {}): Promise<StorageStats> {
+  const takenAt = (options.now ?? (() => new Date()))();
+  const { signal } = options;
+  const total = new Tally();
+  /** Xorbs and inline blobs (by SHA-256) already in `total`. */
+  const countedXorbs = new Set<string>();
+  const countedInline = new Set<string>();
+  const repositories: RepoStorage[] = [];
+
+  for (const repo of await store.listRepos()) {
+    signal?.throwIfAborted();
+    const live = await liveFilesOf(store, repo, signal);
+    const tally = new Tally();
+    tally.files = live.files;
+    tally.logicalBytes = live.logicalBytes;
+    total.files += live.files;
+    total.logicalBytes += live.logicalBytes;
+    for (const [sha256, size] of live.inline) {
+      tally.addInline(size);
+      if (!countedInline.has(sha256)) {
+        countedInline.add(sha256);
+        total.addInline(size);
+      }
+    }
+    const xorbs = await xorbsOfFiles(store, live.xetFiles, signal);
+    for (const batch of batches(xorbs)) {
+      signal?.throwIfAborted();
+      for (const [hex, footprint] of await store.xorbFootprints(batch.map(hashFromHex))) {
+        tally.addXorb(footprint);
+        if (!countedXorbs.has(hex)) {
+          countedXorbs.add(hex);
+          total.addXorb(footprint);
+        }
+      }
+    }
+    repositories.push({ type: repo.type, name: repo.name, ...tally.content() });
+  }
+
+  // Summed last, so every xorb a live file was found to reference is among them.
+  const recorded = await store.xorbTotals();
+  return {
+    takenAt,
+    totals: {
+      repositories: repositories.length,
+      ...total.content(),
+      recordedXorbs: recorded.xorbs,
+      recordedXorbBytes: recorded.bytes,
+      recordedChunks: recorded.chunks,
+    },
+    repositories,
+  };
+}
+
+interface LiveFiles {
+  files: number;
+  logicalBytes: number;
+  /** Distinct Xet file hashes (hex). */
+  xetFiles: Set<string>;
+  /** Distinct inline blobs: SHA-256 → size. */
+  inline: Map<string, number>;
+}
+
+/** The live files of `repo` (see the file comment), walked tree by tree. */
+async function liveFilesOf(store: StatsStore, repo: Repo, signal: AbortSignal | undefined): Promise<LiveFiles> {
+  const live: LiveFiles = { files: 0, logicalBytes: 0, xetFiles: new Set(), inline: new Map() };
+  const missing = (what: string) => new Error(`${what} of ${formatRepoRef(repo)} is missing from the metadata store (run castor fsck)`);
+  const pending: { oid: string; path: string }[] = [];
+  for (const revision of await store.listRevisions(repo.id)) {
+    // A branch made before castor kept histories, never committed to since: no files.
+    if (revision.commitOid === null) continue;
+    const commit = await store.getCommit(repo.id, revision.commitOid);
+    if (commit === null) throw missing(`commit ${revision.commitOid} (${revision.kind} ${revision.name})`);
+    pending.push({ oid: commit.treeOid, path: "" });
+  }
+  // A tree seen at the same path again holds the same (path, oid) pairs: walked once. Keys are
+  // "oid path" (an oid has no space).
+  const seenTrees = new Set<string>();
+  const seenFiles = new Set<string>();
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const treeKey = `${next.oid} ${next.path}`;
+    if (seenTrees.has(treeKey)) continue;
+    seenTrees.add(treeKey);
+    signal?.throwIfAborted();
+    const tree = await store.getTree(repo.id, next.oid);
+    if (tree === null) throw missing(`tree ${next.oid}`);
+    for (const entry of tree.entries) {
+      const path = next.path === "" ? entry.name : `${next.path}/${entry.name}`;
+      if (entry.type === "directory") {
+        pending.push({ oid: entry.oid, path });
+        continue;
+      }
+      const fileKey = `${entry.oid} ${path}`;
+      if (seenFiles.has(fileKey)) continue;
+      seenFiles.add(fileKey);
+      live.files++;
+      live.logicalBytes += entry.size;
+      if (entry.xetHash !== null) live.xetFiles.add(entry.xetHash);
+      else live.inline.set(entry.sha256, entry.size);
+    }
+  }
+  return live;
+}
+
+/** The distinct xorbs (hex) the files' terms name; a file without a record adds none (castor fsck reports it). */
+async function xorbsOfFiles(store: StatsStore, files: Set<string>, signal: AbortSignal | undefined): Promise<Set<string>> {
+  const xorbs = new Set<string>();
+  for (const batch of batches(files)) {
+    signal?.throwIfAborted();
+    for (const fileXorbs of (await store.fileXorbs(batch.map(hashFromHex))).values()) {
+      for (const xorb of fileXorbs) xorbs.add(hashToHex(xorb));
+    }
+  }
+  return xorbs;
+}
+
+function* batches<T>(items: Iterable<T>): Generator<T[]> {
+  let batch: T[] = [];
+  for (const item of items) {
+    batch.push(item);
+    if (batch.length === BATCH) {
+      yield batch;
+      batch = [];
+    }
+  }
+  if (batch.length > 0) yield batch;
+}
+
+/** `YYYY-MM-DD` of `date` in UTC: the day a sample taken then is of. */
+export function utcDay(date: Date): string {
+  return date.toISOString().slice(0, 10);
+}
+
+/** Milliseconds from `now` to the next UTC midnight (never 0: at midnight, a whole day). */
+export function msUntilNextUtcDay(now: Date): number {
+  const next = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
+  return next - now.getTime();
+}
+
+export function sampleOf(stats: StorageStats): StatsSample {
+  return { day: utcDay(stats.takenAt), takenAt: stats.takenAt, ...stats.totals };
+}
+
+/** Logical / stored bytes; null when nothing is stored (no ratio to speak of). */
+export function dedupRatio(content: Pick<StorageTotals, "logicalBytes" | "storedBytes">): number | null {
+  return content.storedBytes === 0 ? null : content.logicalBytes / content.storedBytes;
+}
+
+/** Recorded xorb bytes no live file references (never negative: a xorb recorded during the walk is in both). */
+export function unreferencedXorbBytes(totals: StorageTotals): number {
+  return Math.max(0, totals.recordedXorbBytes - (totals.storedBytes - totals.inlineBytes));
+}
+
+/** Totals with what follows from them, as JSON answers and tables show them. */
+function totalsJson(totals: StorageTotals) {
+  return { ...totals, dedupRatio: dedupRatio(totals), unreferencedXorbBytes: unreferencedXorbBytes(totals) };
+}
+
+/** The JSON of `GET /api/stats` and `castor stats --json`: numbers of bytes are exact integers. */
+export function storageStatsJson(stats: StorageStats, history: readonly StatsSample[]) {
+  return {
+    takenAt: stats.takenAt.toISOString(),
+    totals: totalsJson(stats.totals),
+    repositories: stats.repositories.map((repo) => ({ ...repo, dedupRatio: dedupRatio(repo) })),
+    history: historyJson(history),
+  };
+}
+
+/** Daily samples as JSON, oldest first (`castor stats --history --json`, the API's `history`). */
+export function historyJson(history: readonly StatsSample[]) {
+  return history.map(({ day, takenAt, ...totals }) => ({ day, takenAt: takenAt.toISOString(), ...totalsJson(totals) }));
+}
+
+export interface StorageStatsServiceOptions {
+  now?: () => Date;
+}
+
+/** Computing statistics and keeping daily samples, for the API, the CLI and the daily timer. */
+export class StorageStatsService {
+  private readonly now: () => Date;
+  private running: Promise<StorageStats> | null = null;
+
+  constructor(
+    private readonly store: StatsStore,
+    options: StorageStatsServiceOptions = {},
+  ) {
+    this.now = options.now ?? (() => new Date());
+  }
+
+  /**
+   * Computes the statistics, and keeps them as the sample of their UTC day unless that day has
+   * one already: the first computation of a day is its sample, whoever made it.
+   */
+  async measure(signal?: AbortSignal): Promise<StorageStats> {
+    const stats = await computeStorageStats(this.store, { now: this.now, signal });
+    // Nothing is written once stopped: the store may be closing.
+    signal?.throwIfAborted();
+    await this.store.recordStatsSample(sampleOf(stats));
+    return stats;
+  }
+
+  /** `measure`, shared by the callers that ask while it runs: an admin polling the API starts one walk, not one per request. */
+  measureShared(): Promise<StorageStats> {
+    this.running ??= this.measure().finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  /** The daily samples, oldest first; the last `limit` only when given. */
+  async history(limit?: number): Promise<StatsSample[]> {
+    const samples = await this.store.listStatsSamples();
+    return limit === undefined ? samples : samples.slice(Math.max(0, samples.length - limit));
+  }
+
+  /** Today's sample: the one kept already (by `castor stats`, another node, an earlier start), or a new one. */
+  async sampleToday(signal?: AbortSignal): Promise<StatsSample> {
+    const latest = (await this.store.listStatsSamples()).at(-1);
+    if (latest !== undefined && latest.day === utcDay(this.now())) return latest;
+    return sampleOf(await this.measure(signal));
+  }
+}
+
+/** After a failed sample, the next attempt comes this much later (or at midnight, if sooner). */
+const RETRY_AFTER_FAILURE_MS = 60 * 60 * 1000;
+
+export interface DailySamplerOptions {
+  now?: () => Date;
+  /** Receives each day's sample (the server's Prometheus gauges). */
+  onSample?: (sample: StatsSample) => void;
+  /** Receives what made a sample fail; the sampler tries again later. */
+  onError?: (error: unknown) => void;
+}
+
+/**
+ * The server's samples: one at start-up (unless the day has one), then one after each UTC
+ * midnight. Its timer never keeps the process alive, and `stop` ends it, abandoning a walk in
+ * progress, before the store closes.
+ */
+export class DailyStatsSampler {
+  private readonly now: () => Date;
+  private readonly abort = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly service: StorageStatsService,
+    private readonly options: DailySamplerOptions = {},
+  ) {
+    this.now = options.now ?? (() => new Date());
+  }
+
+  start(): void {
+    if (this.running === null && this.timer === undefined) this.run();
+  }
+
+  private run(): void {
+    this.timer = undefined;
+    if (this.stopped) return;
+    let failed = false;
+    this.running = this.service
+      .sampleToday(this.abort.signal)
+      .then(
+        (sample) => this.options.onSample?.(sample),
+        (error: unknown) => {
+          failed = true;
+          if (!this.stopped) this.options.onError?.(error);
+        },
+      )
+      .finally(() => {
+        this.running = null;
+        if (this.stopped) return;
+        // A timer that fires a little early finds today's sample kept and comes back at midnight.
+        const untilMidnight = msUntilNextUtcDay(this.now());
+        this.timer = setTimeout(() => this.run(), failed ? Math.min(RETRY_AFTER_FAILURE_MS, untilMidnight) : untilMidnight).unref();
+      });
+  }
+
+  /** Ends the sampling; resolves once a sample in progress has stopped. Idempotent. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.abort.abort(new Error("the server is stopping"));
+    await this.running;
+  }
+}
