@@ -7,6 +7,7 @@
  * `unmatched` when no route matched; never a raw URL, hash or repository name.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { MaintenanceRun } from "./metadata/gc.js";
 import type { StatsSample } from "./metadata/store.js";
 
 /** Route label of requests no route matched (404s of unknown paths). */
@@ -43,6 +44,8 @@ export class CastorMetrics {
   private readonly dedupQueries: Counter<"result">;
   private readonly tokenRequests: Counter<"outcome">;
   private readonly storageGauges: { [K in "logicalBytes" | "storedBytes" | "recordedXorbBytes"]: Gauge } & { takenAt: Gauge };
+  /** Where the last `castor gc` and `castor fsck` runs are read from at each scrape (null: not shown). */
+  private maintenanceRuns: (() => Promise<MaintenanceRun[]>) | null = null;
 
   constructor() {
     const registers = [this.registry];
@@ -114,6 +117,35 @@ export class CastorMetrics {
       ),
       takenAt: gauge("castor_storage_sample_timestamp_seconds", "When the last daily storage sample was taken, Unix time (0: none since the server started)"),
     };
+    // Read from the metadata store at each scrape (two rows): gc and fsck run as commands, on
+    // any machine, and every node shows their last results.
+    const metrics = this;
+    const lastRuns = async (): Promise<MaintenanceRun[]> => (await metrics.maintenanceRuns?.()) ?? [];
+    new Gauge({
+      name: "castor_maintenance_last_run_timestamp_seconds",
+      help: "When the last castor gc or castor fsck finished, Unix time, by command",
+      labelNames: ["command"],
+      registers,
+      async collect() {
+        this.reset();
+        for (const run of await lastRuns()) this.set({ command: run.kind }, run.finishedAt.getTime() / 1000);
+      },
+    });
+    new Gauge({
+      name: "castor_maintenance_last_run_total",
+      help: "Totals of the last castor gc (objects and bytes removed per kind) and castor fsck (problems, objects checked), by command and total",
+      labelNames: ["command", "total"],
+      registers,
+      async collect() {
+        this.reset();
+        for (const run of await lastRuns()) for (const [total, value] of Object.entries(run.totals)) this.set({ command: run.kind, total }, value);
+      },
+    });
+  }
+
+  /** Shows the last maintenance runs `read` returns (the metadata store's). */
+  watchMaintenance(read: () => Promise<MaintenanceRun[]>): void {
+    this.maintenanceRuns = read;
   }
 
   observeRequest(o: RequestObservation): void {

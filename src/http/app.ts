@@ -142,7 +142,10 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   const { xorbs, shards } = deps;
   // Counted where the routes meet the services, so the services stay free of metrics.
   const metrics = (deps.metrics?.enabled ?? true) ? new CastorMetrics() : undefined;
-  if (metrics) installMetrics(app, { metrics, token: deps.metrics?.token ?? null });
+  if (metrics) {
+    installMetrics(app, { metrics, token: deps.metrics?.token ?? null });
+    metrics.watchMaintenance(() => deps.store.lastMaintenanceRuns());
+  }
   const hub: TokenRequestAuthorizer = {
     authorizeTokenRequest: async (request) => {
       const decision = await deps.hub.authorizeTokenRequest(request);

@@ -65,6 +65,15 @@ export interface SeenRef {
   commitOid: string | null;
 }
 
+/** The last run of a maintenance command, kept for `/metrics` (and an admin page) on every node. */
+export interface MaintenanceRun {
+  kind: "gc" | "fsck";
+  startedAt: Date;
+  finishedAt: Date;
+  /** gc: objects and bytes removed per kind; fsck: problems found and what was checked. Whole numbers. */
+  totals: Record<string, number>;
+}
+
 export interface GcRecords {
   /**
    * Stamps a lease (now) on each object, in one transaction; returns the leases taken, keyed
@@ -117,6 +126,22 @@ export interface GcRecords {
     commitOids: readonly string[],
     treeOids: readonly string[],
   ): Promise<{ commits: number; trees: number } | null>;
+
+  /** Keeps `run` as the last of its kind (the one before is replaced). */
+  recordMaintenanceRun(run: MaintenanceRun): Promise<void>;
+  /** The last run of each kind that ran, gc before fsck. */
+  lastMaintenanceRuns(): Promise<MaintenanceRun[]>;
+}
+
+/** The stored text of a run's totals; CorruptRecordError-free: a bad text reads as no totals. */
+export function decodeTotals(text: string): Record<string, number> {
+  try {
+    const value: unknown = JSON.parse(text);
+    if (value === null || typeof value !== "object" || Array.isArray(value)) return {};
+    return Object.fromEntries(Object.entries(value).filter((entry): entry is [string, number] => Number.isSafeInteger(entry[1])));
+  } catch {
+    return {};
+  }
 }
 
 /**

@@ -7,7 +7,7 @@
  * `close`.
  */
 import type { Hash } from "../format/hash.js";
-import type { CondemnableKind, CondemnedBlob, CondemnedXorb, DeletedFile, GcRecords, Lease, LeaseKind, SeenRef } from "./gc.js";
+import type { CondemnableKind, CondemnedBlob, CondemnedXorb, DeletedFile, GcRecords, Lease, LeaseKind, MaintenanceRun, SeenRef } from "./gc.js";
 import type { CasMetadataStore, FileRecord, ShardRegistration, XorbRecord } from "./cas.js";
 import type { StatsMetadata, StatsSample, XorbFootprint, XorbTotals } from "./stats.js";
 import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, MetadataMigration, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "./migration.js";
@@ -173,6 +173,12 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   }
   deleteHistory(repoId: number, refs: readonly SeenRef[], commitOids: readonly string[], treeOids: readonly string[]): ReturnType<GcRecords["deleteHistory"]> {
     return this.families.gc.deleteHistory(repoId, refs, commitOids, treeOids);
+  }
+  recordMaintenanceRun(run: MaintenanceRun): Promise<void> {
+    return this.families.gc.recordMaintenanceRun(run);
+  }
+  lastMaintenanceRuns(): Promise<MaintenanceRun[]> {
+    return this.families.gc.lastMaintenanceRuns();
   }
 
   // Migration

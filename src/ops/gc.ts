@@ -81,6 +81,25 @@ export interface GcReport {
   leasesPruned: number;
 }
 
+/** What `/metrics` shows of a run (`castor_maintenance_last_run_total{command="gc"}`). */
+export function gcTotals(report: GcReport): Record<string, number> {
+  const { removed } = report;
+  return {
+    files: removed.files.objects,
+    file_bytes: removed.files.bytes,
+    xorbs: removed.xorbs.objects,
+    xorb_bytes: removed.xorbs.bytes,
+    dedup_entries: removed.dedupEntries,
+    orphan_xorb_blobs: removed.orphanXorbBlobs.objects,
+    orphan_xorb_blob_bytes: removed.orphanXorbBlobs.bytes,
+    inline_blobs: removed.inlineBlobs.objects,
+    inline_blob_bytes: removed.inlineBlobs.bytes,
+    commits: removed.commits,
+    trees: removed.trees,
+    reclaimed_bytes: removed.xorbs.bytes + removed.orphanXorbBlobs.bytes + removed.inlineBlobs.bytes,
+  };
+}
+
 export async function collectGarbage(store: MetadataStore, blobs: BlobStore, options: GcOptions): Promise<GcReport> {
   return new Collector(store, blobs, options).run();
 }
@@ -147,6 +166,9 @@ class Collector {
     if (!this.dryRun) report.leasesPruned = await this.store.pruneLeases(this.cutoff);
 
     report.finishedAt = new Date();
+    if (!this.dryRun) {
+      await this.store.recordMaintenanceRun({ kind: "gc", startedAt: this.startedAt, finishedAt: report.finishedAt, totals: gcTotals(report) });
+    }
     return report;
   }
 

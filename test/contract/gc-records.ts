@@ -190,5 +190,20 @@ export function runGcRecordsContract(withStore: WithStore): void {
         assert.deepEqual(await store.deleteHistory(9_999_999, seen, [], []), { commits: 0, trees: 0 }, "an unknown repository has nothing");
       }),
     );
+
+    it(
+      "keeps the last maintenance run of each kind",
+      withStore(async (store) => {
+        assert.deepEqual(await store.lastMaintenanceRuns(), []);
+        const at = (ms: number) => new Date(1_767_225_600_000 + ms);
+        await store.recordMaintenanceRun({ kind: "fsck", startedAt: at(0), finishedAt: at(1), totals: { problems: 2 } });
+        await store.recordMaintenanceRun({ kind: "gc", startedAt: at(2), finishedAt: at(3), totals: { xorbs: 1, xorb_bytes: 10 } });
+        await store.recordMaintenanceRun({ kind: "gc", startedAt: at(4), finishedAt: at(5), totals: { xorbs: 7 } });
+        assert.deepEqual(await store.lastMaintenanceRuns(), [
+          { kind: "gc", startedAt: at(4), finishedAt: at(5), totals: { xorbs: 7 } },
+          { kind: "fsck", startedAt: at(0), finishedAt: at(1), totals: { problems: 2 } },
+        ]);
+      }),
+    );
   });
 }

@@ -175,7 +175,9 @@ describe("a full data disk (a real tmpfs filled to the last page)", () => {
 
     const logs = logsSince(logFrom);
     assert.equal(logs.full.length, 1, "logged once, at error level");
-    assert.equal(logs.full[0].code, "ENOSPC");
+    // The upload's first write is its lease (a metadata row, src/metadata/gc.ts), so SQLite may
+    // meet the full disk before the blob does.
+    assert.match(String(logs.full[0].code), /^(ENOSPC|SQLITE_FULL)$/);
     assert.deepEqual(logs.internal, [], "not called a bug");
   });
 

@@ -9,6 +9,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import parsePrometheusTextFormat, { type PrometheusFamily } from "parse-prometheus-text-format";
 import { ConfigError, loadConfig } from "../../src/config.js";
+import { hashToHex } from "../../src/format/hash.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
 import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
@@ -51,6 +52,7 @@ describe("GET /metrics, open (the default)", () => {
   const vector = loadVector("xorb-small.json");
   const xorbHex: string = vector.expected.xorb_hash;
   const xorbBody = fromHex(vector.body_hex);
+  const shardVector = loadVector("shard-upload-small.json");
   let parsed: Map<string, PrometheusFamily>;
   let scrapeResponse: Response;
   let scrapeText: string;
@@ -67,6 +69,26 @@ describe("GET /metrics, open (the default)", () => {
     assert.equal(stored.status, 200, await stored.text());
     const miss = await fetch(`${url}/v1/chunks/default-merkledb/${"ab".repeat(32)}`, { headers: { authorization: `Bearer ${write}` } });
     assert.equal(miss.status, 404);
+    // A shard over the stored xorb, then a dedup query for one of the chunks it indexed.
+    await castor.store.createRepo("model", "alice/bert");
+    const shard = await fetch(`${url}/v1/shards`, {
+      method: "POST",
+      body: fromHex(shardVector.xet_core_style_hex),
+      headers: { authorization: `Bearer ${write}` },
+    });
+    assert.equal(shard.status, 200, await shard.text());
+    const [indexed] = (await castor.store.exportDedupEntries(null, 1)).rows;
+    const hit = await fetch(`${url}/v1/chunks/default-merkledb/${hashToHex(indexed.chunkHash)}`, { headers: { authorization: `Bearer ${write}` } });
+    assert.equal(hit.status, 200);
+    // The last gc and fsck, as their commands record them.
+    const at = new Date("2026-11-26T12:00:00Z");
+    await castor.store.recordMaintenanceRun({
+      kind: "gc",
+      startedAt: at,
+      finishedAt: new Date(at.getTime() + 5000),
+      totals: { xorbs: 3, reclaimed_bytes: 1234 },
+    });
+    await castor.store.recordMaintenanceRun({ kind: "fsck", startedAt: at, finishedAt: at, totals: { problems: 0 } });
     // An unknown hub token: the token operation denies it.
     const denied = await fetch(`${url}/api/models/alice/bert/xet-read-token/main`, { headers: { authorization: "Bearer hf_nope" } });
     assert.equal(denied.status, 401);
@@ -114,9 +136,19 @@ describe("GET /metrics, open (the default)", () => {
   it("counts xorb ingests, dedup queries and token requests by outcome", () => {
     assert.equal(counterValue(parsed.get("castor_xorb_ingests_total"), { outcome: "stored" }), 1);
     assert.equal(counterValue(parsed.get("castor_dedup_queries_total"), { result: "miss" }), 1);
-    assert.equal(counterValue(parsed.get("castor_dedup_queries_total"), { result: "hit" }), 0);
+    assert.equal(counterValue(parsed.get("castor_dedup_queries_total"), { result: "hit" }), 1);
     assert.equal(counterValue(parsed.get("castor_token_requests_total"), { outcome: "denied" }), 1);
-    assert.ok(parsed.has("castor_shard_registrations_total"));
+    assert.equal(counterValue(parsed.get("castor_shard_registrations_total"), { outcome: "registered" }), 1);
+  });
+
+  it("shows the last gc and fsck runs recorded in the store", () => {
+    const times = parsed.get("castor_maintenance_last_run_timestamp_seconds");
+    assert.equal(counterValue(times, { command: "gc" }), Date.parse("2026-11-26T12:00:05Z") / 1000);
+    assert.equal(counterValue(times, { command: "fsck" }), Date.parse("2026-11-26T12:00:00Z") / 1000);
+    const totals = parsed.get("castor_maintenance_last_run_total");
+    assert.equal(counterValue(totals, { command: "gc", total: "xorbs" }), 3);
+    assert.equal(counterValue(totals, { command: "gc", total: "reclaimed_bytes" }), 1234);
+    assert.equal(counterValue(totals, { command: "fsck", total: "problems" }), 0);
   });
 
   it("puts no hash, raw path or repository name in any label", () => {

@@ -15,7 +15,9 @@ import type { PoolClient } from "pg";
 import { bytesToPlainHex, HASH_BYTES, type Hash } from "../../format/hash.js";
 import { PACKED_CHUNK_BYTES, storedHash } from "../cas.js";
 import {
+  decodeTotals,
   sameRefs,
+  type MaintenanceRun,
   type CondemnableKind,
   type CondemnedBlob,
   type CondemnedXorb,
@@ -86,6 +88,10 @@ const GC_SQL = {
   refs: `SELECT name, commit_oid FROM revisions WHERE repo_id = $1`,
   deleteCommits: `DELETE FROM commits WHERE repo_id = $1 AND oid = ANY ($2::text[])`,
   deleteTrees: `DELETE FROM trees WHERE repo_id = $1 AND oid = ANY ($2::text[])`,
+  putRun: `
+    INSERT INTO maintenance_runs (kind, started_at, finished_at, totals) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (kind) DO UPDATE SET started_at = excluded.started_at, finished_at = excluded.finished_at, totals = excluded.totals`,
+  runs: `SELECT kind, started_at, finished_at, totals FROM maintenance_runs ORDER BY kind DESC`,
 } as const;
 
 /** Takes leases on `client` (a registration's transaction) or on the pool. */
@@ -215,5 +221,14 @@ export class PostgresGcRecords implements GcRecords {
       const trees = treeOids.length === 0 ? 0 : ((await this.sql.runOn(client, "deleteTrees", [repoId, treeOids])).rowCount ?? 0);
       return { commits, trees };
     });
+  }
+
+  async recordMaintenanceRun(run: MaintenanceRun): Promise<void> {
+    await this.sql.run("putRun", [run.kind, run.startedAt, run.finishedAt, JSON.stringify(run.totals)]);
+  }
+
+  async lastMaintenanceRuns(): Promise<MaintenanceRun[]> {
+    const { rows } = await this.sql.run<{ kind: MaintenanceRun["kind"]; started_at: Date; finished_at: Date; totals: string }>("runs", []);
+    return rows.map((row) => ({ kind: row.kind, startedAt: row.started_at, finishedAt: row.finished_at, totals: decodeTotals(row.totals) }));
   }
 }

@@ -210,6 +210,17 @@ export const MIGRATIONS: readonly string[] = [
     )
   );
   `,
+  // The last run of each maintenance command, as in SQLite's schema.
+  `
+  CREATE TABLE maintenance_runs (
+    kind        text        NOT NULL,
+    started_at  timestamptz NOT NULL,
+    finished_at timestamptz NOT NULL,
+    totals      text        NOT NULL,
+    CONSTRAINT maintenance_runs_pkey PRIMARY KEY (kind),
+    CONSTRAINT maintenance_runs_kind_check CHECK (kind IN ('gc', 'fsck'))
+  );
+  `,
 ];
 
 /** The database was migrated by a newer castor whose schema this version does not know. */

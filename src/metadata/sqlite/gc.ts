@@ -7,7 +7,9 @@ import type Database from "better-sqlite3";
 import { bytesToPlainHex, type Hash } from "../../format/hash.js";
 import { PACKED_CHUNK_BYTES, storedHash } from "../cas.js";
 import {
+  decodeTotals,
   sameRefs,
+  type MaintenanceRun,
   type CondemnableKind,
   type CondemnedBlob,
   type CondemnedXorb,
@@ -71,6 +73,13 @@ function prepareGcStatements(db: Database.Database) {
     refs: db.prepare<[number], { name: string; commit_oid: string | null }>("SELECT name, commit_oid FROM revisions WHERE repo_id = ?"),
     deleteCommit: db.prepare<[number, string]>("DELETE FROM commits WHERE repo_id = ? AND oid = ?"),
     deleteTree: db.prepare<[number, string]>("DELETE FROM trees WHERE repo_id = ? AND oid = ?"),
+    putRun: db.prepare<[string, number, number, string]>(
+      `INSERT INTO maintenance_runs (kind, started_at, finished_at, totals) VALUES (?, ?, ?, ?)
+       ON CONFLICT (kind) DO UPDATE SET started_at = excluded.started_at, finished_at = excluded.finished_at, totals = excluded.totals`,
+    ),
+    runs: db.prepare<[], { kind: MaintenanceRun["kind"]; started_at: number; finished_at: number; totals: string }>(
+      "SELECT kind, started_at, finished_at, totals FROM maintenance_runs ORDER BY kind DESC",
+    ),
   };
 }
 
@@ -184,5 +193,18 @@ export class SqliteGcRecords implements GcRecords {
       for (const oid of treeOids) trees += this.sql.deleteTree.run(repoId, oid).changes;
       return { commits, trees };
     });
+  }
+
+  async recordMaintenanceRun(run: MaintenanceRun): Promise<void> {
+    await this.connection.write(() => this.sql.putRun.run(run.kind, run.startedAt.getTime(), run.finishedAt.getTime(), JSON.stringify(run.totals)));
+  }
+
+  async lastMaintenanceRuns(): Promise<MaintenanceRun[]> {
+    return this.sql.runs.all().map((row) => ({
+      kind: row.kind,
+      startedAt: new Date(row.started_at),
+      finishedAt: new Date(row.finished_at),
+      totals: decodeTotals(row.totals),
+    }));
   }
 }

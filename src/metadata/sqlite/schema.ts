@@ -201,6 +201,15 @@ export const MIGRATIONS: readonly string[] = [
     recorded_chunks     INTEGER NOT NULL CHECK (recorded_chunks >= 0)
   ) STRICT, WITHOUT ROWID;
   `,
+  // The last run of each maintenance command (../gc.ts MaintenanceRun): its totals as JSON.
+  `
+  CREATE TABLE maintenance_runs (
+    kind        TEXT    NOT NULL PRIMARY KEY CHECK (kind IN ('gc', 'fsck')),
+    started_at  INTEGER NOT NULL,
+    finished_at INTEGER NOT NULL,
+    totals      TEXT    NOT NULL
+  ) STRICT;
+  `,
 ];
 
 /** The database file was written by a newer castor whose schema this version does not know. */
