@@ -5,6 +5,7 @@
  */
 import { isIP } from "node:net";
 import { resolve } from "node:path";
+import { durationMs } from "./duration.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "./format/xorb.js";
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from "./http/connection-limits.js";
 import { MAX_PRESIGNED_URL_TTL_SECONDS } from "./storage/blob-store.js";
@@ -71,10 +72,14 @@ export interface CastorConfig {
   metrics: boolean;
   /** Bearer token a metrics scrape must present (CASTOR_METRICS_TOKEN); null = none needed. */
   metricsToken: string | null;
+  /** Garbage collection inside `castor serve`: every `intervalMs` (null: never, the default), keeping `graceMs`. */
+  gc: { intervalMs: number | null; graceMs: number };
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
 }
 
 const MiB = 1024 * 1024;
+/** What `castor gc` and scheduled collections keep by default: a day of uploads not committed yet. */
+export const DEFAULT_GC_GRACE = "24h";
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
 /**
  * Chunk references (chunks of terms) a shard's files may make in all. Validation costs about
@@ -126,6 +131,8 @@ export const SETTINGS = [
   "CASTOR_LOG_LEVEL",
   "CASTOR_METRICS",
   "CASTOR_METRICS_TOKEN",
+  "CASTOR_GC_INTERVAL",
+  "CASTOR_GC_GRACE",
 ] as const;
 export type SettingName = (typeof SETTINGS)[number];
 
@@ -225,6 +232,10 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
     metrics: oneOf("CASTOR_METRICS", get("CASTOR_METRICS") ?? "on", ["on", "off"] as const) === "on",
     metricsToken: get("CASTOR_METRICS_TOKEN") ?? null,
+    gc: {
+      intervalMs: (get("CASTOR_GC_INTERVAL") ?? "off") === "off" ? null : duration("CASTOR_GC_INTERVAL", get("CASTOR_GC_INTERVAL")!, 60_000),
+      graceMs: duration("CASTOR_GC_GRACE", get("CASTOR_GC_GRACE") ?? DEFAULT_GC_GRACE, 0),
+    },
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
   };
 }
@@ -297,6 +308,17 @@ function seconds(name: SettingName, value: string | undefined, defaultMs: number
   const ms = /^\d+(\.\d+)?$/.test(value) ? Math.round(Number(value) * 1000) : NaN;
   if (!(ms >= 1) || !Number.isSafeInteger(ms)) {
     throw new ConfigError(`${name} must be a number of seconds > 0 (e.g. 30 or 0.5), got ${JSON.stringify(value)}`);
+  }
+  return ms;
+}
+
+/** A duration written `30d`, `12h`, `45m` or `90s` (src/duration.ts), of at least `minMs`. */
+function duration(name: SettingName, value: string, minMs: number): number {
+  const ms = durationMs(value);
+  if (ms === null || ms < minMs) {
+    throw new ConfigError(
+      `${name} must be a duration such as 24h, 7d, 30m${minMs === 0 ? " or 0" : ""} (at least ${minMs / 1000} s), got ${JSON.stringify(value)}`,
+    );
   }
   return ms;
 }

@@ -105,6 +105,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       minFreeBytes: config.minFreeBytes,
       metrics: { enabled: config.metrics, token: config.metricsToken },
       storageStats: { dailySamples: true },
+      gc: config.gc,
     });
     const boundPort = await listen(app, config);
     boundPublicUrl = publicUrlForBoundPort(config, boundPort);

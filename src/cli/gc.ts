@@ -2,13 +2,11 @@
  * `castor gc`: garbage collection on the configured stores (src/ops/gc.ts), safe while servers
  * run and clients upload. Progress on stderr, the report on stdout (a table, or JSON).
  */
-import { durationMs } from "../hub/expires.js";
+import { durationMs } from "../duration.js";
 import { collectGarbage, DEFAULT_GC_BATCH, type GcReport } from "../ops/gc.js";
-import { loadConfig } from "../config.js";
+import { DEFAULT_GC_GRACE, loadConfig } from "../config.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, parseCommandLine, runCommand, UsageError } from "./args.js";
 import { withStores } from "./stores.js";
-
-const DEFAULT_GRACE = "24h";
 
 const USAGE = `Usage: castor gc [--dry-run] [--grace D] [--batch N] [--json]
 
@@ -20,9 +18,9 @@ object an upload, a shard registration, a dedup answer or a commit uses during t
 Interrupted runs are finished by the next one.
 
   --dry-run    report what would be removed, remove nothing
-  --grace D    keep everything created or used within D before the start (default ${DEFAULT_GRACE};
-               30d, 12h, 45m, 90s or 0). It must exceed your longest upload: an upload older
-               than D whose file is not committed yet is garbage.
+  --grace D    keep everything created or used within D before the start (default
+               CASTOR_GC_GRACE, ${DEFAULT_GC_GRACE}; 30d, 12h, 45m, 90s or 0). It must exceed your
+               longest upload: an upload older than D whose file is not committed yet is garbage.
   --batch N    objects per step (one metadata transaction each; default ${DEFAULT_GC_BATCH})
   --json       print the report as JSON
 
@@ -45,14 +43,15 @@ export function run(argv: string[]): Promise<number> {
       return EXIT_OK;
     }
     expectPositionals(args.positionals, []);
-    const graceText = args.values.grace ?? DEFAULT_GRACE;
-    const graceMs = graceText.trim() === "0" ? 0 : durationMs(graceText);
-    if (graceMs === null) throw new UsageError(`--grace must be a duration such as 24h, 30d, 45m, 90s or 0, got ${JSON.stringify(graceText)}`);
+    const graceText = args.values.grace;
+    const graceFlag = graceText === undefined ? undefined : durationMs(graceText);
+    if (graceFlag === null) throw new UsageError(`--grace must be a duration such as 24h, 30d, 45m, 90s or 0, got ${JSON.stringify(graceText)}`);
     const batchText = args.values.batch;
     const batchSize = batchText === undefined ? DEFAULT_GC_BATCH : Number(batchText);
     if (!(Number.isSafeInteger(batchSize) && batchSize >= 1)) throw new UsageError(`--batch must be a whole number >= 1, got ${JSON.stringify(batchText)}`);
 
     const config = loadConfig(process.env, args.configFlags);
+    const graceMs = graceFlag ?? config.gc.graceMs;
     const say = (line: string) => process.stderr.write(`castor gc: ${line}\n`);
     const report = await withStores(config, (metadata, blobs) =>
       collectGarbage(metadata, blobs, { graceMs, dryRun: args.values["dry-run"] ?? false, batchSize, progress: say }),

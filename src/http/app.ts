@@ -15,6 +15,8 @@ import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { CastorMetrics } from "../metrics.js";
+import { gcTotals } from "../ops/gc.js";
+import { GcSchedule } from "../ops/gc-schedule.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
 import { casScope } from "./cas-scope.js";
@@ -131,6 +133,8 @@ export interface CastorAppDeps extends HttpAppOptions {
    * from the moment it is ready until it closes (`castor serve` does; test apps only when asked).
    */
   storageStats?: { dailySamples: boolean; now?: () => Date };
+  /** `config.gc`: collections on a schedule when `intervalMs` is set (src/ops/gc-schedule.ts). */
+  gc?: { intervalMs: number | null; graceMs: number };
 }
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
@@ -167,6 +171,16 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     // Started once the app is ready, stopped before the stores close (server.ts closes them after the app).
     app.addHook("onReady", async () => sampler.start());
     app.addHook("onClose", () => sampler.stop());
+  }
+  if (deps.gc?.intervalMs != null) {
+    const schedule = new GcSchedule(deps.store, deps.blobs, {
+      intervalMs: deps.gc.intervalMs,
+      graceMs: deps.gc.graceMs,
+      onReport: (report) => app.log.info({ removed: gcTotals(report) }, "scheduled garbage collection finished"),
+      onError: (error) => app.log.error({ err: error }, "scheduled garbage collection failed; trying again at the next interval"),
+    });
+    app.addHook("onReady", async () => schedule.start());
+    app.addHook("onClose", () => schedule.stop());
   }
   await app.register(healthRoutes, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
   await app.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });

@@ -1,25 +1,14 @@
 /** Parsing of token expiry given on the command line: a duration from now or a date. */
+import { durationMs } from "../duration.js";
 import { HubError } from "./errors.js";
 import { quote } from "./names.js";
 
-const UNIT_MS = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 /** Far enough for any real use, near enough that the Date stays valid and the number exact. */
-export const MAX_TOKEN_LIFETIME_MS = 100 * 365 * UNIT_MS.d;
-
-const DURATION = /^(\d{1,12})([smhd])$/i;
+export const MAX_TOKEN_LIFETIME_MS = 100 * 365 * 86_400_000;
 const ISO_DATE = /^(\d{4})-(\d{2})-(\d{2})$/;
 const ISO_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})?$/i;
 
 const FORMS = `a duration (30d, 12h, 45m, 3600s) or an ISO date (2030-01-31, or 2030-01-31T12:00:00Z with a zone)`;
-
-/**
- * Milliseconds of a duration written `30d`, `12h`, `45m` or `3600s` (zero allowed); null for any
- * other text. At most 12 digits, so the product stays an exact integer.
- */
-export function durationMs(text: string): number | null {
-  const duration = DURATION.exec(text.trim());
-  return duration === null ? null : Number(duration[1]) * UNIT_MS[duration[2].toLowerCase() as keyof typeof UNIT_MS];
-}
 
 /**
  * `"30d"`, `"12h"`, `"45m"`, `"3600s"` (from `now`), `"2030-01-31"` (midnight UTC) or an ISO

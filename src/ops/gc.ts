@@ -46,6 +46,8 @@ export interface GcOptions {
   progress?: (line: string) => void;
   /** Called after the mark, before anything is swept (tests make clients act here). */
   afterMark?: () => Promise<void>;
+  /** Stops the run between two batches (a server shutting down); the next run finishes the work. */
+  signal?: AbortSignal;
 }
 
 export interface ReclaimedTotals {
@@ -209,6 +211,7 @@ class Collector {
         continue;
       }
       for (let start = 0; start < Math.max(commits.length, trees.length); start += this.batchSize) {
+        this.options.signal?.throwIfAborted();
         const deleted = await this.store.deleteHistory(
           repoId,
           history.refs,
@@ -240,6 +243,7 @@ class Collector {
           removed.bytes += sum(batch.map((file) => file.size));
           continue;
         }
+        this.options.signal?.throwIfAborted();
         for (const file of await this.store.deleteFiles(
           batch.map((candidate) => candidate.hash),
           this.cutoff,
@@ -268,6 +272,7 @@ class Collector {
           this.report.removed.dedupEntries += sum(batch.map((xorb) => xorb.chunks.length));
           continue;
         }
+        this.options.signal?.throwIfAborted();
         const condemned = await this.store.condemnXorbs(
           batch.map((xorb) => xorb.hash),
           this.cutoff,
@@ -291,6 +296,7 @@ class Collector {
   private async sweepOrphanXorbBlobs(liveXorbs: HashPrefixSet): Promise<void> {
     const removed = this.report.removed.orphanXorbBlobs;
     for await (const keys of keyBatches(this.blobs.list("xorbs/"), this.batchSize)) {
+      this.options.signal?.throwIfAborted();
       const hashes = keys.map((key) => blobHash(key)).filter((hash) => !liveXorbs.has(hash));
       if (hashes.length === 0) continue;
       const recorded = await this.store.getXorbs(hashes);
@@ -309,6 +315,7 @@ class Collector {
   private async sweepInlineBlobs(reachable: Reachable): Promise<void> {
     const removed = this.report.removed.inlineBlobs;
     for await (const keys of keyBatches(this.blobs.list("inline/"), this.batchSize)) {
+      this.options.signal?.throwIfAborted();
       const hashes = keys.map((key) => blobHash(key)).filter((hash) => !reachable.inline.has(hash));
       if (hashes.length === 0) continue;
       const condemned = this.dryRun ? hashes : await this.store.condemnInline(hashes, this.cutoff);

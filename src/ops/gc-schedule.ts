@@ -1,0 +1,57 @@
+/**
+ * Garbage collection on a schedule inside `castor serve` (CASTOR_GC_INTERVAL, off by default):
+ * the first run one interval after start-up (a restart loop must not turn into a gc loop), the
+ * next one interval after the previous ended. A failed run is logged and tried again at the next
+ * interval; stopping aborts a run between two of its batches and waits for it, so the stores are
+ * never closed under it. When scaled out, set the interval on one node only: two collectors are
+ * safe together, but each repeats the other's work.
+ */
+import type { MetadataStore } from "../metadata/store.js";
+import type { BlobStore } from "../storage/blob-store.js";
+import { collectGarbage, type GcReport } from "./gc.js";
+
+export interface GcScheduleOptions {
+  intervalMs: number;
+  graceMs: number;
+  onReport: (report: GcReport) => void;
+  onError: (error: unknown) => void;
+}
+
+export class GcSchedule {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private readonly abort = new AbortController();
+
+  constructor(
+    private readonly store: MetadataStore,
+    private readonly blobs: BlobStore,
+    private readonly options: GcScheduleOptions,
+  ) {}
+
+  start(): void {
+    if (this.abort.signal.aborted || this.timer !== null) return;
+    // unref: a pending collection never keeps the process alive.
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.running = this.runOnce().finally(() => {
+        this.running = null;
+        this.start();
+      });
+    }, this.options.intervalMs).unref();
+  }
+
+  async stop(): Promise<void> {
+    this.abort.abort();
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  private async runOnce(): Promise<void> {
+    try {
+      this.options.onReport(await collectGarbage(this.store, this.blobs, { graceMs: this.options.graceMs, signal: this.abort.signal }));
+    } catch (error) {
+      if (!this.abort.signal.aborted) this.options.onError(error);
+    }
+  }
+}
