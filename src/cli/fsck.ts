@@ -1,8 +1,8 @@
 /**
- * `castor fsck`: checks the configured stores (read-only) with `fsckStores` (src/cas/fsck.ts):
+ * `castor fsck`: checks the configured stores (read-only) with `fsckStores` (src/ops/fsck.ts):
  * progress on stderr, a summary and every problem on stdout, exit code 1 when damage was found.
  */
-import { fsckStores, type FsckReport } from "../cas/fsck.js";
+import { fsckStores, type FsckReport } from "../ops/fsck.js";
 import { loadConfig } from "../config.js";
 import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseProgressEvery, runCommand } from "./args.js";
 import { withStores } from "./stores.js";

@@ -7,7 +7,7 @@ import { chmod, mkdtemp, readFile, rm, unlink, writeFile } from "node:fs/promise
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, it } from "node:test";
-import { fsckStores, type FsckProblem } from "../../src/cas/fsck.js";
+import { fsckStores, type FsckProblem } from "../../src/ops/fsck.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { hashFromHex, hashToHex as hex } from "../../src/format/hash.js";
