@@ -243,7 +243,11 @@ class Fsck {
   private readonly orphans: Record<BlobKind, OrphanTotals> = { xorbs: { blobs: 0, bytes: 0 }, inline: { blobs: 0, bytes: 0 }, shards: { blobs: 0, bytes: 0 } };
   /** Keyed by hex. Damage is rare, so these stay small. */
   private readonly damagedXorbs = new Map<string, DamagedBlob>();
-  /** Every recorded xorb of pass 1, so pass 5 looks up only blobs that may be orphans. */
+  /**
+   * Every xorb recorded in pass 1, so passes 4 and 5 look up only the xorbs it does not hold.
+   * A 48-bit prefix collision hides one dangling entry or orphan blob at worst, never damage
+   * that the repair would act on wrongly.
+   */
   private readonly recordedXorbs = new HashPrefixSet();
   private readonly damagedFiles = new Map<string, DamagedFile>();
   private readonly corruptInline = new Map<string, DamagedBlob>();
@@ -415,9 +419,12 @@ class Fsck {
   private async checkDedupIndex(): Promise<void> {
     let removed = 0;
     for await (const page of exportPages((after, limit) => this.metadata.exportDedupEntries(after, limit), this.pageRows(SMALL_ROW_PAGE))) {
-      const xorbs = await this.metadata.getXorbs(page.map((entry) => entry.xorbHash));
       this.counts.dedupEntries += page.length;
-      const dangling = page.filter((entry) => !xorbs.has(hashToHex(entry.xorbHash)));
+      // Only xorbs pass 1 did not see are looked up: chunk tables are large, and a page of
+      // entries in chunk order names about as many xorbs as it has entries.
+      const unknown = page.filter((entry) => !this.recordedXorbs.has(entry.xorbHash));
+      const xorbs = unknown.length === 0 ? new Map() : await this.metadata.getXorbs(unknown.map((entry) => entry.xorbHash));
+      const dangling = unknown.filter((entry) => !xorbs.has(hashToHex(entry.xorbHash)));
       const problems = dangling.map((entry) => {
         const hex = hashToHex(entry.xorbHash);
         const message = `dedup entry names xorb ${hex}, which is not recorded`;
