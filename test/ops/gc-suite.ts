@@ -267,7 +267,7 @@ export function runGcSuite(name: string, serverOptions: StartServerOptions): voi
       assert.match(found.stdout, /^xorb_missing /m);
       const repaired = await fsck("--repair");
       assert.equal(repaired.code, 1, "the file a ref names is kept, still damaged");
-      assert.match(repaired.stdout, /^  file [0-9a-f]{64} \(1048576 bytes\): damaged\.bin in model:alice\/c$/m);
+      assert.match(repaired.stdout, /^ {2}file [0-9a-f]{64} \(1048576 bytes\): damaged\.bin in model:alice\/c$/m);
       assert.match(repaired.stdout, new RegExp(`^Repaired ${lost} of ${lost + 1} problems; 1 left\\.$`, "m"));
       assert.equal(await xorbBlobs(), 0);
 
