@@ -25,8 +25,10 @@ Administration (on the data dir or database, like the server):
   token revoke ID                revoke a hub token
   migrate --from DATA_DIR        copy an embedded data dir into the configured
                                  PostgreSQL + S3 stores (safe to run again)
-  fsck                           check the stores, read-only: xorb blobs re-validated,
-                                 file terms and dedup entries resolved; exit 1 on damage
+  fsck [--repair]                check the stores: xorb blobs re-validated, file terms,
+                                 histories and dedup entries resolved, orphan blobs
+                                 listed; exit 1 on damage (--repair removes what is
+                                 corrupt or dangling)
   gc [--dry-run] [--grace 24h]   remove what no branch or tag reaches and no client used
                                  within the grace window (safe while serving)
   backup DEST [--copy]           consistent copy of the embedded data dir into the new

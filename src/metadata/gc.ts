@@ -24,6 +24,7 @@
 import { bytesToPlainHex, hashToHex, type Hash } from "../format/hash.js";
 import type { ShardRegistration } from "./cas.js";
 import { BeingCollectedError } from "./errors.js";
+import type { DedupEntry } from "./migration.js";
 
 /** What a lease protects: a xorb (record and blob), a file record, an inline blob (keyed by SHA-256). */
 export const LEASE_KINDS = ["xorb", "file", "inline"] as const;
@@ -95,11 +96,26 @@ export interface GcRecords {
    * any) was created before `cutoff`: deletes each one's record and dedup index entries and
    * marks its lease `deleting`, in one transaction. A hash without a record is an orphan blob
    * and is condemned too. Returns the xorbs condemned; delete their blobs, then `release`.
+   *
+   * A null `cutoff` condemns every one of them, leased or young: `castor fsck --repair` removes
+   * xorbs whose blobs are missing or corrupt, which no lease makes whole. An upload that leased
+   * one before fails at `putXorb` (its epoch changed) and stores the xorb anew once released.
    */
-  condemnXorbs(hashes: readonly Hash[], cutoff: Date): Promise<CondemnedXorb[]>;
+  condemnXorbs(hashes: readonly Hash[], cutoff: Date | null): Promise<CondemnedXorb[]>;
 
-  /** Condemns the inline blobs among `hashes` (SHA-256s) that carry no lease from `cutoff` on. */
-  condemnInline(hashes: readonly Hash[], cutoff: Date): Promise<Hash[]>;
+  /**
+   * Condemns the inline blobs among `hashes` (SHA-256s) that carry no lease from `cutoff` on;
+   * a null `cutoff` condemns them all (corrupt blobs, as for `condemnXorbs`).
+   */
+  condemnInline(hashes: readonly Hash[], cutoff: Date | null): Promise<Hash[]>;
+
+  /**
+   * Deletes the given dedup index entries whose xorb is not recorded, in one transaction that
+   * checks the xorbs, so an entry whose xorb was recorded meanwhile stays (`castor fsck
+   * --repair`: dangling entries would make clients dedup against a xorb nobody can fetch).
+   * Returns how many were deleted.
+   */
+  deleteDanglingDedupEntries(entries: readonly DedupEntry[]): Promise<number>;
 
   /** Blobs condemned and not released yet (left by a run that stopped), at most `limit`. */
   condemned(limit: number): Promise<CondemnedBlob[]>;

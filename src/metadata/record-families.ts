@@ -156,11 +156,14 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   deleteFiles(hashes: readonly Hash[], cutoff: Date): Promise<DeletedFile[]> {
     return this.families.gc.deleteFiles(hashes, cutoff);
   }
-  condemnXorbs(hashes: readonly Hash[], cutoff: Date): Promise<CondemnedXorb[]> {
+  condemnXorbs(hashes: readonly Hash[], cutoff: Date | null): Promise<CondemnedXorb[]> {
     return this.families.gc.condemnXorbs(hashes, cutoff);
   }
-  condemnInline(hashes: readonly Hash[], cutoff: Date): Promise<Hash[]> {
+  condemnInline(hashes: readonly Hash[], cutoff: Date | null): Promise<Hash[]> {
     return this.families.gc.condemnInline(hashes, cutoff);
+  }
+  deleteDanglingDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
+    return this.families.gc.deleteDanglingDedupEntries(entries);
   }
   condemned(limit: number): Promise<CondemnedBlob[]> {
     return this.families.gc.condemned(limit);

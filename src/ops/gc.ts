@@ -21,17 +21,16 @@
  * the snapshot the mark took may be stale without losing anything; a run that is killed at any
  * point leaves a consistent store, and the next run completes its work.
  */
-import { bytesToPlainHex, hashFromHex, hashToHex, type Hash } from "../format/hash.js";
+import { hashToHex, type Hash } from "../format/hash.js";
 import type { CondemnableKind } from "../metadata/gc.js";
 import { exportPages } from "../metadata/migration.js";
 import type { MetadataStore } from "../metadata/store.js";
-import { blobKey, blobKeyFromHex, blobKeyParts, type BlobKey, type BlobStore } from "../storage/blob-store.js";
+import type { BlobStore } from "../storage/blob-store.js";
+import { blobHash, condemnableKey, deleteCondemnedBlobs, keyBatches } from "./blobs.js";
 import { HashPrefixSet, walkReachable, type Reachable } from "./reachability.js";
 
 /** Objects per batch (one transaction each) unless the caller says otherwise. */
 export const DEFAULT_GC_BATCH = 500;
-/** Blob deletions in flight at once (S3 deletes take a round trip each). */
-const BLOB_DELETES_IN_FLIGHT = 16;
 /** Rows per export page while scanning files and xorbs. */
 const SCAN_PAGE_ROWS = 2_000;
 
@@ -145,8 +144,10 @@ class Collector {
     this.say(`${this.dryRun ? "dry run: " : ""}removing what no ref reaches and nothing used since ${this.cutoff.toISOString()}`);
     if (!this.dryRun) await this.finishEarlierRun();
 
-    const reachable = await walkReachable(this.store, (walked, total) => {
-      if (walked % 100 === 0 || walked === total) this.say(`mark: walked ${walked}/${total} repositories`);
+    const reachable = await walkReachable(this.store, {
+      onRepository: (walked, total) => {
+        if (walked % 100 === 0 || walked === total) this.say(`mark: walked ${walked}/${total} repositories`);
+      },
     });
     report.reachable = {
       repositories: reachable.histories.size,
@@ -302,7 +303,7 @@ class Collector {
       const recorded = await this.store.getXorbs(hashes);
       const orphans = hashes.filter((hash) => !recorded.has(hashToHex(hash)));
       if (orphans.length === 0) continue;
-      const sizes = await Promise.all(orphans.map((hash) => this.blobs.size(keyOf("xorb", hash))));
+      const sizes = await Promise.all(orphans.map((hash) => this.blobs.size(condemnableKey("xorb", hash))));
       const sizeOf = new Map(orphans.map((hash, i) => [hashToHex(hash), sizes[i] ?? 0]));
       const condemned = this.dryRun ? orphans : (await this.store.condemnXorbs(orphans, this.cutoff)).map((xorb) => xorb.hash);
       if (!this.dryRun) await this.deleteBlobs("xorb", condemned);
@@ -319,7 +320,7 @@ class Collector {
       const hashes = keys.map((key) => blobHash(key)).filter((hash) => !reachable.inline.has(hash));
       if (hashes.length === 0) continue;
       const condemned = this.dryRun ? hashes : await this.store.condemnInline(hashes, this.cutoff);
-      const sizes = await Promise.all(condemned.map((hash) => this.blobs.size(keyOf("inline", hash))));
+      const sizes = await Promise.all(condemned.map((hash) => this.blobs.size(condemnableKey("inline", hash))));
       if (!this.dryRun) await this.deleteBlobs("inline", condemned);
       removed.objects += condemned.length;
       removed.bytes += sum(sizes.map((size) => size ?? 0));
@@ -327,42 +328,13 @@ class Collector {
     this.say(`inline: ${removed.objects} unreachable inline blobs removed (${removed.bytes} bytes)`);
   }
 
-  /** Deletes condemned blobs, then releases their marks (a crash in between: the next run redoes both). */
-  private async deleteBlobs(kind: CondemnableKind, hashes: readonly Hash[]): Promise<void> {
-    for (let start = 0; start < hashes.length; start += BLOB_DELETES_IN_FLIGHT) {
-      await Promise.all(hashes.slice(start, start + BLOB_DELETES_IN_FLIGHT).map((hash) => this.blobs.delete(keyOf(kind, hash))));
-    }
-    await this.store.release(kind, hashes);
+  private deleteBlobs(kind: CondemnableKind, hashes: readonly Hash[]): Promise<void> {
+    return deleteCondemnedBlobs(this.store, this.blobs, kind, hashes);
   }
 }
 
 function* batches<T>(items: readonly T[], size: number): Generator<T[]> {
   for (let start = 0; start < items.length; start += size) yield items.slice(start, start + size);
-}
-
-async function* keyBatches(keys: AsyncIterable<BlobKey>, size: number): AsyncGenerator<BlobKey[]> {
-  let batch: BlobKey[] = [];
-  for await (const key of keys) {
-    batch.push(key);
-    if (batch.length >= size) {
-      yield batch;
-      batch = [];
-    }
-  }
-  if (batch.length > 0) yield batch;
-}
-
-/**
- * The raw hash a blob is keyed by, as the metadata store keeps it: a xorb's key spells its hash
- * in the Xet string form, an inline blob's key its SHA-256 in plain hex.
- */
-function blobHash(key: BlobKey): Hash {
-  const { kind, hex } = blobKeyParts(key);
-  return kind === "xorbs" ? hashFromHex(hex) : new Uint8Array(Buffer.from(hex, "hex"));
-}
-
-function keyOf(kind: CondemnableKind, hash: Hash): BlobKey {
-  return kind === "xorb" ? blobKey("xorbs", hash) : blobKeyFromHex("inline", bytesToPlainHex(hash));
 }
 
 function sum(values: readonly number[]): number {

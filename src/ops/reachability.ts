@@ -1,12 +1,15 @@
 /**
  * What the repositories' refs reach: every commit of every branch and tag with all its
  * ancestors, every tree of those commits, and the files those trees name — the live set of a
- * garbage collection (gc.ts). A missing commit or tree stops the walk with an error: with part
- * of a history unreadable, nothing can be declared unreachable (fsck says what is damaged).
+ * garbage collection (gc.ts) and the history check of `castor fsck` (fsck.ts).
+ *
+ * A missing commit or tree stops gc's walk with an error: with part of a history unreadable,
+ * nothing can be declared unreachable. fsck instead collects every missing one (`onDamage`)
+ * and walks on, to report all the damage in one run.
  */
 import { hashFromHex } from "../format/hash.js";
 import type { SeenRef } from "../metadata/gc.js";
-import type { MetadataStore } from "../metadata/store.js";
+import type { MetadataStore, Repo, TreeFileEntry } from "../metadata/store.js";
 
 /**
  * A set of 32-byte hashes kept as their first 48 bits (a number), about a fifth of the memory
@@ -46,6 +49,7 @@ export interface Reachable {
   files: HashPrefixSet;
   /** SHA-256s of inline files named by a reachable tree. */
   inline: HashPrefixSet;
+  /** Per repository id; empty when walked with `keepHistories: false`. */
   histories: Map<number, ReachableHistory>;
 }
 
@@ -54,45 +58,123 @@ export class DamagedHistoryError extends Error {
   override readonly name = "DamagedHistoryError";
 }
 
+/** A commit or tree that a ref, a commit or a tree names and the store does not have. */
+export interface HistoryDamage {
+  kind: "commit_missing" | "tree_missing";
+  repo: Repo;
+  oid: string;
+  /** What is missing and what names it, in one sentence without a final period. */
+  message: string;
+}
+
+/** A file entry of a reachable tree. */
+export interface ReachedFile {
+  repo: Repo;
+  /** From the repository's root, through the first path its tree was reached by. */
+  path: string;
+  entry: TreeFileEntry;
+  /**
+   * Whether no tree walked before named the same content (Xet file or inline SHA-256), as far
+   * as a HashPrefixSet tells: a check done per distinct file needs only these.
+   */
+  firstSeen: boolean;
+}
+
+export interface WalkOptions {
+  /** After each repository, with what of it was walked. */
+  onRepository?: (walked: number, total: number, history: ReachableHistory) => void;
+  /**
+   * Receives every missing commit or tree, and the walk goes on past it. Without it the walk
+   * throws DamagedHistoryError at the first one.
+   */
+  onDamage?: (damage: HistoryDamage) => void;
+  /** Receives the file entries of each tree walked (each distinct tree of a repository once). */
+  onFiles?: (files: ReachedFile[]) => Promise<void>;
+  /**
+   * Whether `histories` keeps every repository's commits and trees (default true: gc sweeps by
+   * them). false bounds memory to the largest repository's history.
+   */
+  keepHistories?: boolean;
+}
+
 type HistoryReader = Pick<MetadataStore, "listRepos" | "listRevisions" | "getCommit" | "getTree">;
 
-export async function walkReachable(store: HistoryReader, onRepository?: (walked: number, total: number) => void): Promise<Reachable> {
+export async function walkReachable(store: HistoryReader, options: WalkOptions = {}): Promise<Reachable> {
   const reachable: Reachable = { files: new HashPrefixSet(), inline: new HashPrefixSet(), histories: new Map() };
+  const onDamage =
+    options.onDamage ??
+    ((damage: HistoryDamage) => {
+      throw new DamagedHistoryError(`${damage.message}: run castor fsck`);
+    });
   const repos = await store.listRepos();
   for (const [index, repo] of repos.entries()) {
-    const revisions = await store.listRevisions(repo.id);
-    const history: ReachableHistory = {
-      repoId: repo.id,
-      refs: revisions.map((revision) => ({ name: revision.name, commitOid: revision.commitOid })),
-      commits: new Set(),
-      trees: new Set(),
-    };
-    const where = `${repo.type}:${repo.name}`;
-    const commitsToWalk = revisions.flatMap((revision) => (revision.commitOid === null ? [] : [revision.commitOid]));
-    const treesToWalk: string[] = [];
-    while (commitsToWalk.length > 0) {
-      const oid = commitsToWalk.pop()!;
-      if (history.commits.has(oid)) continue;
-      history.commits.add(oid);
-      const commit = await store.getCommit(repo.id, oid);
-      if (commit === null) throw new DamagedHistoryError(`commit ${oid} of ${where} is missing: run castor fsck`);
-      commitsToWalk.push(...commit.parentOids);
-      treesToWalk.push(commit.treeOid);
-    }
-    while (treesToWalk.length > 0) {
-      const oid = treesToWalk.pop()!;
-      if (history.trees.has(oid)) continue;
-      history.trees.add(oid);
-      const tree = await store.getTree(repo.id, oid);
-      if (tree === null) throw new DamagedHistoryError(`tree ${oid} of ${where} is missing: run castor fsck`);
-      for (const entry of tree.entries) {
-        if (entry.type === "directory") treesToWalk.push(entry.oid);
-        else if (entry.xetHash !== null) reachable.files.add(hashFromHex(entry.xetHash));
-        else reachable.inline.add(Buffer.from(entry.sha256, "hex"));
-      }
-    }
-    reachable.histories.set(repo.id, history);
-    onRepository?.(index + 1, repos.length);
+    const history = await walkRepository(store, repo, reachable, onDamage, options.onFiles);
+    if (options.keepHistories ?? true) reachable.histories.set(repo.id, history);
+    options.onRepository?.(index + 1, repos.length, history);
   }
   return reachable;
+}
+
+/** A commit or tree still to walk, with what named it (for a damage report). */
+interface ToWalk {
+  oid: string;
+  namedBy: string;
+}
+
+async function walkRepository(
+  store: HistoryReader,
+  repo: Repo,
+  reachable: Reachable,
+  onDamage: (damage: HistoryDamage) => void,
+  onFiles: WalkOptions["onFiles"],
+): Promise<ReachableHistory> {
+  const revisions = await store.listRevisions(repo.id);
+  const history: ReachableHistory = {
+    repoId: repo.id,
+    refs: revisions.map((revision) => ({ name: revision.name, commitOid: revision.commitOid })),
+    commits: new Set(),
+    trees: new Set(),
+  };
+  const where = `${repo.type}:${repo.name}`;
+  const commitsToWalk = revisions.flatMap((revision): ToWalk[] =>
+    revision.commitOid === null ? [] : [{ oid: revision.commitOid, namedBy: `${revision.kind} ${revision.name}` }],
+  );
+  const treesToWalk: (ToWalk & { path: string })[] = [];
+  while (commitsToWalk.length > 0) {
+    const { oid, namedBy } = commitsToWalk.pop()!;
+    if (history.commits.has(oid)) continue;
+    history.commits.add(oid);
+    const commit = await store.getCommit(repo.id, oid);
+    if (commit === null) {
+      onDamage({ kind: "commit_missing", repo, oid, message: `commit ${oid} of ${where}, named by ${namedBy}, is missing` });
+      continue;
+    }
+    for (const parent of commit.parentOids) commitsToWalk.push({ oid: parent, namedBy: `commit ${oid}` });
+    treesToWalk.push({ oid: commit.treeOid, namedBy: `commit ${oid}`, path: "" });
+  }
+  while (treesToWalk.length > 0) {
+    const { oid, namedBy, path } = treesToWalk.pop()!;
+    if (history.trees.has(oid)) continue;
+    history.trees.add(oid);
+    const tree = await store.getTree(repo.id, oid);
+    if (tree === null) {
+      const at = path === "" ? "root tree" : `tree of ${path}/`;
+      onDamage({ kind: "tree_missing", repo, oid, message: `${at} ${oid} of ${where}, named by ${namedBy}, is missing` });
+      continue;
+    }
+    const files: ReachedFile[] = [];
+    for (const entry of tree.entries) {
+      const entryPath = path === "" ? entry.name : `${path}/${entry.name}`;
+      if (entry.type === "directory") {
+        treesToWalk.push({ oid: entry.oid, namedBy: `tree ${oid}`, path: entryPath });
+        continue;
+      }
+      const [seen, hash] = entry.xetHash !== null ? [reachable.files, hashFromHex(entry.xetHash)] : [reachable.inline, Buffer.from(entry.sha256, "hex")];
+      const firstSeen = !seen.has(hash);
+      seen.add(hash);
+      if (onFiles !== undefined) files.push({ repo, path: entryPath, entry, firstSeen });
+    }
+    if (files.length > 0) await onFiles?.(files);
+  }
+  return history;
 }

@@ -148,6 +148,48 @@ export function runGcRecordsContract(withStore: WithStore): void {
     );
 
     it(
+      "condemns leased and young xorbs and inline blobs too when the cutoff is null (fsck --repair)",
+      withStore(async (store) => {
+        const { xorb, file } = await repoWithFile(store, "damaged");
+        const uploaderLease = (await store.leaseObjects("xorb", [xorb.hash])).get(key(xorb.hash))!;
+        const inline = hashOf("inline damaged");
+        await store.leaseObjects("inline", [inline]);
+
+        const condemned = await store.condemnXorbs([xorb.hash], null);
+        assert.deepEqual(
+          condemned.map((gone) => [key(gone.hash), gone.serializedLength, gone.chunks]),
+          [[key(xorb.hash), xorb.serializedLength, xorb.chunks.length]],
+        );
+        assert.equal(await store.getXorbSize(xorb.hash), null);
+        assert.deepEqual(await store.findDedupXorbs(xorb.chunks[0].hash, 5), []);
+        assert.deepEqual((await store.condemnInline([inline], null)).map(key), [key(inline)]);
+        assert.deepEqual((await store.condemned(10)).map((blob) => blob.kind).sort(), ["inline", "xorb"]);
+
+        await store.release("xorb", [xorb.hash]);
+        await store.release("inline", [inline]);
+        await assert.rejects(store.putXorb(xorb, uploaderLease), BeingCollectedError, "the upload that leased it before stores it anew");
+        const fresh = (await store.leaseObjects("xorb", [xorb.hash])).get(key(xorb.hash))!;
+        assert.equal(await store.putXorb(xorb, fresh), true);
+        assert.notEqual(await store.getFile(file.hash), null, "file records stay");
+      }),
+    );
+
+    it(
+      "deletes the dedup entries given whose xorb is not recorded, and only those",
+      withStore(async (store) => {
+        const { xorb } = await repoWithFile(store, "dangling");
+        const recorded = { chunkHash: xorb.chunks[0].hash, xorbHash: xorb.hash };
+        const dangling = { chunkHash: hashOf("dangling chunk"), xorbHash: hashOf("xorb nowhere") };
+        await store.importDedupEntries([dangling]);
+        const absent = { chunkHash: hashOf("absent chunk"), xorbHash: hashOf("xorb absent") };
+        assert.equal(await store.deleteDanglingDedupEntries([recorded, dangling, absent]), 1);
+        assert.deepEqual(await store.findDedupXorbs(dangling.chunkHash, 5), []);
+        assert.deepEqual((await store.findDedupXorbs(recorded.chunkHash, 5)).map(key), [key(xorb.hash)], "an entry of a recorded xorb stays");
+        assert.equal(await store.deleteDanglingDedupEntries([]), 0);
+      }),
+    );
+
+    it(
       "condemns unleased inline blobs and prunes leases older than the cutoff",
       withStore(async (store) => {
         const [old, recent] = [hashOf("inline old"), hashOf("inline recent")];

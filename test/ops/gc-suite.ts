@@ -6,7 +6,8 @@
  * repository — and collected. What no ref reaches goes (file records, xorbs, blobs, commits),
  * what a live file shares stays, young garbage waits for its grace window, an upload landing
  * between mark and sweep loses nothing, and a collector killed mid-sweep is finished by the next
- * run. `castor fsck` is clean after every step.
+ * run. `castor fsck` is clean after every step, and `castor fsck --repair` recovers from a lost
+ * xorb blob once the file is uploaded again.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -33,7 +34,7 @@ const TIMEOUT_MS = 90_000;
 let server: ServerProcess;
 let work: string;
 let token = "";
-const data = { unique: randomBytes(3 * MiB), shared: randomBytes(2 * MiB), young: randomBytes(MiB), raced: randomBytes(MiB) };
+const data = { unique: randomBytes(3 * MiB), shared: randomBytes(2 * MiB), young: randomBytes(MiB), raced: randomBytes(MiB), damaged: randomBytes(MiB) };
 const INLINE_TEXT = "an inline file\n";
 
 function assertOk(result: CliResult): CliResult {
@@ -246,6 +247,33 @@ export function runGcSuite(name: string, serverOptions: StartServerOptions): voi
       // A mark whose blob was deleted before the kill is finished too, so the two may exceed `left`.
       assert.ok(report.removed.xorbs.objects + report.finishedFromEarlierRun >= left, JSON.stringify(report));
       assert.equal(await xorbBlobs(), 0);
+      await fsckIsClean();
+    });
+
+    it("castor fsck --repair removes a xorb whose blob is lost and keeps the file a ref names, which an upload makes whole", async () => {
+      await hubOk("POST", "/api/repos/create", JSON.stringify({ name: "alice/c", type: "model" }));
+      await upload("c", "damaged.bin", data.damaged);
+      // Every xorb blob left is the file's (the collections above removed the rest); they vanish.
+      const lost = await withStores(async (store, blobs) => {
+        const { rows } = await store.exportXorbs(null, 100);
+        for (const xorb of rows) await blobs.delete(blobKey("xorbs", xorb.hash));
+        return rows.length;
+      });
+      assert.ok(lost >= 1);
+
+      const fsck = (...args: string[]) => runCastor(["fsck", ...args], { env: server.settings, timeoutMs: TIMEOUT_MS });
+      const found = await fsck();
+      assert.equal(found.code, 1, found.stdout + found.stderr);
+      assert.match(found.stdout, /^xorb_missing /m);
+      const repaired = await fsck("--repair");
+      assert.equal(repaired.code, 1, "the file a ref names is kept, still damaged");
+      assert.match(repaired.stdout, /^ {2}file [0-9a-f]{64} \(1048576 bytes\): damaged\.bin in model:alice\/c$/m);
+      assert.match(repaired.stdout, new RegExp(`^Repaired ${lost} of ${lost + 1} problems; 1 left\\.$`, "m"));
+      assert.equal(await xorbBlobs(), 0);
+
+      // The same content uploaded again stores its xorbs anew: the kept record is whole again.
+      await upload("c", "again.bin", data.damaged);
+      assert.deepEqual(await download("c", "damaged.bin"), data.damaged);
       await fsckIsClean();
     });
   });

@@ -27,6 +27,7 @@ import {
   type LeaseKind,
   type SeenRef,
 } from "../gc.js";
+import type { DedupEntry } from "../migration.js";
 import { hashAt, packDistinct, packedIndexes } from "./packed.js";
 import type { NamedStatements, PostgresConnection } from "./connection.js";
 
@@ -57,6 +58,15 @@ export const LEASE_SQL = {
   xorbsWithLeases: `SELECT hash FROM gc_leases WHERE kind = 'xorb' AND hash IN (SELECT ${hashAt("$1", "i")} FROM ${packedIndexes("$1")} AS i)`,
 } as const;
 
+/** Deletes the dedup entries ($1 packed chunk hashes, $2 packed xorb hashes of the same entries) that meet `condition`. */
+const deleteDedupEntries = (condition = ""): string => `
+  DELETE FROM dedup_chunks d
+  USING (SELECT ${hashAt("$1", "i")} AS chunk_hash, ${hashAt("$2", "i")} AS xorb_hash FROM ${packedIndexes("$1")} AS i) AS gone
+  WHERE d.chunk_hash = gone.chunk_hash AND d.xorb_hash = gone.xorb_hash ${condition}`;
+
+/** A cutoff as a parameter: null (condemn whatever the leases and age) is after every time. */
+const cutoffParam = (cutoff: Date | null): Date | string => cutoff ?? "infinity";
+
 const GC_SQL = {
   ...LEASE_SQL,
   // $3 cutoff: marks (and locks) what no lease from the cutoff on protects; a condemned
@@ -71,10 +81,8 @@ const GC_SQL = {
   youngXorbs: `SELECT hash FROM xorbs WHERE hash = ANY ($1::bytea[]) AND created_at >= $2`,
   deleteXorbs: `DELETE FROM xorbs WHERE hash = ANY ($1::bytea[]) RETURNING hash, serialized_length, chunks`,
   // $1 packed chunk hashes, $2 packed xorb hashes of the same entries.
-  deleteDedup: `
-    DELETE FROM dedup_chunks d
-    USING (SELECT ${hashAt("$1", "i")} AS chunk_hash, ${hashAt("$2", "i")} AS xorb_hash FROM ${packedIndexes("$1")} AS i) AS gone
-    WHERE d.chunk_hash = gone.chunk_hash AND d.xorb_hash = gone.xorb_hash`,
+  deleteDedup: deleteDedupEntries(),
+  deleteDanglingDedup: deleteDedupEntries("AND NOT EXISTS (SELECT 1 FROM xorbs WHERE xorbs.hash = d.xorb_hash)"),
   oldFiles: `SELECT hash FROM files WHERE hash = ANY ($1::bytea[]) AND created_at < $2 ORDER BY hash FOR UPDATE`,
   deleteFileLinks: `DELETE FROM file_repos WHERE file_hash = ANY ($1::bytea[])`,
   deleteFileSha256: `DELETE FROM file_sha256 WHERE file_hash = ANY ($1::bytea[])`,
@@ -127,9 +135,9 @@ export class PostgresGcRecords implements GcRecords {
   }
 
   /** Marks (and locks) the lease rows of what no lease from `cutoff` on protects; returns their hashes. */
-  private async condemnOn(client: PoolClient, kind: LeaseKind, hashes: readonly Hash[], cutoff: Date): Promise<Buffer[]> {
+  private async condemnOn(client: PoolClient, kind: LeaseKind, hashes: readonly Hash[], cutoff: Date | null): Promise<Buffer[]> {
     if (hashes.length === 0) return [];
-    const { rows } = await this.sql.runOn<{ hash: Buffer }>(client, "condemn", [kind, packDistinct(hashes), cutoff]);
+    const { rows } = await this.sql.runOn<{ hash: Buffer }>(client, "condemn", [kind, packDistinct(hashes), cutoffParam(cutoff)]);
     return rows.map((row) => row.hash);
   }
 
@@ -152,11 +160,11 @@ export class PostgresGcRecords implements GcRecords {
     });
   }
 
-  async condemnXorbs(hashes: readonly Hash[], cutoff: Date): Promise<CondemnedXorb[]> {
+  async condemnXorbs(hashes: readonly Hash[], cutoff: Date | null): Promise<CondemnedXorb[]> {
     return this.connection.inTransaction(async (client) => {
       let marked = await this.condemnOn(client, "xorb", hashes, cutoff);
       if (marked.length === 0) return [];
-      const young = (await this.sql.runOn<{ hash: Buffer }>(client, "youngXorbs", [marked, cutoff])).rows.map((row) => row.hash);
+      const young = (await this.sql.runOn<{ hash: Buffer }>(client, "youngXorbs", [marked, cutoffParam(cutoff)])).rows.map((row) => row.hash);
       if (young.length > 0) {
         await this.sql.runOn(client, "unmark", ["xorb", young]);
         const keep = new Set(young.map((hash) => hash.toString("hex")));
@@ -188,9 +196,20 @@ export class PostgresGcRecords implements GcRecords {
     });
   }
 
-  async condemnInline(hashes: readonly Hash[], cutoff: Date): Promise<Hash[]> {
+  async condemnInline(hashes: readonly Hash[], cutoff: Date | null): Promise<Hash[]> {
     const marked = await this.connection.inTransaction((client) => this.condemnOn(client, "inline", hashes, cutoff));
     return marked.map((hash) => storedHash(hash, "condemned inline blob hash"));
+  }
+
+  async deleteDanglingDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
+    if (entries.length === 0) return 0;
+    const chunkHashes = Buffer.allocUnsafe(entries.length * HASH_BYTES);
+    const xorbHashes = Buffer.allocUnsafe(entries.length * HASH_BYTES);
+    for (const [i, entry] of entries.entries()) {
+      chunkHashes.set(entry.chunkHash, i * HASH_BYTES);
+      xorbHashes.set(entry.xorbHash, i * HASH_BYTES);
+    }
+    return (await this.sql.run("deleteDanglingDedup", [chunkHashes, xorbHashes])).rowCount ?? 0;
   }
 
   async condemned(limit: number): Promise<CondemnedBlob[]> {

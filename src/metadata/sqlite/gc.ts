@@ -19,7 +19,11 @@ import {
   type LeaseKind,
   type SeenRef,
 } from "../gc.js";
+import type { DedupEntry } from "../migration.js";
 import type { SqliteConnection } from "./connection.js";
+
+/** The moment before which a condemnation looks: a null cutoff is after every lease and record. */
+const cutoffTime = (cutoff: Date | null): number => cutoff?.getTime() ?? Number.POSITIVE_INFINITY;
 
 /** A fresh epoch: 48 random bits, exact in a JavaScript number. */
 const NEW_EPOCH = "(abs(random()) % 281474976710656)";
@@ -62,6 +66,9 @@ function prepareGcStatements(db: Database.Database) {
     ),
     deleteXorb: db.prepare<[Uint8Array]>("DELETE FROM xorbs WHERE hash = ?"),
     deleteDedup: db.prepare<[Uint8Array, Uint8Array]>("DELETE FROM dedup_chunks WHERE chunk_hash = ? AND xorb_hash = ?"),
+    deleteDanglingDedup: db.prepare<[Uint8Array, Uint8Array]>(
+      "DELETE FROM dedup_chunks WHERE chunk_hash = ? AND xorb_hash = ? AND NOT EXISTS (SELECT 1 FROM xorbs WHERE xorbs.hash = dedup_chunks.xorb_hash)",
+    ),
     deleteFile: db.prepare<[Uint8Array, number], { size: number }>("DELETE FROM files WHERE hash = ? AND created_at < ? RETURNING size"),
     fileCreatedAt: db.prepare<[Uint8Array], { created_at: number }>("SELECT created_at FROM files WHERE hash = ?"),
     deleteFileLinks: db.prepare<[Uint8Array]>("DELETE FROM file_repos WHERE file_hash = ?"),
@@ -127,8 +134,8 @@ export class SqliteGcRecords implements GcRecords {
     });
   }
 
-  async condemnXorbs(hashes: readonly Hash[], cutoff: Date): Promise<CondemnedXorb[]> {
-    const before = cutoff.getTime();
+  async condemnXorbs(hashes: readonly Hash[], cutoff: Date | null): Promise<CondemnedXorb[]> {
+    const before = cutoffTime(cutoff);
     return this.transaction(() => {
       const condemned: CondemnedXorb[] = [];
       for (const hash of hashes) {
@@ -150,8 +157,8 @@ export class SqliteGcRecords implements GcRecords {
     });
   }
 
-  async condemnInline(hashes: readonly Hash[], cutoff: Date): Promise<Hash[]> {
-    const before = cutoff.getTime();
+  async condemnInline(hashes: readonly Hash[], cutoff: Date | null): Promise<Hash[]> {
+    const before = cutoffTime(cutoff);
     return this.transaction(() => {
       const condemned: Hash[] = [];
       for (const hash of hashes) {
@@ -160,6 +167,14 @@ export class SqliteGcRecords implements GcRecords {
         condemned.push(new Uint8Array(hash));
       }
       return condemned;
+    });
+  }
+
+  async deleteDanglingDedupEntries(entries: readonly DedupEntry[]): Promise<number> {
+    return this.transaction(() => {
+      let deleted = 0;
+      for (const entry of entries) deleted += this.sql.deleteDanglingDedup.run(entry.chunkHash, entry.xorbHash).changes;
+      return deleted;
     });
   }
 
