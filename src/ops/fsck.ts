@@ -286,6 +286,21 @@ class Fsck {
     const { findings } = this;
     const found = findings.listed.length + findings.unlisted;
     if (findings.unlisted > 0) this.say(`${found} problems and orphan blobs found; only the first ${findings.listed.length} are listed`);
+    const orphans = Object.values(this.orphans);
+    await this.metadata.recordMaintenanceRun({
+      kind: "fsck",
+      startedAt: this.startedAt,
+      finishedAt: new Date(),
+      totals: {
+        problems: findings.damage,
+        remaining: findings.damage - findings.fixed,
+        xorbs_checked: this.counts.xorbs,
+        xorb_bytes_checked: this.counts.xorbBytes,
+        files_checked: this.counts.files,
+        orphan_blobs: orphans.reduce((total, orphan) => total + orphan.blobs, 0),
+        orphan_blob_bytes: orphans.reduce((total, orphan) => total + orphan.bytes, 0),
+      },
+    });
     return {
       counts: this.counts,
       problems: findings.listed,

@@ -111,6 +111,9 @@ describe("fsckStores", () => {
     assert.equal(report.counts.files, 2);
     assert.equal(report.counts.fileTerms >= 2, true);
     assert.equal(report.counts.dedupEntries >= 1, true);
+    const [run] = await metadata.lastMaintenanceRuns();
+    assert.equal(run.kind, "fsck", "the run is recorded for /metrics");
+    assert.deepEqual([run.totals.problems, run.totals.xorbs_checked, run.totals.files_checked], [0, 1, 2]);
     assert.ok(
       lines.some((line) => /^xorbs: 1 checked .*so far…$/.test(line)),
       lines.join("\n"),
