@@ -14,6 +14,7 @@
  * size is that object's own 422 error.
  */
 import type { MetadataStore } from "../metadata/store.js";
+import { isStoredWhole } from "./stored-files.js";
 import type { Caller } from "./access.js";
 import { HubError } from "./errors.js";
 import type { HubRepositories, RepoAddress } from "./repositories.js";
@@ -90,8 +91,8 @@ function objectOf(object: unknown, index: number): LfsBatchObject {
   return { oid, size };
 }
 
-/** What the batch call needs of the metadata store: this repository's SHA-256 index and file sizes. */
-export type StoredFileLookup = Pick<MetadataStore, "findFileBySha256" | "getFile">;
+/** What the batch call needs of the metadata store: this repository's SHA-256 index, file sizes, and whether files are whole. */
+export type StoredFileLookup = Pick<MetadataStore, "findFileBySha256" | "getFile" | "getXorbs">;
 
 export class LfsBatch {
   constructor(
@@ -112,7 +113,7 @@ export class LfsBatch {
     for (const object of request.objects) {
       const fileHash = await this.store.findFileBySha256(repo.id, Buffer.from(object.oid, "hex"));
       const stored = fileHash === null ? null : await this.store.getFile(fileHash);
-      if (stored === null) objects.push({ ...object, upload: true });
+      if (stored === null || !(await isStoredWhole(this.store, stored))) objects.push({ ...object, upload: true });
       else if (stored.size === object.size) objects.push({ ...object, upload: false });
       else {
         objects.push({

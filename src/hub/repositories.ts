@@ -4,6 +4,7 @@
  * `Caller` and enforces what it may do (access.ts); the HTTP layer only translates.
  */
 import { isGitOid } from "../format/git.js";
+import { hashFromHex } from "../format/hash.js";
 import {
   AlreadyExistsError,
   type CommitRecord,
@@ -20,6 +21,7 @@ import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js
 import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireRevisionName } from "./names.js";
 import { lastCommits } from "./last-commits.js";
 import { requirePath, TreeReader } from "./paths.js";
+import { isStoredWhole } from "./stored-files.js";
 import { ADMIN_AUTHOR } from "./service.js";
 
 /** A short commit id: 4 to 39 lowercase hex digits (git's shortest abbreviation is 4). */
@@ -357,10 +359,17 @@ export class HubRepositories {
       const current = await reader.fileAt(commit.treeOid, file.path);
       const answer: PreuploadAnswer = { path: file.path, uploadMode: lfs ? "lfs" : "regular" };
       // The client skips a file whose oid matches its own: only say it when it is exactly that id.
-      if (current !== null && (current.xetHash !== null) === lfs) answer.oid = lfs ? current.sha256 : current.oid;
+      if (current !== null && (current.xetHash !== null) === lfs && (await this.isWhole(current))) answer.oid = lfs ? current.sha256 : current.oid;
       answers.push(answer);
     }
     return answers;
+  }
+
+  /** Whether a tree entry's content can still be served (a Xet file whose xorbs are all recorded). */
+  private async isWhole(entry: TreeFileEntry): Promise<boolean> {
+    if (entry.xetHash === null) return true;
+    const file = await this.store.getFile(hashFromHex(entry.xetHash));
+    return file !== null && (await isStoredWhole(this.store, file));
   }
 
   /** Applies a commit to `branch` of a repository the caller may write. */

@@ -11,7 +11,7 @@
  * compares them with hashes built any other way. They may be views into one buffer per record:
  * treat them as read-only.
  */
-import { HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
+import { bytesToPlainHex, HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
 import { MAX_XORB_CHUNKS } from "../format/xorb.js";
 import { CorruptRecordError, InvalidRecordError } from "./errors.js";
 import type { Lease } from "./gc.js";
@@ -95,8 +95,9 @@ export interface CasMetadataStore {
    * false when a shard with the same hash was registered before. Either way every part is
    * written insert-or-ignore, so a repeat completes a registration and links its files to
    * `repoId` (a repository that re-uploads a known shard gains access to its files):
-   * - a file hash already recorded keeps its first record; within one registration the first
-   *   occurrence of a file hash wins and later ones are skipped entirely;
+   * - a file hash already recorded keeps its first record (`replacesBrokenRecord` says the one
+   *   exception); within one registration the first occurrence of a file hash wins and later
+   *   ones are skipped entirely;
    * - the SHA-256 index is per repository and the latest registration of a digest wins;
    * - a dedup entry already present keeps its place in the oldest-first order.
    * NotFoundError when `repoId` names no repository; InvalidRecordError for an unstorable
@@ -311,4 +312,21 @@ export function fileRecordOf(hash: Hash, row: FileRow): FileRecord {
     terms: unpackFileTerms(row.terms, name),
     sha256: row.sha256 === null ? null : storedHash(row.sha256, `SHA-256 of ${name}`),
   };
+}
+
+/** The distinct xorbs a file's terms name. */
+export function termXorbs(terms: readonly FileTerm[]): Hash[] {
+  const xorbs = new Map<string, Hash>();
+  for (const term of terms) xorbs.set(bytesToPlainHex(term.xorbHash), term.xorbHash);
+  return [...xorbs.values()];
+}
+
+/**
+ * Whether a registration's record of a file replaces the one recorded before: only when the
+ * old one names a xorb that is no longer recorded (`castor fsck --repair` removed it as
+ * damaged, so the file cannot be rebuilt) and the new one names only recorded xorbs — the
+ * client uploaded the file again. Otherwise the first record stays, as for any immutable record.
+ */
+export function replacesBrokenRecord(old: readonly FileTerm[], incoming: readonly FileTerm[], isRecorded: (xorb: Hash) => boolean): boolean {
+  return termXorbs(old).some((xorb) => !isRecorded(xorb)) && termXorbs(incoming).every(isRecorded);
 }

@@ -247,5 +247,27 @@ export function runGcRecordsContract(withStore: WithStore): void {
         ]);
       }),
     );
+
+    it(
+      "a registration replaces a file record whose xorb was removed, with one naming recorded xorbs",
+      withStore(async (store) => {
+        const { repo, xorb, file } = await repoWithFile(store, "broken");
+        await store.condemnXorbs([xorb.hash], await instant());
+        await store.release("xorb", [xorb.hash]);
+        const other = xorbRecord("replacement", 4);
+        const replacement = { ...fileRecord("replacement", other, { terms: 2 }), hash: file.hash, sha256: file.sha256 };
+        const register = (label: string) => store.registerShard({ shardHash: hashOf(label), repoId: repo.id, files: [replacement], dedupEntries: [] });
+
+        await register("shard on an unrecorded xorb");
+        assert.equal(key((await store.getFile(file.hash))!.terms[0].xorbHash), key(xorb.hash), "not while the new record names unrecorded xorbs either");
+        await store.putXorb(other);
+        await register("shard on a recorded xorb");
+        assert.deepEqual(await store.getFile(file.hash), replacement);
+
+        const whole = { ...fileRecord("whole", other), hash: file.hash, sha256: file.sha256 };
+        await store.registerShard({ shardHash: hashOf("shard again"), repoId: repo.id, files: [whole], dedupEntries: [] });
+        assert.deepEqual(await store.getFile(file.hash), replacement, "a whole record is never replaced");
+      }),
+    );
   });
 }

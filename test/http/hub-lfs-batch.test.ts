@@ -157,6 +157,22 @@ describe("LFS batch", () => {
     assert.ok(elsewhere.body.objects[0].actions.upload);
   });
 
+  it("asks for content again once a xorb of it was removed as damaged (castor fsck --repair)", async () => {
+    const bytes = randomBytes(150_000);
+    const sha256 = createHash("sha256").update(bytes).digest("hex");
+    const path = join(castor.dataDir, "damaged.bin");
+    await writeFile(path, bytes);
+    await upload({ endpoint: base, hubToken: tokens.alice, repo: "dataset:alice/corpus", files: [path] });
+    const request = uploadRequest([{ oid: sha256, size: bytes.length }]);
+    assert.equal((await batch("datasets/alice/corpus.git", request)).body.objects[0].actions, undefined, "held: no action");
+
+    const fileHash = (await castor.store.findFileBySha256((await castor.store.getRepo("dataset", "alice/corpus"))!.id, Buffer.from(sha256, "hex")))!;
+    const [term] = (await castor.store.getFile(fileHash))!.terms;
+    await castor.store.condemnXorbs([term.xorbHash], null);
+    const answer = await batch("datasets/alice/corpus.git", request);
+    assert.ok(answer.body.objects[0].actions.upload, "the file cannot be rebuilt: upload it again");
+  });
+
   it("refuses plain LFS transfers and downloads (400), too many objects (413), malformed objects (422) and bodies (400)", async () => {
     assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: ["basic", "multipart"] })), 400, /Xet only/);
     assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: undefined })), 400, /"xet" transfer/);

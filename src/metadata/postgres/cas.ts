@@ -13,6 +13,8 @@ import { bytesToPlainHex, hashToHex, HASH_BYTES, type Hash } from "../../format/
 import {
   checkHash,
   packFileRecord,
+  replacesBrokenRecord,
+  termXorbs,
   packXorbRecord,
   storedHash,
   type FileRecord,
@@ -69,6 +71,12 @@ const CAS_SQL = {
     ORDER BY 1, 2, 4
     ON CONFLICT DO NOTHING`,
   getFile: `SELECT size, sha256, terms FROM files WHERE hash = $1`,
+  filesByHash: `SELECT hash, size, sha256, terms FROM files WHERE hash = ANY ($1::bytea[])`,
+  recordedXorbs: `SELECT hash FROM xorbs WHERE hash IN (SELECT ${hashAt("$1", "i")} FROM ${packedIndexes("$1")} AS i)`,
+  replaceFiles: `
+    UPDATE files f SET size = r.size, sha256 = r.sha256, terms = r.terms
+    FROM unnest($1::bytea[], $2::bigint[], $3::bytea[], $4::bytea[]) AS r (hash, size, sha256, terms)
+    WHERE f.hash = r.hash`,
   fileInRepo: `SELECT 1 FROM file_repos WHERE file_hash = $1 AND repo_id = $2`,
   fileBySha256: `SELECT file_hash FROM file_sha256 WHERE repo_id = $1 AND sha256 = $2`,
   dedupXorbs: `SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = $1 ORDER BY registration_seq, position LIMIT $2`,
@@ -131,9 +139,15 @@ export class PostgresCasRecords {
           // Files recorded before get a lease, which waits for a collector deleting them right
           // now; inserting again then restores any it deleted before the lease was taken.
           const insertedKeys = new Set(inserted.map((row) => row.hash.toString("hex")));
-          const known = batch.files.filter((file) => !insertedKeys.has(bytesToPlainHex(file.hash))).map((file) => file.hash);
-          await takeLeases(this.sql, client, "file", known);
+          const known = batch.files.filter((file) => !insertedKeys.has(bytesToPlainHex(file.hash)));
+          await takeLeases(
+            this.sql,
+            client,
+            "file",
+            known.map((file) => file.hash),
+          );
           await this.sql.runOn(client, "insertFiles", fileRows);
+          await this.replaceBrokenRecords(client, known);
         }
         await this.sql.runOn(client, "linkFiles", [batch.fileHashes, repoId]);
       }
@@ -161,6 +175,29 @@ export class PostgresCasRecords {
     const hadLease = new Set((await this.sql.runOn<{ hash: Buffer }>(client, "xorbsWithLeases", [packed])).rows.map((row) => row.hash.toString("hex")));
     const gone = xorbs.find((xorb) => !leased.has(bytesToPlainHex(xorb)) && hadLease.has(bytesToPlainHex(xorb)));
     if (gone !== undefined) throw collectedXorb(gone);
+  }
+
+  /** Replaces the records of `files` that `replacesBrokenRecord` says the registration repairs. */
+  private async replaceBrokenRecords(client: PoolClient, files: readonly FileRecord[]): Promise<void> {
+    const stored = (await this.sql.runOn<FileRow & { hash: Buffer }>(client, "filesByHash", [files.map((file) => Buffer.from(file.hash))])).rows;
+    const storedByKey = new Map(stored.map((row) => [row.hash.toString("hex"), fileRecordOf(new Uint8Array(row.hash), row)]));
+    const xorbs = files.flatMap((file) => [...termXorbs(file.terms), ...termXorbs(storedByKey.get(bytesToPlainHex(file.hash))?.terms ?? [])]);
+    if (xorbs.length === 0) return;
+    const recorded = new Set(
+      (await this.sql.runOn<{ hash: Buffer }>(client, "recordedXorbs", [packDistinct(xorbs)])).rows.map((row) => row.hash.toString("hex")),
+    );
+    const isRecorded = (xorb: Hash) => recorded.has(bytesToPlainHex(xorb));
+    const broken = files.filter((file) => {
+      const old = storedByKey.get(bytesToPlainHex(file.hash));
+      return old !== undefined && replacesBrokenRecord(old.terms, file.terms, isRecorded);
+    });
+    if (broken.length === 0) return;
+    await this.sql.runOn(client, "replaceFiles", [
+      broken.map((file) => Buffer.from(file.hash)),
+      broken.map((file) => file.size),
+      broken.map((file) => file.sha256),
+      broken.map((file) => packFileRecord(file)),
+    ]);
   }
 
   /** Inserts dedup entries as one registration does: one sequence value, positions in the given order. */

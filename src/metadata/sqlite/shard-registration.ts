@@ -16,7 +16,7 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import Database from "better-sqlite3";
 import { bytesToPlainHex } from "../../format/hash.js";
-import { checkHash, packFileRecord, type ShardRegistration } from "../cas.js";
+import { checkHash, fileRecordOf, packFileRecord, replacesBrokenRecord, type FileRow, type ShardRegistration } from "../cas.js";
 import { NotFoundError } from "../errors.js";
 import { collectedXorb, registrationXorbs } from "../gc.js";
 import { prepareLeaseStatements, type LeaseStatements } from "./gc.js";
@@ -28,6 +28,8 @@ export const ROWS_PER_STEP = 2_000;
 /** The statements a registration runs, prepared on the connection that runs them. */
 export interface ShardStatements extends LeaseStatements {
   xorbExists: Database.Statement<[Uint8Array], { ok: number }>;
+  fileRow: Database.Statement<[Uint8Array], FileRow>;
+  replaceFile: Database.Statement<[number, Uint8Array | null, Uint8Array, Uint8Array]>;
   repoExists: Database.Statement<[number], { ok: number }>;
   insertShard: Database.Statement<[Uint8Array, number]>;
   insertFile: Database.Statement<[Uint8Array, number, Uint8Array | null, number, Uint8Array]>;
@@ -41,6 +43,8 @@ export function prepareShardStatements(db: Database.Database): ShardStatements {
   return {
     ...prepareLeaseStatements(db),
     xorbExists: db.prepare<[Uint8Array], { ok: number }>("SELECT 1 AS ok FROM xorbs WHERE hash = ?"),
+    fileRow: db.prepare<[Uint8Array], FileRow>("SELECT size, sha256, terms FROM files WHERE hash = ?"),
+    replaceFile: db.prepare<[number, Uint8Array | null, Uint8Array, Uint8Array]>("UPDATE files SET size = ?, sha256 = ?, terms = ? WHERE hash = ?"),
     repoExists: db.prepare<[number], { ok: number }>("SELECT 1 AS ok FROM repos WHERE id = ?"),
     insertShard: db.prepare<[Uint8Array, number]>("INSERT INTO shards (hash, created_at) VALUES (?, ?) ON CONFLICT (hash) DO NOTHING"),
     insertFile: db.prepare<[Uint8Array, number, Uint8Array | null, number, Uint8Array]>(
@@ -91,7 +95,13 @@ export function* registrationSteps(sql: ShardStatements, registration: ShardRegi
     const key = bytesToPlainHex(file.hash);
     if (seen.has(key)) continue;
     seen.add(key);
-    if (sql.insertFile.run(file.hash, file.size, file.sha256, now, terms).changes === 0) sql.lease.get("file", file.hash, now);
+    if (sql.insertFile.run(file.hash, file.size, file.sha256, now, terms).changes === 0) {
+      sql.lease.get("file", file.hash, now);
+      const recorded = fileRecordOf(file.hash, sql.fileRow.get(file.hash)!);
+      if (replacesBrokenRecord(recorded.terms, file.terms, (xorb) => sql.xorbExists.get(xorb) !== undefined)) {
+        sql.replaceFile.run(file.size, file.sha256, terms, file.hash);
+      }
+    }
     sql.linkFile.run(file.hash, repoId);
     if (file.sha256 !== null) sql.putSha256.run(repoId, file.sha256, file.hash);
   }
