@@ -11,12 +11,16 @@
  * - `move_repo`: the old name raises RepositoryNotFoundError, the new one has the files;
  *   `list_models(author, search)` and `hf models ls --author` list it; `update_repo_settings`;
  * - pull requests (`create_pr=True`), discussions and gated settings raise the client's
- *   BadRequestError with castor's "not supported" message, not RepositoryNotFoundError.
+ *   BadRequestError with castor's "not supported" message, not RepositoryNotFoundError;
+ * - `delete_file` + `super_squash_history` release a file's content: `castor gc` then removes
+ *   its xorbs, and the files left still download byte-exact.
  */
 import assert from "node:assert/strict";
-import { writeFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import type { GcReport } from "../../src/ops/gc.js";
+import { runCastor } from "../helpers/cli.js";
 import { pseudoRandomBytes } from "./harness.js";
 import { clientEnv, lastJson, pythonVenv, removeDir, runOk, sha256Hex, startHub, tempDir, USER, venvScript, type HubServer } from "./hub-clients.js";
 
@@ -111,6 +115,18 @@ print(json.dumps({
     "listed": [m.id for m in api.list_models(author="${USER}", search="features")],
     "refs": sorted(b.name for b in api.list_repo_refs(target).branches),
 }))
+`;
+
+const SQUASH_SCRIPT = `
+import json, sys
+from huggingface_hub import HfApi
+repo, content = sys.argv[1], sys.argv[2]
+api = HfApi()
+api.upload_file(path_or_fileobj=bytes(16) + content.encode() * 20000, path_in_repo="old.bin", repo_id=repo, commit_message="an old version")
+api.delete_file("old.bin", repo_id=repo)
+api.super_squash_history(repo_id=repo, commit_message="one commit")
+commits = api.list_repo_commits(repo)
+print(json.dumps({"commits": [c.title for c in commits], "files": sorted(api.list_repo_files(repo))}))
 `;
 
 describe("hub features with huggingface_hub 2.0.0 and the hf CLI", () => {
@@ -242,5 +258,29 @@ describe("hub features with huggingface_hub 2.0.0 and the hf CLI", () => {
       listed.map((model) => model.id),
       [MOVED],
     );
+  });
+
+  it("delete_file and super_squash_history release a file: castor gc removes its xorbs, the rest still downloads", async () => {
+    const env = machine();
+    const result = lastJson<{ commits: string[]; files: string[] }>(
+      await runOk(hub, "super_squash_history", python, ["-c", SQUASH_SCRIPT, MOVED, "released "], { env }),
+    );
+    assert.deepEqual(result.commits, ["one commit"]);
+    assert.deepEqual(result.files, ["copies/notes-v1.txt", "copies/notes.txt", "copies/weights.bin", "notes.txt", "weights.bin"]);
+
+    const before = await hub.countStoredXorbs();
+    const gc = await runCastor(["gc", "--grace", "0", "--json"], { env: hub.server.settings, timeoutMs: 120_000 });
+    assert.equal(gc.code, 0, gc.stderr);
+    const report = JSON.parse(gc.stdout) as GcReport;
+    assert.ok(report.removed.files.objects >= 1, JSON.stringify(report.removed));
+    assert.ok(report.removed.xorbs.objects >= 1);
+    assert.equal(await hub.countStoredXorbs(), before - report.removed.xorbs.objects);
+
+    const out = join(work, "after-gc");
+    await runOk(hub, "hf download after gc", hf, ["download", MOVED, "weights.bin", "copies/notes-v1.txt", "--local-dir", out], { env });
+    assert.equal(sha256Hex(await readFile(join(out, "weights.bin"))), sha256Hex(WEIGHTS));
+    assert.equal(sha256Hex(await readFile(join(out, "copies/notes-v1.txt"))), sha256Hex(NOTES_V1));
+    const fsck = await runCastor(["fsck"], { env: hub.server.settings, timeoutMs: 120_000 });
+    assert.equal(fsck.code, 0, fsck.stdout);
   });
 });
