@@ -40,6 +40,9 @@ export class CastorMetrics {
   private readonly requestBytes: Counter<"method" | "route">;
   private readonly responseBytes: Counter<"method" | "route">;
   private readonly xorbIngests: Counter<"outcome">;
+  private readonly xorbIngestSeconds: Histogram<"outcome">;
+  private readonly shardRegistrationSeconds: Histogram<"outcome">;
+  private readonly reconstructionTerms: Histogram<"version">;
   private readonly shardRegistrations: Counter<"outcome">;
   private readonly dedupQueries: Counter<"result">;
   private readonly tokenRequests: Counter<"outcome">;
@@ -97,6 +100,27 @@ export class CastorMetrics {
       name: "castor_token_requests_total",
       help: "Hub token operations (CAS token requests) decided, by outcome: granted or denied",
       labelNames: ["outcome"],
+      registers,
+    });
+    this.xorbIngestSeconds = new Histogram({
+      name: "castor_xorb_ingest_seconds",
+      help: "Time of a xorb upload from its first body byte to its record: receiving, validating (every chunk decoded and hashed) and storing, by outcome",
+      labelNames: ["outcome"],
+      buckets: DURATION_BUCKETS,
+      registers,
+    });
+    this.shardRegistrationSeconds = new Histogram({
+      name: "castor_shard_registration_seconds",
+      help: "Time of a shard upload's validation and registration, by outcome (registered or already_registered)",
+      labelNames: ["outcome"],
+      buckets: DURATION_BUCKETS,
+      registers,
+    });
+    this.reconstructionTerms = new Histogram({
+      name: "castor_reconstruction_terms",
+      help: "Terms per reconstruction answer, by answer version (v1, v2)",
+      labelNames: ["version"],
+      buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 20000],
       registers,
     });
     // Set from the daily storage sample (hub/stats.ts), never computed per scrape: a walk of
@@ -157,12 +181,19 @@ export class CastorMetrics {
     if (o.responseBytes !== undefined && o.responseBytes > 0) this.responseBytes.inc({ method, route }, o.responseBytes);
   }
 
-  xorbIngested(outcome: XorbIngestOutcome): void {
+  xorbIngested(outcome: XorbIngestOutcome, seconds: number): void {
     this.xorbIngests.inc({ outcome });
+    this.xorbIngestSeconds.observe({ outcome }, seconds);
   }
 
-  shardRegistered(inserted: boolean): void {
-    this.shardRegistrations.inc({ outcome: inserted ? "registered" : "already_registered" });
+  shardRegistered(inserted: boolean, seconds: number): void {
+    const outcome = inserted ? "registered" : "already_registered";
+    this.shardRegistrations.inc({ outcome });
+    this.shardRegistrationSeconds.observe({ outcome }, seconds);
+  }
+
+  reconstructionAnswered(version: 1 | 2, terms: number): void {
+    this.reconstructionTerms.observe({ version: `v${version}` }, terms);
   }
 
   dedupQueried(hit: boolean): void {

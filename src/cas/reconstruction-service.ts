@@ -114,7 +114,7 @@ export class ReconstructionService {
     const body = version === 2 ? renderV2(plan, this.signer, this.v2Limits) : renderV1(plan, this.signer);
     // Encoded once here (sent as a string, it would be measured for Content-Length and then
     // encoded again by the socket); the renderers produce pure ASCII, so Latin-1 is exact.
-    return this.answers.put(key, Buffer.from(body, "latin1"));
+    return this.answers.put(key, Buffer.from(body, "latin1"), plan.terms.length);
   }
 
   /** The answer's body gzipped, compressed once and kept with the answer. */

@@ -255,6 +255,8 @@ export const DEFAULT_ANSWER_CACHE_BYTES = 32 * 1024 * 1024;
 export interface ReconstructionAnswer {
   readonly key: string;
   readonly body: Buffer;
+  /** Terms the answer lists (for `/metrics`). */
+  readonly terms: number;
   gzipped: Buffer | undefined;
 }
 
@@ -277,8 +279,8 @@ export class AnswerCache {
     return this.lru?.get(key);
   }
 
-  put(key: string, body: Buffer): ReconstructionAnswer {
-    const answer: ReconstructionAnswer = { key, body, gzipped: undefined };
+  put(key: string, body: Buffer, terms: number): ReconstructionAnswer {
+    const answer: ReconstructionAnswer = { key, body, terms, gzipped: undefined };
     this.lru?.set(key, answer);
     return answer;
   }

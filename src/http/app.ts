@@ -202,8 +202,9 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
           storedSize: (hash) => xorbs.storedSize(hash),
           // An upload of a xorb recorded before stores nothing, so it says nothing about free space.
           ingest: async (hash, body) => {
+            const started = performance.now();
             const result = await storageFull.track(xorbs.ingest(hash, body), (done) => done.outcome !== "already_recorded");
-            metrics?.xorbIngested(result.outcome);
+            metrics?.xorbIngested(result.outcome, (performance.now() - started) / 1000);
             return result;
           },
         },
@@ -212,8 +213,9 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
         shards: {
           maxShardBytes: shards.maxShardBytes,
           register: async (body, options) => {
+            const started = performance.now();
             const result = await storageFull.track(shards.register(body, options));
-            metrics?.shardRegistered(result.inserted);
+            metrics?.shardRegistered(result.inserted, (performance.now() - started) / 1000);
             return result;
           },
         },
@@ -229,13 +231,21 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
           },
         },
       });
+      const reconstructions = new ReconstructionService({
+        store: deps.store,
+        signer: deps.presignedUrls ?? deps.transferUrls,
+        singleRangeEntries: deps.presignedUrls !== undefined,
+        transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
+      });
       await cas.register(reconstructionRoutes, {
-        reconstructions: new ReconstructionService({
-          store: deps.store,
-          signer: deps.presignedUrls ?? deps.transferUrls,
-          singleRangeEntries: deps.presignedUrls !== undefined,
-          transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
-        }),
+        reconstructions: {
+          reconstruct: async (query) => {
+            const answer = await reconstructions.reconstruct(query);
+            metrics?.reconstructionAnswered(query.version, answer.terms);
+            return answer;
+          },
+          gzipped: (answer) => reconstructions.gzipped(answer),
+        },
         v2Reconstruction: deps.v2Reconstruction,
       });
     },

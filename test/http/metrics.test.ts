@@ -54,6 +54,8 @@ describe("GET /metrics, open (the default)", () => {
   const xorbBody = fromHex(vector.body_hex);
   const shardVector = loadVector("shard-upload-small.json");
   let parsed: Map<string, PrometheusFamily>;
+  /** Terms of the file whose reconstruction is asked for. */
+  let terms = 0;
   let scrapeResponse: Response;
   let scrapeText: string;
 
@@ -80,6 +82,11 @@ describe("GET /metrics, open (the default)", () => {
     const [indexed] = (await castor.store.exportDedupEntries(null, 1)).rows;
     const hit = await fetch(`${url}/v1/chunks/default-merkledb/${hashToHex(indexed.chunkHash)}`, { headers: { authorization: `Bearer ${write}` } });
     assert.equal(hit.status, 200);
+    const [file] = (await castor.store.exportFiles(null, 1)).rows;
+    terms = file.terms.length;
+    const read = await casTokenSignedWith(keys.privateKey, "read");
+    const reconstruction = await fetch(`${url}/v2/reconstructions/${hashToHex(file.hash)}`, { headers: { authorization: `Bearer ${read}` } });
+    assert.equal(reconstruction.status, 200, await reconstruction.text());
     // The last gc and fsck, as their commands record them.
     const at = new Date("2026-11-26T12:00:00Z");
     await castor.store.recordMaintenanceRun({
@@ -139,6 +146,18 @@ describe("GET /metrics, open (the default)", () => {
     assert.equal(counterValue(parsed.get("castor_dedup_queries_total"), { result: "hit" }), 1);
     assert.equal(counterValue(parsed.get("castor_token_requests_total"), { outcome: "denied" }), 1);
     assert.equal(counterValue(parsed.get("castor_shard_registrations_total"), { outcome: "registered" }), 1);
+  });
+
+  it("times xorb ingests and shard registrations, and counts terms per reconstruction answer", () => {
+    // From the text: the parser keeps no labels of histogram samples.
+    const histogram = (name: string, labels: Record<string, string>) => ({
+      count: rawValue(scrapeText, `${name}_count`, labels),
+      sum: rawValue(scrapeText, `${name}_sum`, labels),
+    });
+    assert.equal(histogram("castor_xorb_ingest_seconds", { outcome: "stored" }).count, 1);
+    assert.ok(histogram("castor_xorb_ingest_seconds", { outcome: "stored" }).sum! > 0);
+    assert.equal(histogram("castor_shard_registration_seconds", { outcome: "registered" }).count, 1);
+    assert.deepEqual(histogram("castor_reconstruction_terms", { version: "v2" }), { count: 1, sum: terms });
   });
 
   it("shows the last gc and fsck runs recorded in the store", () => {
