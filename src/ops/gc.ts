@@ -80,6 +80,26 @@ export interface GcReport {
   /** Repositories whose refs moved during the run (their history is swept next time). */
   historiesSkipped: number;
   leasesPruned: number;
+  /** Where the run's time went, so a slow run can be told apart by step (`npm run bench -- gc`). */
+  phasesMs: GcPhases;
+}
+
+/**
+ * Wall-clock milliseconds of each step of a run, named as in the module comment (`orphans` is
+ * the second half of step 4: xorb blobs without a record). `blobDeletes` is not a step but the
+ * part of `finish`, `xorbs`, `orphans` and `inline` spent deleting blobs and releasing their
+ * marks: one delete per blob, a round trip on S3 and an unlink plus a folder fsync on disk.
+ */
+export interface GcPhases {
+  finish: number;
+  mark: number;
+  history: number;
+  files: number;
+  xorbs: number;
+  orphans: number;
+  inline: number;
+  leases: number;
+  blobDeletes: number;
 }
 
 /** What `/metrics` shows of a run (`castor_maintenance_last_run_total{command="gc"}`). */
@@ -136,19 +156,32 @@ class Collector {
       finishedFromEarlierRun: 0,
       historiesSkipped: 0,
       leasesPruned: 0,
+      phasesMs: { finish: 0, mark: 0, history: 0, files: 0, xorbs: 0, orphans: 0, inline: 0, leases: 0, blobDeletes: 0 },
     };
+  }
+
+  /** Runs one step, adding its wall-clock time to `phasesMs[phase]`. */
+  private async timed<T>(phase: keyof GcPhases, step: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    try {
+      return await step();
+    } finally {
+      this.report.phasesMs[phase] += performance.now() - started;
+    }
   }
 
   async run(): Promise<GcReport> {
     const { report } = this;
     this.say(`${this.dryRun ? "dry run: " : ""}removing what no ref reaches and nothing used since ${this.cutoff.toISOString()}`);
-    if (!this.dryRun) await this.finishEarlierRun();
+    if (!this.dryRun) await this.timed("finish", () => this.finishEarlierRun());
 
-    const reachable = await walkReachable(this.store, {
-      onRepository: (walked, total) => {
-        if (walked % 100 === 0 || walked === total) this.say(`mark: walked ${walked}/${total} repositories`);
-      },
-    });
+    const reachable = await this.timed("mark", () =>
+      walkReachable(this.store, {
+        onRepository: (walked, total) => {
+          if (walked % 100 === 0 || walked === total) this.say(`mark: walked ${walked}/${total} repositories`);
+        },
+      }),
+    );
     report.reachable = {
       repositories: reachable.histories.size,
       commits: sum([...reachable.histories.values()].map((history) => history.commits.size)),
@@ -161,12 +194,12 @@ class Collector {
     );
     await this.options.afterMark?.();
 
-    await this.sweepHistories(reachable);
-    const liveXorbs = await this.sweepFiles(reachable);
-    await this.sweepXorbs(liveXorbs);
-    await this.sweepOrphanXorbBlobs(liveXorbs);
-    await this.sweepInlineBlobs(reachable);
-    if (!this.dryRun) report.leasesPruned = await this.store.pruneLeases(this.cutoff);
+    await this.timed("history", () => this.sweepHistories(reachable));
+    const liveXorbs = await this.timed("files", () => this.sweepFiles(reachable));
+    await this.timed("xorbs", () => this.sweepXorbs(liveXorbs));
+    await this.timed("orphans", () => this.sweepOrphanXorbBlobs(liveXorbs));
+    await this.timed("inline", () => this.sweepInlineBlobs(reachable));
+    if (!this.dryRun) report.leasesPruned = await this.timed("leases", () => this.store.pruneLeases(this.cutoff));
 
     report.finishedAt = new Date();
     if (!this.dryRun) {
@@ -329,7 +362,7 @@ class Collector {
   }
 
   private deleteBlobs(kind: CondemnableKind, hashes: readonly Hash[]): Promise<void> {
-    return deleteCondemnedBlobs(this.store, this.blobs, kind, hashes);
+    return this.timed("blobDeletes", () => deleteCondemnedBlobs(this.store, this.blobs, kind, hashes));
   }
 }
 

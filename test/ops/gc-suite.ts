@@ -173,6 +173,13 @@ export function runGcSuite(name: string, serverOptions: StartServerOptions): voi
       assert.ok(report.removed.xorbs.bytes >= data.unique.length, `${report.removed.xorbs.bytes} bytes of random data removed`);
       assert.ok(report.removed.commits >= 4, `the old history: ${report.removed.commits} commits`);
       assert.deepEqual(dry.removed, report.removed, "the dry run predicted exactly what the run removed");
+      const { phasesMs } = report;
+      assert.deepEqual(Object.keys(phasesMs).sort(), ["blobDeletes", "files", "finish", "history", "inline", "leases", "mark", "orphans", "xorbs"]);
+      assert.ok(
+        Object.values(phasesMs).every((ms) => ms >= 0),
+        JSON.stringify(phasesMs),
+      );
+      assert.ok(phasesMs.blobDeletes > 0 && phasesMs.blobDeletes <= phasesMs.xorbs + phasesMs.orphans + phasesMs.inline, JSON.stringify(phasesMs));
       assert.equal(await xorbBlobs(), xorbsBefore - report.removed.xorbs.objects);
 
       assert.deepEqual(await download("a", "shared.bin"), data.shared, "a file sharing nothing with the removed one stays whole");
