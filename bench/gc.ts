@@ -164,7 +164,7 @@ async function benchBackend(name: string, data: SyntheticStore, backend: Backend
     benchRow(GROUP, `${name}:   files sweep`, phasesMs.files, "ms", { note: `${count(removed.files.objects)} of ${count(FILES)} file records` }),
     benchRow(GROUP, `${name}:   xorbs sweep`, phasesMs.xorbs, "ms", {
       // The report counts every chunk of a removed xorb as a dedup entry; the store held fewer in all.
-      note: `${count(removed.xorbs.objects)} of ${count(XORBS)} xorbs with their blobs; report: ${count(removed.dedupEntries)} dedup entries (of ${count(fill.dedupEntries)} stored)`,
+      note: `${count(removed.xorbs.objects)} of ${count(XORBS)} xorbs with their blobs; ${count(removed.chunks)} chunks (the index held ${count(fill.dedupEntries)} dedup entries)`,
     }),
     benchRow(GROUP, `${name}:   orphan xorb blobs (list all)`, phasesMs.orphans, "ms", { note: `${count(removed.orphanXorbBlobs.objects)} removed` }),
     benchRow(GROUP, `${name}:   of which blob deletes`, phasesMs.blobDeletes, "ms", { note: "unlink + folder fsync each, 16 in flight; marks released" }),
@@ -184,7 +184,7 @@ interface GcJson {
     files: { objects: number };
     xorbs: { objects: number };
     orphanXorbBlobs: { objects: number };
-    dedupEntries: number;
+    chunks: number;
     commits: number;
     trees: number;
   };

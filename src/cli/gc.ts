@@ -69,7 +69,7 @@ function summary(report: GcReport): string {
     ["xorb blobs without a record", String(removed.orphanXorbBlobs.objects), String(removed.orphanXorbBlobs.bytes)],
     ["inline blobs", String(removed.inlineBlobs.objects), String(removed.inlineBlobs.bytes)],
     ["file records", String(removed.files.objects), `(${removed.files.bytes} of content)`],
-    ["dedup index entries", String(removed.dedupEntries), ""],
+    ["chunks of those xorbs", String(removed.chunks), ""],
     ["commits", String(removed.commits), ""],
     ["trees", String(removed.trees), ""],
   ];

@@ -67,8 +67,8 @@ export interface GcReport {
     files: ReclaimedTotals;
     /** Xorbs (records and blobs); bytes are blob bytes. */
     xorbs: ReclaimedTotals;
-    /** Dedup index entries of the removed xorbs. */
-    dedupEntries: number;
+    /** Chunks of the removed xorbs (their dedup index entries, if any, went with them). */
+    chunks: number;
     /** Xorb blobs that had no record. */
     orphanXorbBlobs: ReclaimedTotals;
     inlineBlobs: ReclaimedTotals;
@@ -110,7 +110,7 @@ export function gcTotals(report: GcReport): Record<string, number> {
     file_bytes: removed.files.bytes,
     xorbs: removed.xorbs.objects,
     xorb_bytes: removed.xorbs.bytes,
-    dedup_entries: removed.dedupEntries,
+    chunks: removed.chunks,
     orphan_xorb_blobs: removed.orphanXorbBlobs.objects,
     orphan_xorb_blob_bytes: removed.orphanXorbBlobs.bytes,
     inline_blobs: removed.inlineBlobs.objects,
@@ -152,7 +152,7 @@ class Collector {
       finishedAt: this.startedAt,
       cutoff: this.cutoff,
       reachable: { repositories: 0, commits: 0, trees: 0, files: 0, inlineBlobs: 0 },
-      removed: { files: none(), xorbs: none(), dedupEntries: 0, orphanXorbBlobs: none(), inlineBlobs: none(), commits: 0, trees: 0 },
+      removed: { files: none(), xorbs: none(), chunks: 0, orphanXorbBlobs: none(), inlineBlobs: none(), commits: 0, trees: 0 },
       finishedFromEarlierRun: 0,
       historiesSkipped: 0,
       leasesPruned: 0,
@@ -303,7 +303,7 @@ class Collector {
         if (this.dryRun) {
           removed.objects += batch.length;
           removed.bytes += sum(batch.map((xorb) => xorb.serializedLength));
-          this.report.removed.dedupEntries += sum(batch.map((xorb) => xorb.chunks.length));
+          this.report.removed.chunks += sum(batch.map((xorb) => xorb.chunks.length));
           continue;
         }
         this.options.signal?.throwIfAborted();
@@ -318,7 +318,7 @@ class Collector {
         for (const xorb of condemned) {
           removed.objects++;
           removed.bytes += xorb.serializedLength ?? 0;
-          this.report.removed.dedupEntries += xorb.chunks;
+          this.report.removed.chunks += xorb.chunks;
         }
         this.say(`xorbs: ${removed.objects} removed so far (${removed.bytes} bytes)`);
       }
