@@ -143,8 +143,7 @@ export class CastorMetrics {
     };
     // Read from the metadata store at each scrape (two rows): gc and fsck run as commands, on
     // any machine, and every node shows their last results.
-    const metrics = this;
-    const lastRuns = async (): Promise<MaintenanceRun[]> => (await metrics.maintenanceRuns?.()) ?? [];
+    const lastRuns = async (): Promise<MaintenanceRun[]> => (await this.maintenanceRuns?.()) ?? [];
     new Gauge({
       name: "castor_maintenance_last_run_timestamp_seconds",
       help: "When the last castor gc or castor fsck finished, Unix time, by command",
