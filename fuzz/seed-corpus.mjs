@@ -1,0 +1,85 @@
+#!/usr/bin/env node
+// Writes the seed corpus fuzz/corpus/<target>/ from the protocol vectors
+// (/work/shared/protocol/vectors, or the directory given as the first argument) plus a few
+// hand-made cases. Run once and commit the result; the fuzz runner copies it before each run.
+import { createHash } from "node:crypto";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const vectors = process.argv[2] ?? "/work/shared/protocol/vectors";
+const load = (name) => JSON.parse(readFileSync(path.join(vectors, name), "utf8"));
+
+function seed(target, label, bytes) {
+  const dir = path.join(here, "corpus", target);
+  mkdirSync(dir, { recursive: true });
+  const data = typeof bytes === "string" ? Buffer.from(bytes, "utf8") : Buffer.from(bytes);
+  const digest = createHash("sha1").update(data).digest("hex").slice(0, 12);
+  writeFileSync(path.join(dir, `${label}-${digest}`), data);
+}
+const hex = (h) => Buffer.from(h, "hex");
+const u24 = (n) => Buffer.from([n & 0xff, (n >> 8) & 0xff, (n >> 16) & 0xff]);
+
+// xorb: byte 0 is the piece size (0 = whole body at once).
+const xorb = load("xorb-small.json");
+for (const [label, body] of [
+  ["vector-body", hex(xorb.body_hex)],
+  ["vector-footer", hex(xorb.with_footer_hex)],
+]) {
+  seed("xorb", `${label}-whole`, Buffer.concat([Buffer.from([0]), body]));
+  seed("xorb", `${label}-pieces7`, Buffer.concat([Buffer.from([7]), body]));
+}
+seed("xorb", "empty", Buffer.from([0]));
+seed("xorb", "one-header", Buffer.concat([Buffer.from([0]), hex(xorb.expected.chunks[0].header_hex)]));
+
+// shard
+const upload = load("shard-upload-small.json");
+seed("shard", "vector-xet-core", hex(upload.xet_core_style_hex));
+seed("shard", "vector-hf-js", hex(upload.huggingface_js_style_hex));
+seed("shard", "vector-dedup-small", hex(load("shard-dedup-response-small.json").response_hex));
+seed("shard", "vector-dedup-gpt2", Buffer.from(load("shard-dedup-response-gpt2.json").shard_base64, "base64"));
+seed("shard", "header-only", hex(upload.xet_core_style_hex).subarray(0, 48));
+
+// chunk: scheme byte, u24 declared size, payload.
+const bodyBytes = hex(xorb.body_hex);
+let at = 0;
+for (const [i, chunk] of xorb.expected.chunks.entries()) {
+  const header = hex(chunk.header_hex);
+  const compressed = header[1] | (header[2] << 8) | (header[3] << 16);
+  const scheme = header[4];
+  const uncompressed = header[5] | (header[6] << 8) | (header[7] << 16);
+  const payload = bodyBytes.subarray(at + 8, at + 8 + compressed);
+  seed("chunk", `vector-chunk${i}`, Buffer.concat([Buffer.from([scheme]), u24(uncompressed), payload]));
+  at += 8 + compressed;
+}
+for (const [i, frame] of xorb.extra_lz4_frames_for_decoder_tests.entries()) {
+  seed("chunk", `vector-lz4-frame${i}`, Buffer.concat([Buffer.from([1]), u24(1000), hex(frame.frame_hex)]));
+}
+seed("chunk", "none-empty", Buffer.from([0, 0, 0, 0]));
+seed("chunk", "lz4-magic-only", Buffer.from([1, 16, 0, 0, 0x04, 0x22, 0x4d, 0x18]));
+
+// range
+const http = load("http-formats.json");
+for (const c of http.range_header_parsing.cases) seed("range", "vector", c.header);
+for (const c of load("reconstruction.json").cases) if (c.range_header) seed("range", "vector", c.range_header);
+for (const h of ["bytes=0-499,500-999", "bytes=4096-8191", "BYTES=1-", "bytes=-0", " bytes=0-499 , 500-999 ", "bytes=00-1"]) seed("range", "hand", h);
+
+// transfer-url
+const xorbHash = "a".repeat(64);
+for (const q of ["x=1700000060000&r=0.dw,0.dw", "x=1700000060000&r=3.4", "x=0&r=0.1", "x=1700000060000&r=1a.zz,b.1"]) {
+  seed("transfer-url", "hand", `/v1/transfer/${xorbHash}?${q}&s=${"A".repeat(43)}`);
+}
+
+// cas-token: the JWT payload.
+const claims = { repo: { type: "model", id: "alice/bert" }, rev: "main", scope: "write", iat: 1_699_999_000, exp: 1_700_003_600, jti: "x" };
+seed("cas-token", "valid", JSON.stringify(claims));
+seed("cas-token", "expired", JSON.stringify({ ...claims, exp: 1_699_999_999 }));
+seed("cas-token", "bad-repo", JSON.stringify({ ...claims, repo: { type: "model", id: "no-slash" } }));
+seed("cas-token", "not-object", "[1,2,3]");
+
+// hub-names
+for (const s of ["alice/bert", "model:alice/bert", "dataset:a/b", "main", "refs/pr/1", "v1.0..x", "a".repeat(97)]) seed("hub-names", "hand", s);
+for (const s of ["/api/models/alice/bert/tree/main/dir%2Fa/b", "/api/datasets/a/b/resolve/refs%2Fconvert%2Fparquet/x?y=1", "/api/models/a/b/tree/%E0%A4%A"]) {
+  seed("hub-names", "hand", s);
+}
