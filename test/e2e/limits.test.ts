@@ -100,7 +100,7 @@ describe("concurrent uploads", () => {
 
     const refused = await probe();
     assert.equal(refused.headers.get("retry-after"), "5");
-    for (const path of ["/v1/shards", "/shards", "/v2/shards", "/xorbs/default/" + "ab".repeat(32)]) {
+    for (const path of ["/v1/shards", "/shards", "/v2/shards", `/xorbs/default/${"ab".repeat(32)}`]) {
       const answer = await fetch(`${server.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${token}` }, body: Buffer.alloc(64) });
       assert.equal(answer.status, 503, path);
       assert.match(((await answer.json()) as { error: string }).error, /maximum of 2 uploads at once: retry in 5 s/);
@@ -124,7 +124,7 @@ describe("concurrent uploads", () => {
     // Not end(): a half-closed request is abandoned by Node's HTTP server.
     const completed = answerOn(held[1], /"was_inserted":true/);
     held[1].write(xorb.bytes.subarray(1000));
-    assert.match(await within(completed, "the held upload's answer", 5000), /^HTTP\/1\.1 200 /);
+    assert.match((await within(completed, "the held upload's answer", 5000)) ?? "closed", /^HTTP\/1\.1 200 /);
   });
 });
 
