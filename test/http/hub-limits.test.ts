@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
-import { AuthFailures } from "../../src/http/hub-limits.js";
+import { AuthFailures, type HubLimits } from "../../src/http/hub-limits.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
 
 interface Answer {
@@ -41,21 +41,25 @@ async function tokenFor(castor: TestApp, owner: string): Promise<string> {
   return (await castor.hub.createToken({ repos: [], namespaces: [owner], owner, access: "write", expiresAt: null })).secret;
 }
 
-describe("requests per token and per address", () => {
-  const PER_MINUTE = 20;
+/** An app with `hubLimits` and the repository alice/limits for the suite; its log lines collect in `logText`. */
+function appPerSuite(name: string, hubLimits: HubLimits): { castor: () => TestApp; logText: string[] } {
   let castor: TestApp;
   const logText: string[] = [];
   before(async () => {
-    castor = await startTestApp({
-      name: "hub-rate",
-      logLines: (line) => void logText.push(line),
-      hubLimits: { requestsPerMinute: PER_MINUTE, authFailuresPerMinute: null },
-    });
+    castor = await startTestApp({ name, logLines: (line) => void logText.push(line), hubLimits });
     await castor.hub.createRepo("model", "alice/limits");
   });
   after(async () => castor?.close());
+  return { castor: () => castor, logText };
+}
+
+describe("requests per token and per address", () => {
+  const PER_MINUTE = 20;
+  const suite = appPerSuite("hub-rate", { requestsPerMinute: PER_MINUTE, authFailuresPerMinute: null });
+  const { logText } = suite;
 
   it("answers 429 with Retry-After once a token has used its minute, on every hub route, and counts each token apart", async () => {
+    const castor = suite.castor();
     const alice = await tokenFor(castor, "alice");
     const bob = await tokenFor(castor, "alice");
     for (let i = 0; i < PER_MINUTE / 2; i++) {
@@ -70,6 +74,7 @@ describe("requests per token and per address", () => {
   });
 
   it("counts requests without a token per address", async () => {
+    const castor = suite.castor();
     const carol = await tokenFor(castor, "alice");
     let status = 0;
     for (let i = 0; i < PER_MINUTE && status !== 429; i++) status = (await get(castor, "/api/models/alice/limits")).status;
@@ -79,6 +84,7 @@ describe("requests per token and per address", () => {
   });
 
   it("leaves the CAS routes unlimited", async () => {
+    const castor = suite.castor();
     const { accessToken } = (await get(castor, TOKEN_OP, await tokenFor(castor, "alice"))).body as { accessToken: string };
     for (let i = 0; i < PER_MINUTE * 2; i++) {
       const answer = await fetch(`${castor.url}/v1/reconstructions/${"ab".repeat(32)}`, { headers: { authorization: `Bearer ${accessToken}` } });
@@ -90,19 +96,11 @@ describe("requests per token and per address", () => {
 
 describe("failed hub authentications per address", () => {
   const FAILURES = 5;
-  let castor: TestApp;
-  const logText: string[] = [];
-  before(async () => {
-    castor = await startTestApp({
-      name: "hub-auth-failures",
-      logLines: (line) => void logText.push(line),
-      hubLimits: { requestsPerMinute: null, authFailuresPerMinute: FAILURES },
-    });
-    await castor.hub.createRepo("model", "alice/limits");
-  });
-  after(async () => castor?.close());
+  const suite = appPerSuite("hub-auth-failures", { requestsPerMinute: null, authFailuresPerMinute: FAILURES });
+  const { logText } = suite;
 
   it("refuses an address's unknown tokens after the limit, while a token already in use keeps working", async () => {
+    const castor = suite.castor();
     const working = await tokenFor(castor, "alice");
     assert.equal((await get(castor, WHOAMI, working)).status, 200, "a client at work before the attack");
     const guesses = Array.from({ length: 20 }, inventedToken);
