@@ -8,6 +8,8 @@ import { resolve } from "node:path";
 import { durationMs } from "./duration.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "./format/xorb.js";
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from "./http/connection-limits.js";
+import { DEFAULT_HUB_LIMITS, type HubLimits } from "./http/hub-limits.js";
+import { DEFAULT_MAX_CONCURRENT_UPLOADS } from "./http/upload-limit.js";
 import { MAX_PRESIGNED_URL_TTL_SECONDS } from "./storage/blob-store.js";
 
 export class ConfigError extends Error {
@@ -66,6 +68,10 @@ export interface CastorConfig {
   transferMode: "proxy" | "presigned";
   /** Connection timeouts and bounds (src/http/connection-limits.ts), all in milliseconds or bytes. */
   limits: ConnectionLimits;
+  /** Most xorb and shard uploads received at once (src/http/upload-limit.ts); beyond it 503. */
+  maxConcurrentUploads: number;
+  /** Per-client limits of the hub routes (src/http/hub-limits.ts); null: that limit is off. */
+  hubLimits: HubLimits;
   /** How long a shutdown waits for requests in progress before it closes their connections. */
   shutdownGraceMs: number;
   /** `GET /metrics` served (CASTOR_METRICS=on) or not (off). */
@@ -127,6 +133,10 @@ export const SETTINGS = [
   "CASTOR_SEND_TIMEOUT",
   "CASTOR_LINGER_TIMEOUT",
   "CASTOR_LINGER_BYTES",
+  "CASTOR_MAX_CONNECTIONS",
+  "CASTOR_MAX_CONCURRENT_UPLOADS",
+  "CASTOR_HUB_RATE_LIMIT",
+  "CASTOR_AUTH_FAILURE_LIMIT",
   "CASTOR_SHUTDOWN_GRACE",
   "CASTOR_LOG_LEVEL",
   "CASTOR_METRICS",
@@ -228,6 +238,12 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
       sendTimeoutMs: seconds("CASTOR_SEND_TIMEOUT", get("CASTOR_SEND_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.sendTimeoutMs),
       lingerTimeoutMs: seconds("CASTOR_LINGER_TIMEOUT", get("CASTOR_LINGER_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.lingerTimeoutMs),
       lingerBytes: positiveInt("CASTOR_LINGER_BYTES", get("CASTOR_LINGER_BYTES") ?? String(DEFAULT_CONNECTION_LIMITS.lingerBytes)),
+      maxConnections: positiveInt("CASTOR_MAX_CONNECTIONS", get("CASTOR_MAX_CONNECTIONS") ?? String(DEFAULT_CONNECTION_LIMITS.maxConnections)),
+    },
+    maxConcurrentUploads: positiveInt("CASTOR_MAX_CONCURRENT_UPLOADS", get("CASTOR_MAX_CONCURRENT_UPLOADS") ?? String(DEFAULT_MAX_CONCURRENT_UPLOADS)),
+    hubLimits: {
+      requestsPerMinute: perMinuteOrOff("CASTOR_HUB_RATE_LIMIT", get("CASTOR_HUB_RATE_LIMIT"), DEFAULT_HUB_LIMITS.requestsPerMinute),
+      authFailuresPerMinute: perMinuteOrOff("CASTOR_AUTH_FAILURE_LIMIT", get("CASTOR_AUTH_FAILURE_LIMIT"), DEFAULT_HUB_LIMITS.authFailuresPerMinute),
     },
     shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
     metrics: oneOf("CASTOR_METRICS", get("CASTOR_METRICS") ?? "on", ["on", "off"] as const) === "on",
@@ -288,6 +304,16 @@ function parsePublicUrl(value: string): string {
 function positiveInt(name: SettingName, value: string): number {
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value)) || Number(value) < 1) {
     throw new ConfigError(`${name} must be a whole number ≥ 1, got ${JSON.stringify(value)}`);
+  }
+  return Number(value);
+}
+
+/** A count per minute, or null for `off` (or `0`, which could only ever mean "no limit" here). */
+function perMinuteOrOff(name: SettingName, value: string | undefined, defaultValue: number | null): number | null {
+  if (value === undefined) return defaultValue;
+  if (value === "off" || value === "0") return null;
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(Number(value))) {
+    throw new ConfigError(`${name} must be a whole number per minute ≥ 1, or off (or 0) for no limit, got ${JSON.stringify(value)}`);
   }
   return Number(value);
 }

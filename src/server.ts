@@ -106,6 +106,8 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       metrics: { enabled: config.metrics, token: config.metricsToken },
       storageStats: { dailySamples: true },
       gc: config.gc,
+      maxConcurrentUploads: config.maxConcurrentUploads,
+      hubLimits: config.hubLimits,
     });
     const boundPort = await listen(app, config);
     boundPublicUrl = publicUrlForBoundPort(config, boundPort);

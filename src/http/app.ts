@@ -27,6 +27,7 @@ import { healthRoutes } from "./health.js";
 import type { HubRepositories } from "../hub/repositories.js";
 import { DailyStatsSampler, StorageStatsService } from "../hub/stats.js";
 import { hubRoutes, type XetFileSource } from "./hub/index.js";
+import { DEFAULT_HUB_LIMITS, installHubLimits, type HubLimits } from "./hub-limits.js";
 import { hubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
 import { installMetrics } from "./metrics.js";
@@ -135,6 +136,10 @@ export interface CastorAppDeps extends HttpAppOptions {
   storageStats?: { dailySamples: boolean; now?: () => Date };
   /** `config.gc`: collections on a schedule when `intervalMs` is set (src/ops/gc-schedule.ts). */
   gc?: { intervalMs: number | null; graceMs: number };
+  /** `config.maxConcurrentUploads`; the default when absent. */
+  maxConcurrentUploads?: number;
+  /** `config.hubLimits`; each one missing takes its default. */
+  hubLimits?: Partial<HubLimits>;
 }
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
@@ -183,18 +188,24 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     app.addHook("onClose", () => schedule.stop());
   }
   await app.register(healthRoutes, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
-  await app.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
-  await app.register(hubRoutes, {
-    repos: deps.hubRepos,
-    blobs: deps.blobs,
-    xetFiles: deps.xetFiles,
-    store: deps.store,
-    publicUrl: deps.publicUrl,
-    inlineMaxBytes: deps.hubInlineMaxBytes,
-    stats,
+  // One scope for the hub's routes and the token operation, so the per-client limits
+  // (hub-limits.ts) cover exactly them and never the CAS routes.
+  await app.register(async (hubScope) => {
+    await installHubLimits(hubScope, { ...DEFAULT_HUB_LIMITS, ...deps.hubLimits });
+    await hubScope.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
+    await hubScope.register(hubRoutes, {
+      repos: deps.hubRepos,
+      blobs: deps.blobs,
+      xetFiles: deps.xetFiles,
+      store: deps.store,
+      publicUrl: deps.publicUrl,
+      inlineMaxBytes: deps.hubInlineMaxBytes,
+      stats,
+    });
   });
   await app.register(casScope, {
     verifier: deps.verifier,
+    maxConcurrentUploads: deps.maxConcurrentUploads,
     routes: async (cas) => {
       await cas.register(xorbRoutes, {
         xorbs: {

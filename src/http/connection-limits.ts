@@ -1,10 +1,13 @@
 /**
  * How long castor waits for a client, and how it lets go of one (CASTOR_HEADER_TIMEOUT,
  * CASTOR_BODY_TIMEOUT, CASTOR_BODY_MIN_RATE, CASTOR_SEND_TIMEOUT, CASTOR_LINGER_TIMEOUT,
- * CASTOR_LINGER_BYTES). Without limits a client holds a connection, its descriptor and whatever
- * the request staged for as long as it likes, by sending nothing, or one byte every few seconds,
- * or by not reading the answer.
+ * CASTOR_LINGER_BYTES), and how many clients it holds at once (CASTOR_MAX_CONNECTIONS). Without
+ * limits a client holds a connection, its descriptor and whatever the request staged for as long
+ * as it likes, by sending nothing, or one byte every few seconds, or by not reading the answer.
  *
+ * - Connections: Node's `server.maxConnections`. A connection beyond it is closed as soon as it
+ *   is accepted, before a byte is read, so the descriptors held stay bounded whatever the
+ *   timeouts below allow; clients (and nginx) see a reset and retry.
  * - Headers: Node's `headersTimeout` (408, then the connection is closed). It runs from the
  *   connection's first byte of each request, so a connection that sends nothing is covered too.
  * - Request bodies: a watchdog per request (`watchRequestBody`) cuts a body that pauses longer
@@ -44,6 +47,8 @@ export interface ConnectionLimits {
   lingerTimeoutMs: number;
   /** … and the most bytes of it that are read and dropped. */
   lingerBytes: number;
+  /** Most connections open at once; one more is closed on arrival. */
+  maxConnections: number;
 }
 
 export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
@@ -65,7 +70,14 @@ export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
   // most that much reading, and no memory.
   lingerTimeoutMs: 2_000,
   lingerBytes: 4 * 1024 * 1024,
+  // Far above what real clients open (hf_xet: ~8–16 per upload or download session; nginx's
+  // keep-alive pool per node), and well inside a process's usual 4,096+ descriptors (`ulimit -n`)
+  // with room for the stores' own (SQLite, staging files, S3 sockets). Raise both together.
+  maxConnections: 1024,
 };
+
+/** Dropped connections are logged at most this often, so a flood of them cannot flood the log. */
+const DROP_LOG_INTERVAL_MS = 10_000;
 
 /** The options Node's HTTP server takes at construction (fastify's `http` option). */
 export function httpServerOptions(limits: ConnectionLimits): { headersTimeout: number; connectionsCheckingInterval: number } {
@@ -83,6 +95,19 @@ export function httpServerOptions(limits: ConnectionLimits): { headersTimeout: n
  */
 export function installConnectionLimits(app: FastifyInstance, limits: ConnectionLimits): void {
   const requestsInProgress = new WeakMap<Socket, number>();
+  app.server.maxConnections = limits.maxConnections;
+  let dropped = 0;
+  let lastDropLog = 0;
+  app.server.on("drop", () => {
+    dropped++;
+    const now = Date.now();
+    if (now - lastDropLog < DROP_LOG_INTERVAL_MS) return;
+    lastDropLog = now;
+    app.log.warn(
+      { dropped, maxConnections: limits.maxConnections },
+      `connections refused: ${limits.maxConnections} already open (CASTOR_MAX_CONNECTIONS); ${dropped} refused since start-up`,
+    );
+  });
   app.server.setTimeout(limits.sendTimeoutMs);
   // With a listener, Node leaves the decision to it. Queued output that made no progress for
   // the whole timeout (Node suspends the timeout while a write progresses) is an answer the

@@ -20,6 +20,7 @@ import type { HubService } from "../hub/index.js";
 import type { RepoType } from "../metadata/store.js";
 import { bearerToken } from "./cas-auth.js";
 import { ERROR_BODY_SCHEMA, HttpError } from "./errors.js";
+import { hubTokenAccepted } from "./hub-limits.js";
 
 /** The part of the hub service this route needs. */
 export type TokenRequestAuthorizer = Pick<HubService, "authorizeTokenRequest">;
@@ -95,13 +96,10 @@ async function issueToken(
     throw new HttpError(400, `The token path names no revision: append one, e.g. /api/${repoTypes}/${namespace}/${name}/cas-${access}-token/main`);
   }
 
-  const decision = await deps.hub.authorizeTokenRequest({
-    hubToken: bearerToken(request.headers.authorization) ?? undefined,
-    repoType,
-    repoName: `${namespace}/${name}`,
-    revision,
-    access,
-  });
+  const hubToken = bearerToken(request.headers.authorization) ?? undefined;
+  const decision = await deps.hub.authorizeTokenRequest({ hubToken, repoType, repoName: `${namespace}/${name}`, revision, access });
+  // Only an unusable token is answered 401 when one was sent; any other answer means it was valid.
+  if (hubToken !== undefined && (decision.ok || decision.status !== 401)) hubTokenAccepted(request);
   if (!decision.ok) {
     const headers: Record<string, string> = decision.status === 401 ? { "www-authenticate": 'Bearer realm="castor"' } : {};
     throw new HttpError(decision.status, decision.message, headers);

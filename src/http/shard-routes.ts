@@ -64,7 +64,7 @@ const RESULT_RESPONSE_SCHEMA = {
 export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps) => {
   const heartbeatIntervalMs = deps.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
   if (!(heartbeatIntervalMs > 0)) throw new RangeError(`heartbeatIntervalMs must be positive, got ${heartbeatIntervalMs}`);
-  const routeOptions = { config: { casScope: "write" as const }, bodyLimit: deps.shards.maxShardBytes };
+  const routeOptions = { config: { casScope: "write" as const, upload: true }, bodyLimit: deps.shards.maxShardBytes };
 
   for (const path of V1_PATHS) {
     app.post(path, { ...routeOptions, schema: { response: RESULT_RESPONSE_SCHEMA } }, async (request, reply) => {

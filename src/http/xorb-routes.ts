@@ -48,7 +48,7 @@ export const xorbRoutes: FastifyPluginAsync<XorbRouteDeps> = async (app, { xorbs
   for (const path of XORB_PATHS) {
     app.post<{ Params: XorbParams }>(
       path,
-      { config: { casScope: "write" }, bodyLimit: xorbs.maxBodyBytes, schema: { response: UPLOAD_RESPONSE_SCHEMA } },
+      { config: { casScope: "write", upload: true }, bodyLimit: xorbs.maxBodyBytes, schema: { response: UPLOAD_RESPONSE_SCHEMA } },
       async (request) => {
         const hash = parseXorbAddress(request);
         try {

@@ -95,6 +95,8 @@ export interface TestAppOptions {
   metrics?: CastorAppDeps["metrics"];
   /** Storage statistics' clock and daily samples (off unless asked). */
   storageStats?: CastorAppDeps["storageStats"];
+  /** Per-client limits of the hub routes; castor's defaults unless given. */
+  hubLimits?: CastorAppDeps["hubLimits"];
 }
 
 export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
@@ -113,6 +115,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     publicUrl,
     metrics: options.metrics,
     storageStats: options.storageStats,
+    hubLimits: options.hubLimits,
     ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes })),
   });
   url = await app.listen({ host: "127.0.0.1", port: 0 });

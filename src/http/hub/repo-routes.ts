@@ -11,6 +11,7 @@ import { RepoExistsError, type HubRepositories, type RepoAddress } from "../../h
 import type { Caller } from "../../hub/access.js";
 import type { Repo } from "../../metadata/store.js";
 import { bearerToken } from "../cas-auth.js";
+import { hubTokenAccepted } from "../hub-limits.js";
 import { addressOf, repoTypeOfPlural, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
 import { commitJson, repoSummaryJson, siblingJson } from "./render.js";
 
@@ -38,7 +39,9 @@ function commitsLimit(text: string): number {
 export async function callerOfRequest(deps: HubRouteDeps, request: FastifyRequest): Promise<Caller> {
   const token = bearerToken(request.headers.authorization);
   if (token === null) throw new HubError(401, "malformed Authorization header: expected `Bearer hf_…`");
-  return deps.repos.caller(token);
+  const caller = await deps.repos.caller(token);
+  if (caller.token !== null) hubTokenAccepted(request);
+  return caller;
 }
 
 export function repoUrl(deps: HubRouteDeps, repo: Pick<Repo, "type" | "name">): string {
