@@ -127,13 +127,12 @@ export async function runSubcommand(
   return handler(rest);
 }
 
-/** The value of `--progress-every N`: a whole number of `what` ≥ 1; undefined when the option is absent. */
-export function parseProgressEvery(value: string | undefined, what: string): number | undefined {
+/** The value of `--FLAG N`: a whole number of `what` ≥ 1; undefined when the option is absent. */
+export function parseCount(flag: string, value: string | undefined, what: string): number | undefined {
   if (value === undefined) return undefined;
-  const every = Number(value);
-  if (!(Number.isSafeInteger(every) && every >= 1))
-    throw new UsageError(`--progress-every must be a whole number of ${what} >= 1, got ${JSON.stringify(value)}`);
-  return every;
+  const count = Number(value);
+  if (!(Number.isSafeInteger(count) && count >= 1)) throw new UsageError(`--${flag} must be a whole number of ${what} >= 1, got ${JSON.stringify(value)}`);
+  return count;
 }
 
 /**

@@ -6,7 +6,7 @@ import { formatBytes } from "../client/progress.js";
 import { loadConfig } from "../config.js";
 import { KEY_FILES, backupDataDir, requireEmbedded, type BackupManifest } from "../ops/backup.js";
 import type { FsCopyCounts } from "../storage/fs-copy.js";
-import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, interruptSignal, parseCommandLine, parseProgressEvery, runCommand } from "./args.js";
+import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, interruptSignal, parseCommandLine, parseCount, runCommand } from "./args.js";
 import { VERSION } from "./main.js";
 
 const USAGE = `Usage: castor backup DEST [--copy] [--progress-every N]
@@ -45,7 +45,7 @@ export function run(argv: string[]): Promise<number> {
       return EXIT_OK;
     }
     const [dest] = expectPositionals(args.positionals, ["DEST"]);
-    const progressEveryBlobs = parseProgressEvery(args.values["progress-every"], "blobs");
+    const progressEveryBlobs = parseCount("progress-every", args.values["progress-every"], "blobs");
     const config = loadConfig(process.env, args.configFlags);
     requireEmbedded(config, "backup");
 

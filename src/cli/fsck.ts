@@ -5,7 +5,7 @@
  */
 import { fsckStores, type FsckReport } from "../ops/fsck.js";
 import { loadConfig } from "../config.js";
-import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseProgressEvery, runCommand } from "./args.js";
+import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseCount, runCommand } from "./args.js";
 import { withStores } from "./stores.js";
 
 const USAGE = `Usage: castor fsck [--repair] [--progress-every N]
@@ -45,7 +45,7 @@ export function run(argv: string[]): Promise<number> {
       return EXIT_OK;
     }
     expectPositionals(args.positionals, []);
-    const progressEveryXorbs = parseProgressEvery(args.values["progress-every"], "xorbs");
+    const progressEveryXorbs = parseCount("progress-every", args.values["progress-every"], "xorbs");
     const repair = args.values.repair ?? false;
     const config = loadConfig(process.env, args.configFlags);
     const say = (line: string) => process.stderr.write(`castor fsck: ${line}\n`);

@@ -5,7 +5,7 @@
 import { durationMs } from "../duration.js";
 import { collectGarbage, DEFAULT_GC_BATCH, type GcReport } from "../ops/gc.js";
 import { DEFAULT_GC_GRACE, loadConfig } from "../config.js";
-import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, parseCommandLine, runCommand, UsageError } from "./args.js";
+import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseCount, runCommand, UsageError } from "./args.js";
 import { withStores } from "./stores.js";
 
 const USAGE = `Usage: castor gc [--dry-run] [--grace D] [--batch N] [--json]
@@ -46,9 +46,7 @@ export function run(argv: string[]): Promise<number> {
     const graceText = args.values.grace;
     const graceFlag = graceText === undefined ? undefined : durationMs(graceText);
     if (graceFlag === null) throw new UsageError(`--grace must be a duration such as 24h, 30d, 45m, 90s or 0, got ${JSON.stringify(graceText)}`);
-    const batchText = args.values.batch;
-    const batchSize = batchText === undefined ? DEFAULT_GC_BATCH : Number(batchText);
-    if (!(Number.isSafeInteger(batchSize) && batchSize >= 1)) throw new UsageError(`--batch must be a whole number >= 1, got ${JSON.stringify(batchText)}`);
+    const batchSize = parseCount("batch", args.values.batch, "objects") ?? DEFAULT_GC_BATCH;
 
     const config = loadConfig(process.env, args.configFlags);
     const graceMs = graceFlag ?? config.gc.graceMs;

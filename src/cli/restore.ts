@@ -4,7 +4,7 @@
  */
 import { loadConfig } from "../config.js";
 import { restoreDataDir, requireEmbedded } from "../ops/backup.js";
-import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, interruptSignal, parseCommandLine, parseProgressEvery, runCommand } from "./args.js";
+import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, interruptSignal, parseCommandLine, parseCount, runCommand } from "./args.js";
 import { contentsTable, howCopied } from "./backup.js";
 
 const USAGE = `Usage: castor restore SRC [--force] [--copy] [--progress-every N]
@@ -40,7 +40,7 @@ export function run(argv: string[]): Promise<number> {
       return EXIT_OK;
     }
     const [source] = expectPositionals(args.positionals, ["SRC"]);
-    const progressEveryBlobs = parseProgressEvery(args.values["progress-every"], "blobs");
+    const progressEveryBlobs = parseCount("progress-every", args.values["progress-every"], "blobs");
     const config = loadConfig(process.env, args.configFlags);
     requireEmbedded(config, "restore");
 

@@ -97,10 +97,7 @@ export class HistoryWriter {
     let xetEntries: Map<string, { size: number; xetHash: string }> | undefined;
 
     for (let attempt = 1; ; attempt++) {
-      const revision = await this.store.getRevision(repo.id, branch);
-      if (revision === null) throw new HubError(404, `branch ${quote(branch)} not found in ${repo.type}:${repo.name}`, "RevisionNotFound");
-      if (revision.kind !== "branch") throw new HubError(400, `${quote(branch)} is a tag: commits go to branches`);
-      const head = revision.commitOid;
+      const head = await this.branchHead(repo, branch, "commits go to branches");
       if (request.parentCommit !== undefined && request.parentCommit !== head) {
         throw new HubError(
           412,
@@ -118,11 +115,11 @@ export class HistoryWriter {
 
       const outcome = await this.store.advanceBranch({ repoId: repo.id, branch, expectedHead: head, commit, trees });
       if (outcome === "advanced") return commit;
-      if (outcome === "no_branch") throw new HubError(404, `branch ${quote(branch)} not found in ${repo.type}:${repo.name}`, "RevisionNotFound");
+      if (outcome === "no_branch") throw branchNotFound(repo, branch);
       if (request.parentCommit !== undefined) {
         throw new HubError(412, `the branch ${quote(branch)} moved while this commit was applied: fetch it again and retry`);
       }
-      if (attempt >= MAX_ATTEMPTS) throw new HubError(409, `the branch ${quote(branch)} kept moving under concurrent commits; retry`);
+      if (attempt >= MAX_ATTEMPTS) throw keptMoving(branch);
     }
   }
 
@@ -132,18 +129,23 @@ export class HistoryWriter {
    */
   async squash(repo: Repo, branch: string, message: string, author: string): Promise<CommitRecord> {
     for (let attempt = 1; ; attempt++) {
-      const revision = await this.store.getRevision(repo.id, branch);
-      if (revision === null) throw new HubError(404, `branch ${quote(branch)} not found in ${repo.type}:${repo.name}`, "RevisionNotFound");
-      if (revision.kind !== "branch") throw new HubError(400, `${quote(branch)} is a tag: only branches are squashed`);
-      const head = revision.commitOid;
+      const head = await this.branchHead(repo, branch, "only branches are squashed");
       if (head === null) throw new HubError(400, `the branch ${quote(branch)} has no commit to squash`);
       const { summary, description } = splitMessage(message);
       const commit = buildCommit(await this.rootTreeOf(repo.id, head), [], summary, description, author, this.now());
       const outcome = await this.store.advanceBranch({ repoId: repo.id, branch, expectedHead: head, commit, trees: [] });
       if (outcome === "advanced") return commit;
-      if (outcome === "no_branch") throw new HubError(404, `branch ${quote(branch)} not found in ${repo.type}:${repo.name}`, "RevisionNotFound");
-      if (attempt >= MAX_ATTEMPTS) throw new HubError(409, `the branch ${quote(branch)} kept moving under concurrent commits; retry`);
+      if (outcome === "no_branch") throw branchNotFound(repo, branch);
+      if (attempt >= MAX_ATTEMPTS) throw keptMoving(branch);
     }
+  }
+
+  /** The commit `branch` points at; 404 when there is no such revision, 400 (`tagRefusal`) for a tag. */
+  private async branchHead(repo: Repo, branch: string, tagRefusal: string): Promise<string | null> {
+    const revision = await this.store.getRevision(repo.id, branch);
+    if (revision === null) throw branchNotFound(repo, branch);
+    if (revision.kind !== "branch") throw new HubError(400, `${quote(branch)} is a tag: ${tagRefusal}`);
+    return revision.commitOid;
   }
 
   private async rootTreeOf(repoId: number, commitOid: string): Promise<string> {
@@ -283,6 +285,14 @@ export class HistoryWriter {
     if (folder.dirty && (isRoot || entries.length > 0)) out.push({ oid, entries });
     return oid;
   }
+}
+
+function branchNotFound(repo: Repo, branch: string): HubError {
+  return new HubError(404, `branch ${quote(branch)} not found in ${repo.type}:${repo.name}`, "RevisionNotFound");
+}
+
+function keptMoving(branch: string): HubError {
+  return new HubError(409, `the branch ${quote(branch)} kept moving under concurrent commits; retry`);
 }
 
 /** A message's first line (the summary) and the rest, as a commit keeps them. */

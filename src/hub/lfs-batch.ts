@@ -92,7 +92,7 @@ function objectOf(object: unknown, index: number): LfsBatchObject {
 }
 
 /** What the batch call needs of the metadata store: this repository's SHA-256 index, file sizes, and whether files are whole. */
-export type StoredFileLookup = Pick<MetadataStore, "findFileBySha256" | "getFile" | "getXorbs">;
+export type StoredFileLookup = Pick<MetadataStore, "findFileBySha256" | "getFile" | "xorbFootprints">;
 
 export class LfsBatch {
   constructor(

@@ -395,10 +395,10 @@ class Fsck {
     let removed = 0;
     for await (const page of exportPages((after, limit) => this.metadata.exportDedupEntries(after, limit), this.pageRows(SMALL_ROW_PAGE))) {
       this.counts.dedupEntries += page.length;
-      // Only xorbs pass 1 did not see are looked up: chunk tables are large, and a page of
-      // entries in chunk order names about as many xorbs as it has entries.
+      // Only xorbs pass 1 did not see are looked up (a page of entries in chunk order names about
+      // as many xorbs as it has entries), and only whether they are recorded: no chunk tables.
       const unknown = page.filter((entry) => !this.recordedXorbs.has(entry.xorbHash));
-      const xorbs = unknown.length === 0 ? new Map() : await this.metadata.getXorbs(unknown.map((entry) => entry.xorbHash));
+      const xorbs = unknown.length === 0 ? new Map() : await this.metadata.xorbFootprints(unknown.map((entry) => entry.xorbHash));
       const dangling = unknown.filter((entry) => !xorbs.has(hashToHex(entry.xorbHash)));
       const problems = dangling.map((entry) => {
         const hex = hashToHex(entry.xorbHash);
@@ -418,7 +418,7 @@ class Fsck {
     for await (const keys of keyBatches(this.blobs.list("xorbs/"), BATCH)) {
       const unknown = keys.filter((key) => !this.recordedXorbs.has(blobHash(key)));
       // Recorded after pass 1 (an upload meanwhile), or only unknown to the set: looked up.
-      const recorded = unknown.length === 0 ? new Map() : await this.metadata.getXorbs(unknown.map((key) => blobHash(key)));
+      const recorded = unknown.length === 0 ? new Map() : await this.metadata.xorbFootprints(unknown.map((key) => blobHash(key)));
       await this.addOrphans(
         "xorbs",
         unknown.filter((key) => !recorded.has(hashToHex(blobHash(key)))),

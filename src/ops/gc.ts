@@ -333,7 +333,7 @@ class Collector {
       this.options.signal?.throwIfAborted();
       const hashes = keys.map((key) => blobHash(key)).filter((hash) => !liveXorbs.has(hash));
       if (hashes.length === 0) continue;
-      const recorded = await this.store.getXorbs(hashes);
+      const recorded = await this.store.xorbFootprints(hashes);
       const orphans = hashes.filter((hash) => !recorded.has(hashToHex(hash)));
       if (orphans.length === 0) continue;
       const sizes = await Promise.all(orphans.map((hash) => this.blobs.size(condemnableKey("xorb", hash))));

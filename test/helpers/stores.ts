@@ -2,6 +2,7 @@
  * Fresh embedded stores for service-level tests: each test of the file gets its own empty fs
  * blob store and SQLite metadata store in a temp folder, closed and removed afterwards.
  */
+import { randomBytes } from "node:crypto";
 import { after, afterEach, before, beforeEach } from "node:test";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -10,8 +11,11 @@ import Database from "better-sqlite3";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import type { Hash } from "../../src/format/hash.js";
+import type { MetadataStore } from "../../src/metadata/store.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import { blobKey, type BlobStore } from "../../src/storage/blob-store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
+import { xorbRecord } from "./fixtures.js";
 
 export interface TestStores {
   dir: string;
@@ -100,4 +104,20 @@ export function sqliteRowCounts(path: string, tables: readonly string[]): Record
   } finally {
     db.close();
   }
+}
+
+/** `count` recorded xorbs no file uses, each with a blob of random bytes: garbage for a collector. */
+export async function storeGarbageXorbs(metadata: Pick<MetadataStore, "putXorb">, blobs: BlobStore, count: number, label: string): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const record = xorbRecord(`${label} ${i}`, 2, { serializedBytes: 64 });
+    await blobs.putIfAbsent(blobKey("xorbs", record.hash), randomBytes(record.serializedLength));
+    await metadata.putXorb(record);
+  }
+}
+
+/** How many blobs `blobs` lists under `prefix`. */
+export async function countBlobs(blobs: BlobStore, prefix: "xorbs/" | "inline/"): Promise<number> {
+  let count = 0;
+  for await (const _key of blobs.list(prefix)) count++;
+  return count;
 }

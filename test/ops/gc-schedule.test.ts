@@ -4,34 +4,18 @@
  * and waits for it, leaving work the next run finishes.
  */
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, it } from "node:test";
 import { loadConfig } from "../../src/config.js";
 import type { GcReport } from "../../src/ops/gc.js";
 import { GcSchedule } from "../../src/ops/gc-schedule.js";
-import { blobKey } from "../../src/storage/blob-store.js";
-import { xorbRecord } from "../helpers/fixtures.js";
-import { useFreshCasServices } from "../helpers/stores.js";
+import { countBlobs, storeGarbageXorbs, useFreshCasServices } from "../helpers/stores.js";
 
 describe("GcSchedule", () => {
   const cas = useFreshCasServices("gc-schedule");
 
-  /** `count` recorded xorbs no file uses, each with a blob. */
-  async function garbage(count: number): Promise<void> {
-    const { metadata, blobs } = cas();
-    for (let i = 0; i < count; i++) {
-      const record = xorbRecord(`garbage ${i}`, 2, { serializedBytes: 50 });
-      await blobs.putIfAbsent(blobKey("xorbs", record.hash), randomBytes(record.serializedLength));
-      await metadata.putXorb(record);
-    }
-  }
-
-  async function xorbBlobs(): Promise<number> {
-    let count = 0;
-    for await (const _key of cas().blobs.list("xorbs/")) count++;
-    return count;
-  }
+  const garbage = (count: number) => storeGarbageXorbs(cas().metadata, cas().blobs, count, "garbage");
+  const xorbBlobs = () => countBlobs(cas().blobs, "xorbs/");
 
   it("collects one interval after start, then again after each run", async () => {
     await garbage(3);

@@ -25,7 +25,7 @@ import type { BlobStore } from "../../src/storage/blob-store.js";
 import { openBlobStore } from "../../src/storage/open.js";
 import { loadConfig } from "../../src/config.js";
 import { runCastor, type CliResult } from "../helpers/cli.js";
-import { xorbRecord } from "../helpers/fixtures.js";
+import { countBlobs, storeGarbageXorbs } from "../helpers/stores.js";
 import { startCastorServer, type ServerProcess, type StartServerOptions } from "../helpers/server.js";
 
 const MiB = 1024 * 1024;
@@ -112,15 +112,8 @@ async function withStores<T>(work: (store: MetadataStore, blobs: BlobStore) => P
   }
 }
 
-async function countBlobs(prefix: "xorbs/" | "inline/"): Promise<number> {
-  return withStores(async (_store, blobs) => {
-    let count = 0;
-    for await (const _key of blobs.list(prefix)) count++;
-    return count;
-  });
-}
-const xorbBlobs = () => countBlobs("xorbs/");
-const inlineBlobs = () => countBlobs("inline/");
+const xorbBlobs = () => withStores((_store, blobs) => countBlobs(blobs, "xorbs/"));
+const inlineBlobs = () => withStores((_store, blobs) => countBlobs(blobs, "inline/"));
 
 export function runGcSuite(name: string, serverOptions: StartServerOptions): void {
   before(async () => {
@@ -236,13 +229,7 @@ export function runGcSuite(name: string, serverOptions: StartServerOptions): voi
 
     it("finishes the work of a collector killed in the middle of its sweep", async () => {
       // Garbage made fast: 200 recorded xorbs no file uses, each with a blob.
-      await withStores(async (store, blobs) => {
-        for (let i = 0; i < 200; i++) {
-          const record = xorbRecord(`garbage ${i} ${Date.now()}`, 2, { serializedBytes: 100 });
-          await blobs.putIfAbsent(blobKey("xorbs", record.hash), randomBytes(record.serializedLength));
-          await store.putXorb(record);
-        }
-      });
+      await withStores((store, blobs) => storeGarbageXorbs(store, blobs, 200, `garbage ${Date.now()}`));
       assert.equal(await xorbBlobs(), 200);
 
       const killed = await runUntilKilled(["gc", "--grace", "0", "--batch", "1"], /xorbs: 3 removed so far/);

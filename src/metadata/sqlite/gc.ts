@@ -69,8 +69,8 @@ function prepareGcStatements(db: Database.Database) {
     deleteDanglingDedup: db.prepare<[Uint8Array, Uint8Array]>(
       "DELETE FROM dedup_chunks WHERE chunk_hash = ? AND xorb_hash = ? AND NOT EXISTS (SELECT 1 FROM xorbs WHERE xorbs.hash = dedup_chunks.xorb_hash)",
     ),
-    deleteFile: db.prepare<[Uint8Array, number], { size: number }>("DELETE FROM files WHERE hash = ? AND created_at < ? RETURNING size"),
-    fileCreatedAt: db.prepare<[Uint8Array], { created_at: number }>("SELECT created_at FROM files WHERE hash = ?"),
+    deleteFile: db.prepare<[Uint8Array]>("DELETE FROM files WHERE hash = ?"),
+    fileForGc: db.prepare<[Uint8Array], { created_at: number; size: number }>("SELECT created_at, size FROM files WHERE hash = ?"),
     deleteFileLinks: db.prepare<[Uint8Array]>("DELETE FROM file_repos WHERE file_hash = ?"),
     deleteFileSha256: db.prepare<[Uint8Array]>("DELETE FROM file_sha256 WHERE file_hash = ?"),
     condemned: db.prepare<[number], { kind: CondemnableKind; hash: Buffer }>("SELECT kind, hash FROM gc_leases WHERE deleting = 1 LIMIT ?"),
@@ -122,13 +122,13 @@ export class SqliteGcRecords implements GcRecords {
       const deleted: DeletedFile[] = [];
       for (const hash of hashes) {
         if (isLeasedSince(this.sql, "file", hash, before)) continue;
-        const row = this.sql.fileCreatedAt.get(hash);
+        const row = this.sql.fileForGc.get(hash);
         if (row === undefined || row.created_at >= before) continue;
         // Children first: the foreign keys from file_repos and file_sha256 forbid the reverse.
         this.sql.deleteFileLinks.run(hash);
         this.sql.deleteFileSha256.run(hash);
-        const { size } = this.sql.deleteFile.get(hash, before)!;
-        deleted.push({ hash: new Uint8Array(hash), size });
+        this.sql.deleteFile.run(hash);
+        deleted.push({ hash: new Uint8Array(hash), size: row.size });
       }
       return deleted;
     });
