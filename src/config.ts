@@ -65,6 +65,11 @@ export interface CastorConfig {
    * disk that full cannot take uploads (and the SQLite file and upload staging live there).
    */
   minFreeBytes: number;
+  /**
+   * Bytes kept in a file in the data dir for maintenance to run in once the disk is full
+   * (CASTOR_RESERVED_SPACE; 0 = none): see src/storage/reserve.ts.
+   */
+  reservedSpaceBytes: number;
   transferMode: "proxy" | "presigned";
   /** Connection timeouts and bounds (src/http/connection-limits.ts), all in milliseconds or bytes. */
   limits: ConnectionLimits;
@@ -94,11 +99,13 @@ export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
  * average chunk, far more than one client session puts in one shard.
  */
 export const DEFAULT_MAX_SHARD_CHUNK_REFS = 1 << 24;
-/** Room for a few uploads' staging writes and SQLite's WAL; far below any real volume's size. */
 /** 10 MiB, the Hub's own threshold for files that go to large-file storage. */
 export const DEFAULT_HUB_INLINE_MAX_BYTES = 10 * 1024 * 1024;
 
+/** Room for a few uploads' staging writes and SQLite's WAL; far below any real volume's size. */
 export const DEFAULT_MIN_FREE_BYTES = 16 * MiB;
+/** Enough for gc's first batches (a few MiB of WAL each) until the blobs they delete free more. */
+export const DEFAULT_RESERVED_SPACE_BYTES = 64 * MiB;
 /** Long enough for an upload or download in progress to finish; short enough for a rolling restart. */
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
 
@@ -126,6 +133,7 @@ export const SETTINGS = [
   "CASTOR_MAX_SHARD_CHUNK_REFS",
   "CASTOR_HUB_INLINE_MAX_BYTES",
   "CASTOR_MIN_FREE_BYTES",
+  "CASTOR_RESERVED_SPACE",
   "CASTOR_TRANSFER_MODE",
   "CASTOR_HEADER_TIMEOUT",
   "CASTOR_BODY_TIMEOUT",
@@ -230,6 +238,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     maxShardChunkRefs: positiveInt("CASTOR_MAX_SHARD_CHUNK_REFS", get("CASTOR_MAX_SHARD_CHUNK_REFS") ?? String(DEFAULT_MAX_SHARD_CHUNK_REFS)),
     hubInlineMaxBytes: positiveInt("CASTOR_HUB_INLINE_MAX_BYTES", get("CASTOR_HUB_INLINE_MAX_BYTES") ?? String(DEFAULT_HUB_INLINE_MAX_BYTES)),
     minFreeBytes: nonNegativeInt("CASTOR_MIN_FREE_BYTES", get("CASTOR_MIN_FREE_BYTES") ?? String(DEFAULT_MIN_FREE_BYTES)),
+    reservedSpaceBytes: nonNegativeInt("CASTOR_RESERVED_SPACE", get("CASTOR_RESERVED_SPACE") ?? String(DEFAULT_RESERVED_SPACE_BYTES)),
     transferMode,
     limits: {
       headerTimeoutMs: seconds("CASTOR_HEADER_TIMEOUT", get("CASTOR_HEADER_TIMEOUT"), DEFAULT_CONNECTION_LIMITS.headerTimeoutMs),

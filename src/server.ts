@@ -27,6 +27,7 @@ import { openMetadataStore } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
 import type { BlobStore } from "./storage/blob-store.js";
 import { openBlobStore } from "./storage/open.js";
+import { ensureReserve, reserveOf } from "./storage/reserve.js";
 
 /**
  * Staging files older than this are swept at start-up. With S3 other nodes share the bucket
@@ -74,6 +75,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     const swept = await blobs.sweepTemp(config.s3 ? { olderThanMs: SHARED_STAGING_SWEEP_AGE_MS } : {});
     const spooled = await sweepSpool(join(config.dataDir, SPOOL_DIR_NAME), SHARED_STAGING_SWEEP_AGE_MS);
     if (swept + spooled > 0) logger.info({ swept, spooled }, `removed ${swept + spooled} staging leftover(s) of interrupted uploads`);
+    await makeReserve(config, logger);
     let presignedUrls: PresignedTransferUrls | undefined;
     if (config.transferMode === "presigned") {
       if (blobs.createRangePresigner === undefined) {
@@ -105,7 +107,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       minFreeBytes: config.minFreeBytes,
       metrics: { enabled: config.metrics, token: config.metricsToken },
       storageStats: { dailySamples: true },
-      gc: config.gc,
+      gc: { ...config.gc, reserve: reserveOf(config) },
       maxConcurrentUploads: config.maxConcurrentUploads,
       hubLimits: config.hubLimits,
     });
@@ -127,6 +129,20 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     blobs?.close?.();
     await store.close();
     throw error;
+  }
+}
+
+/** Makes the data disk's maintenance reserve (src/storage/reserve.ts), saying so when there is no room for it. */
+async function makeReserve(config: CastorConfig, logger: Logger): Promise<void> {
+  const reserve = reserveOf(config);
+  if (reserve === null) return;
+  const outcome = await ensureReserve(reserve);
+  if (outcome === "created") logger.info({ bytes: reserve.bytes }, "reserved space on the data disk for maintenance (CASTOR_RESERVED_SPACE)");
+  if (outcome === "no room") {
+    logger.warn(
+      { bytes: reserve.bytes, dataDir: config.dataDir },
+      "no room on the data disk for the space reserved for maintenance (CASTOR_RESERVED_SPACE): free space, or castor gc may not be able to run once the disk is full",
+    );
   }
 }
 

@@ -130,6 +130,13 @@ describe("loadConfig", () => {
       assert.equal(loadConfig({}, { "min-free-bytes": "1048576" }).minFreeBytes, 1048576);
     });
 
+    it("reserves 64 MiB for maintenance by default, any size of 0 bytes or more when set", () => {
+      assert.equal(loadConfig({}).reservedSpaceBytes, 64 * 1024 * 1024);
+      assert.equal(loadConfig({ CASTOR_RESERVED_SPACE: "0" }).reservedSpaceBytes, 0);
+      assert.equal(loadConfig({}, { "reserved-space": "1048576" }).reservedSpaceBytes, 1048576);
+      assert.throws(() => loadConfig({ CASTOR_RESERVED_SPACE: "64MiB" }), /CASTOR_RESERVED_SPACE/);
+    });
+
     for (const bad of ["-1", "1.5", "16MiB", " 5", "99999999999999999999"]) {
       it(`rejects CASTOR_MIN_FREE_BYTES=${JSON.stringify(bad)}`, () =>
         rejects({ CASTOR_MIN_FREE_BYTES: bad }, /^CASTOR_MIN_FREE_BYTES must be a whole number of bytes ≥ 0, got /));

@@ -7,6 +7,7 @@ import { fsckStores, type FsckReport } from "../ops/fsck.js";
 import { loadConfig } from "../config.js";
 import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseCount, runCommand } from "./args.js";
 import { withStores } from "./stores.js";
+import { reserveOf, withReserveReleased } from "../storage/reserve.js";
 
 const USAGE = `Usage: castor fsck [--repair] [--progress-every N]
 
@@ -49,7 +50,10 @@ export function run(argv: string[]): Promise<number> {
     const repair = args.values.repair ?? false;
     const config = loadConfig(process.env, args.configFlags);
     const say = (line: string) => process.stderr.write(`castor fsck: ${line}\n`);
-    const report = await withStores(config, (metadata, blobs) => fsckStores(metadata, blobs, { repair, progress: say, progressEveryXorbs }));
+    // Repairs write, and may be wanted on a full disk; a check only reads.
+    const report = await withReserveReleased(repair ? reserveOf(config) : null, say, () =>
+      withStores(config, (metadata, blobs) => fsckStores(metadata, blobs, { repair, progress: say, progressEveryXorbs })),
+    );
     process.stdout.write(summary(report));
     return report.remaining === 0 ? EXIT_OK : EXIT_FAILURE;
   });

@@ -7,6 +7,7 @@ import { collectGarbage, DEFAULT_GC_BATCH, type GcReport } from "../ops/gc.js";
 import { DEFAULT_GC_GRACE, loadConfig } from "../config.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseCount, runCommand, UsageError } from "./args.js";
 import { withStores } from "./stores.js";
+import { reserveOf, withReserveReleased } from "../storage/reserve.js";
 
 const USAGE = `Usage: castor gc [--dry-run] [--grace D] [--batch N] [--json]
 
@@ -51,8 +52,10 @@ export function run(argv: string[]): Promise<number> {
     const config = loadConfig(process.env, args.configFlags);
     const graceMs = graceFlag ?? config.gc.graceMs;
     const say = (line: string) => process.stderr.write(`castor gc: ${line}\n`);
-    const report = await withStores(config, (metadata, blobs) =>
-      collectGarbage(metadata, blobs, { graceMs, dryRun: args.values["dry-run"] ?? false, batchSize, progress: say }),
+    const dryRun = args.values["dry-run"] ?? false;
+    // A dry run writes nothing, so it needs no room; a real one may be run because the disk is full.
+    const report = await withReserveReleased(dryRun ? null : reserveOf(config), say, () =>
+      withStores(config, (metadata, blobs) => collectGarbage(metadata, blobs, { graceMs, dryRun, batchSize, progress: say })),
     );
     process.stdout.write(args.values.json ? `${JSON.stringify(report, null, 2)}\n` : summary(report));
     return EXIT_OK;

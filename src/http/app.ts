@@ -17,6 +17,7 @@ import type { MetadataStore } from "../metadata/store.js";
 import { CastorMetrics } from "../metrics.js";
 import { gcTotals } from "../ops/gc.js";
 import { GcSchedule } from "../ops/gc-schedule.js";
+import type { Reserve } from "../storage/reserve.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
 import { casScope } from "./cas-scope.js";
@@ -135,7 +136,7 @@ export interface CastorAppDeps extends HttpAppOptions {
    */
   storageStats?: { dailySamples: boolean; now?: () => Date };
   /** `config.gc`: collections on a schedule when `intervalMs` is set (src/ops/gc-schedule.ts). */
-  gc?: { intervalMs: number | null; graceMs: number };
+  gc?: { intervalMs: number | null; graceMs: number; reserve?: Reserve | null };
   /** `config.maxConcurrentUploads`; the default when absent. */
   maxConcurrentUploads?: number;
   /** `config.hubLimits`; each one missing takes its default. */
@@ -183,6 +184,8 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       graceMs: deps.gc.graceMs,
       onReport: (report) => app.log.info({ removed: gcTotals(report) }, "scheduled garbage collection finished"),
       onError: (error) => app.log.error({ err: error }, "scheduled garbage collection failed; trying again at the next interval"),
+      reserve: deps.gc.reserve,
+      onReserve: (line) => app.log.warn(`scheduled garbage collection: ${line}`),
     });
     app.addHook("onReady", async () => schedule.start());
     app.addHook("onClose", () => schedule.stop());

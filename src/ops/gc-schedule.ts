@@ -8,6 +8,7 @@
  */
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
+import { withReserveReleased, type Reserve } from "../storage/reserve.js";
 import { collectGarbage, type GcReport } from "./gc.js";
 
 export interface GcScheduleOptions {
@@ -15,6 +16,10 @@ export interface GcScheduleOptions {
   graceMs: number;
   onReport: (report: GcReport) => void;
   onError: (error: unknown) => void;
+  /** The data disk's maintenance reserve, released for a run on a nearly full disk; null: none. */
+  reserve?: Reserve | null;
+  /** Hears what was done with the reserve. */
+  onReserve?: (line: string) => void;
 }
 
 export class GcSchedule {
@@ -49,7 +54,11 @@ export class GcSchedule {
 
   private async runOnce(): Promise<void> {
     try {
-      this.options.onReport(await collectGarbage(this.store, this.blobs, { graceMs: this.options.graceMs, signal: this.abort.signal }));
+      const { reserve = null, onReserve = () => {} } = this.options;
+      const report = await withReserveReleased(reserve, onReserve, () =>
+        collectGarbage(this.store, this.blobs, { graceMs: this.options.graceMs, signal: this.abort.signal }),
+      );
+      this.options.onReport(report);
     } catch (error) {
       if (!this.abort.signal.aborted) this.options.onError(error);
     }

@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdtemp, open, readdir, rm, stat, statfs, truncate } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,10 +15,13 @@ import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashToHex } from "../../src/format/hash.js";
-import type { ShardFile } from "../../src/format/shard.js";
+import { shardSha256FromDigest, type ShardFile } from "../../src/format/shard.js";
 import { serializeUploadShard } from "../../src/format/shard-writer.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { downloadAnswer, fileOfChunks, type Answer } from "../helpers/reconstruction-answer.js";
+import { RESERVE_FILE_NAME } from "../../src/storage/reserve.js";
+import { runCastor, TEST_RESERVED_SPACE } from "../helpers/cli.js";
+import type { CastorFixture } from "../interop/harness.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 
@@ -32,6 +36,7 @@ const DATA_DISK_FULL =
 let mountPoint: string;
 let mounted = false;
 let server: ServerProcess;
+let fixture: CastorFixture;
 let writeToken: string;
 let readToken: string;
 
@@ -41,6 +46,13 @@ const tempDir = () => join(server.dataDir, "blobs", "tmp");
 const post = (path: string, body: Uint8Array) => fetch(`${server.url}${path}`, { method: "POST", body, headers: { authorization: `Bearer ${writeToken}` } });
 const get = (path: string, token: string | null = readToken) =>
   fetch(`${server.url}${path}`, { headers: token === null ? {} : { authorization: `Bearer ${token}` } });
+const commit = (operation: unknown) =>
+  fetch(`${server.url}/api/models/alice/bert/commit/main`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${fixture.hubTokens.write}`, "content-type": "application/x-ndjson" },
+    body: `${JSON.stringify({ key: "header", value: { summary: "a commit", description: "" } })}\n${JSON.stringify(operation)}\n`,
+  });
+const mainHead = async () => ((await (await get("/api/models/alice/bert/revision/main", fixture.hubTokens.read)).json()) as { sha: string }).sha;
 const uploadXorb = (xorb: SerializedXorb) => post(`/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, xorb.bytes);
 const headXorb = async (xorb: SerializedXorb) =>
   (await fetch(`${server.url}/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, { method: "HEAD", headers: { authorization: `Bearer ${readToken}` } })).status;
@@ -126,9 +138,13 @@ const freshXorb = (count: number, bytes: number) => xorbOf(freshChunks(count, by
 /** Stored before the disk fills: what downloads are served from while it is full. */
 const storedChunks = freshChunks(4, 20_000);
 const stored = xorbOf(storedChunks);
-const storedFile = fileOfChunks(stored.info, [0, 1, 2, 3]);
 const storedFileBytes = Buffer.concat(storedChunks);
+const storedFileSha256 = createHash("sha256").update(storedFileBytes).digest();
+/** With its SHA-256, so a commit can name it: committed, it is no garbage for `castor gc`. */
+const storedFile = { ...fileOfChunks(stored.info, [0, 1, 2, 3]), sha256: shardSha256FromDigest(storedFileSha256) };
 
+/** Stored before the disk fills and named by no file: garbage for `castor gc` to remove while the disk is full. */
+const garbage = freshXorb(8, 20_000);
 /** Refused while the disk is full, accepted once it is not. */
 const refusedXorb = freshXorb(6, 20_000);
 /** Chunk metadata (40 bytes each) far larger than its blob (16 bytes each): its record cannot fit where the blob did. */
@@ -141,12 +157,18 @@ before(async () => {
   await run("mount", ["-t", "tmpfs", "-o", `size=${TMPFS_BYTES}`, "castor-full-disk", mountPoint]);
   mounted = true;
   server = await startCastorServer({ dataDir: join(mountPoint, "data"), env: { CASTOR_MIN_FREE_BYTES: String(MIN_FREE_BYTES) } });
-  const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/bert" });
+  fixture = await hubFixture(server, { repoType: "model", repoName: "alice/bert" });
   writeToken = (await fixture.casToken("write")).accessToken;
   readToken = (await fixture.casToken("read")).accessToken;
   assert.equal((await uploadXorb(stored)).status, 200);
   const registered = await post("/v1/shards", shardOf([storedFile]));
   assert.equal(await registered.text(), '{"result":1}');
+  const committed = await commit({
+    key: "lfsFile",
+    value: { path: "stored.bin", algo: "sha256", oid: storedFileSha256.toString("hex"), size: storedFileBytes.length },
+  });
+  assert.equal(committed.status, 200, await committed.text());
+  assert.equal((await uploadXorb(garbage)).status, 200);
 });
 
 after(async () => {
@@ -201,6 +223,30 @@ describe("a full data disk (a real tmpfs filled to the last page)", () => {
     assert.deepEqual(logs.internal, []);
   });
 
+  it("answers a hub commit 507 naming the full disk, and the branch stays as it was", async () => {
+    const head = await mainHead();
+    const inline = { key: "file", value: { path: "notes.txt", encoding: "base64", content: Buffer.from(splitmix64Bytes(99n, 4096)).toString("base64") } };
+    const answer = await commit(inline);
+    assert.equal(answer.status, 507, await answer.clone().text());
+    assert.equal(answer.headers.get("x-error-message"), DATA_DISK_FULL);
+    assert.equal(await mainHead(), head);
+    assert.deepEqual(await readdir(tempDir()), [], "no temp file");
+  });
+
+  it("lets `castor gc` free space on the full disk, in the space reserved for it", async () => {
+    assert.equal(await availableBytes(), 0);
+    assert.equal((await stat(join(server.dataDir, RESERVE_FILE_NAME))).size, Number(TEST_RESERVED_SPACE), "castor serve made the reserve");
+    const result = await runCastor(["gc", "--grace", "0", "--json"], { env: server.settings });
+    assert.equal(result.code, 0, `gc: ${result.stdout}${result.stderr}`);
+    assert.match(result.stderr, new RegExp(`released the ${TEST_RESERVED_SPACE} bytes reserved for maintenance`));
+    assert.match(result.stderr, /reserved \d+ bytes for maintenance again/, "made again once gc freed space");
+    const removed = (JSON.parse(result.stdout) as { removed: { xorbs: { objects: number } } }).removed;
+    assert.equal(removed.xorbs.objects, 1, "the garbage xorb");
+    assert.equal(await headXorb(garbage), 404);
+    assert.ok((await availableBytes()) > 0, "its blob's space is free again");
+    await fillDisk();
+  });
+
   it("answers 507 when SQLite cannot grow, recording nothing", async () => {
     // Room for the blob (128 KiB) but not for its 320 KiB chunk table in the database.
     await leaveAvailable(192 * 1024);
@@ -241,5 +287,7 @@ describe("a full data disk (a real tmpfs filled to the last page)", () => {
     assert.deepEqual(await readdir(tempDir()), []);
     assert.equal(server.child.exitCode, null, "the same process served it all");
     assert.deepEqual(await readiness(), { status: 200, body: { status: "ok" } });
+    const fsck = await runCastor(["fsck"], { env: server.settings });
+    assert.equal(fsck.code, 0, `nothing half-written anywhere: ${fsck.stdout}${fsck.stderr}`);
   });
 });

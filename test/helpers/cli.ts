@@ -27,11 +27,18 @@ export interface CliOptions {
   onStderr?: (text: string, child: ChildProcess) => void;
 }
 
+/**
+ * CASTOR_RESERVED_SPACE for the castor processes tests start, unless a test sets it: the 64 MiB
+ * default, written out by each of the hundreds of servers the suite starts, would cost gigabytes
+ * of disk writes. Still non-zero, so the reserve is made and released as in production.
+ */
+export const TEST_RESERVED_SPACE = String(1024 * 1024);
+
 export function runCastor(args: string[], options: CliOptions = {}): Promise<CliResult> {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
   const child = spawn(process.execPath, ["--import", TSX, ENTRY, ...args], {
     cwd: options.cwd,
-    env: { ...inherited, ...options.env },
+    env: { ...inherited, CASTOR_RESERVED_SPACE: TEST_RESERVED_SPACE, ...options.env },
     stdio: ["ignore", "pipe", "pipe"],
     timeout: options.timeoutMs ?? 20_000,
   });

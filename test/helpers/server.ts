@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { CastorFixture, CasToken } from "../interop/harness.js";
-import { runCastor } from "./cli.js";
+import { runCastor, TEST_RESERVED_SPACE } from "./cli.js";
 
 /** The `castor` command run from source, as the CLI tests run it. */
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
@@ -202,6 +202,7 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     CASTOR_DATA_DIR: dataDir,
     CASTOR_LISTEN: "127.0.0.1:0",
     CASTOR_LOG_LEVEL: "info",
+    CASTOR_RESERVED_SPACE: TEST_RESERVED_SPACE,
     ...scaleOut?.env,
     ...options.env,
   };
