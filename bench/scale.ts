@@ -1,0 +1,512 @@
+/**
+ * Metadata at scale (issue 15): how castor's answers change as the metadata grows to what a
+ * team accumulates — 1,000,000 files over 10,050,000 chunks in 150,000 xorbs, 1,000 repositories
+ * of 10 commits each — on SQLite and (with CASTOR_TEST_DATABASE_URL set) on PostgreSQL.
+ *
+ * The store is filled through the stores' own APIs (`importXorbs`, `registerShard`,
+ * `advanceBranch`), a repository at a time; no blob is written, as nothing measured reads one.
+ * At three sizes — one repository ("empty": 0.1 %), 10 % and 100 % — the compiled `castor serve`
+ * is started on the store and measured over HTTP, one request at a time on a keep-alive
+ * connection:
+ *
+ * - start-up: spawn to the "listening" log line;
+ * - V2 reconstruction p50/p99 of a hot file (the same one again and again) and of cold ones (a
+ *   different file of a different repository each time);
+ * - dedup query p50/p99 for indexed chunks (hits) and unknown ones (misses);
+ * - shard registration throughput: shards of 1,000 new files over stored xorbs, in chunk
+ *   references per second;
+ * - a one-file commit, a tree listing (100 entries) and a commit listing, p50/p99;
+ * - database size per chunk.
+ *
+ * Goals (issue 15): no figure worse than 2× from the empty store to the full one, and
+ * reconstruction p99 < 5 ms at full size. `CASTOR_BENCH_SCALE=0.1` runs everything at a tenth of
+ * the size (for trying the group out; the figures are then not the issue's).
+ */
+import { createHash } from "node:crypto";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { gitTreeId } from "../src/format/git.js";
+import { fileHash, hashToHex, isGlobalDedupEligible, verificationHash, type Hash } from "../src/format/hash.js";
+import type { ShardFile } from "../src/format/shard.js";
+import { serializeUploadShard } from "../src/format/shard-writer.js";
+import { buildCommit, initialCommit, xetFileEntry } from "../src/hub/history.js";
+import { HubService } from "../src/hub/service.js";
+import type { DatedXorb, FileRecord, FileTerm, MetadataStore, ShardRegistration, StoredChunk, TreeEntry, TreeRecord } from "../src/metadata/store.js";
+import { METADATA_FILE_NAME, SqliteMetadataStore } from "../src/metadata/sqlite.js";
+import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
+import { benchRow, type BenchRow } from "./lib.js";
+
+const GROUP = "scale";
+const SCALE = Number(process.env.CASTOR_BENCH_SCALE ?? "1");
+const REPOS = Math.round(1_000 * SCALE);
+const COMMITS_PER_REPO = 10;
+const FILES_PER_COMMIT = 100;
+const FILES_PER_REPO = COMMITS_PER_REPO * FILES_PER_COMMIT;
+const FILES = REPOS * FILES_PER_REPO;
+const CHUNKS_PER_XORB = 67;
+const XORBS = Math.round(150_000 * SCALE);
+const CHUNKS = XORBS * CHUNKS_PER_XORB;
+/** Repositories filled when each measurement is taken: one, a tenth, all. */
+const STAGES = [
+  { label: "empty (1 repo)", repos: 1 },
+  { label: "10 %", repos: Math.round(REPOS / 10) },
+  { label: "100 %", repos: REPOS },
+];
+const SAMPLES = { hot: 1_000, cold: 500, dedupHits: 300, dedupMisses: 300, shards: 5, commits: 100, listings: 300 };
+const FILES_PER_MEASURED_SHARD = 1_000;
+const AUTHOR = "bench";
+const MiB = 1024 * 1024;
+
+type Say = (line: string) => void;
+
+export async function run(): Promise<BenchRow[]> {
+  if (!(SCALE > 0 && SCALE <= 1)) throw new Error(`CASTOR_BENCH_SCALE must be in (0, 1], got ${process.env.CASTOR_BENCH_SCALE}`);
+  const say: Say = (line) => process.stderr.write(`\n  scale: ${line}`);
+  const scratch = await mkdtemp(join(tmpdir(), "castor-bench-scale-"));
+  try {
+    const sqliteDir = join(scratch, "sqlite");
+    const rows = await benchBackend(
+      "sqlite",
+      {
+        dataDir: sqliteDir,
+        env: {},
+        open: () => SqliteMetadataStore.open(sqliteDir),
+        databaseBytes: async () => sumSizes([METADATA_FILE_NAME, `${METADATA_FILE_NAME}-wal`].map((name) => join(sqliteDir, name))),
+      },
+      say,
+    );
+    const adminUrl = process.env.CASTOR_TEST_DATABASE_URL;
+    if (adminUrl === undefined || adminUrl === "") {
+      rows.push(
+        benchRow(GROUP, "postgres", 0, "skipped", { note: 'not measured: CASTOR_TEST_DATABASE_URL is not set (eval "$(scripts/services.sh start)" first)' }),
+      );
+      return rows;
+    }
+    // Loaded only here: without PostgreSQL the group needs neither the driver nor the helper.
+    const [{ createTestDatabase }, { PostgresMetadataStore }, { default: pg }] = await Promise.all([
+      import("../test/helpers/scaleout-postgres.js"),
+      import("../src/metadata/postgres.js"),
+      import("pg"),
+    ]);
+    const database = await createTestDatabase(adminUrl);
+    try {
+      const databaseBytes = async () => {
+        const client = new pg.Client({ connectionString: database.url });
+        await client.connect();
+        try {
+          return Number((await client.query<{ size: string }>("SELECT pg_database_size(current_database()) AS size")).rows[0].size);
+        } finally {
+          await client.end();
+        }
+      };
+      rows.push(
+        ...(await benchBackend(
+          "postgres",
+          {
+            dataDir: join(scratch, "postgres"),
+            env: { CASTOR_DATABASE_URL: database.url },
+            open: () => PostgresMetadataStore.open(database.url),
+            databaseBytes,
+          },
+          say,
+        )),
+      );
+    } finally {
+      await database.drop();
+    }
+    return rows;
+  } finally {
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
+
+interface Backend {
+  dataDir: string;
+  env: Record<string, string>;
+  open(): Promise<MetadataStore>;
+  databaseBytes(): Promise<number>;
+}
+
+/** One measurement of a stage. */
+interface StageFigures {
+  startupMs: number;
+  hot: Latencies;
+  cold: Latencies;
+  dedupHit: Latencies;
+  dedupMiss: Latencies;
+  registrationChunksPerSecond: number;
+  commit: Latencies;
+  tree: Latencies;
+  commits: Latencies;
+  bytesPerChunk: number;
+  chunks: number;
+}
+
+async function benchBackend(name: string, backend: Backend, say: Say): Promise<BenchRow[]> {
+  const data = new SyntheticMetadata();
+  const figures: { stage: string; figures: StageFigures; fillSeconds: number }[] = [];
+  const store = await backend.open();
+  let adminToken: string;
+  try {
+    adminToken = (await new HubService(store).createToken({ repos: "all", access: "write", expiresAt: null })).secret;
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+  let filled = 0;
+  let openStore: MetadataStore | null = store;
+  try {
+    for (const stage of STAGES) {
+      const loadBefore = loadavg()[0];
+      const started = performance.now();
+      openStore ??= await backend.open();
+      for (; filled < stage.repos; filled++) {
+        await data.fillRepo(openStore, filled);
+        if ((filled + 1) % Math.max(1, Math.round(REPOS / 20)) === 0) say(`${name}: ${filled + 1}/${REPOS} repositories filled`);
+      }
+      const fillSeconds = (performance.now() - started) / 1000;
+      // The server gets the store to itself, as in production: the fill's connection closes.
+      await openStore.close();
+      openStore = null;
+      say(`${name} at ${stage.label}: measuring (load ${loadBefore.toFixed(1)})`);
+      figures.push({ stage: stage.label, fillSeconds, figures: await measure(backend, data, filled, adminToken, say) });
+    }
+  } finally {
+    await openStore?.close();
+  }
+  return report(name, figures);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring a stage.
+
+interface Latencies {
+  p50: number;
+  p99: number;
+}
+
+function latencies(samplesMs: number[]): Latencies {
+  const sorted = [...samplesMs].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+  return { p50: at(0.5), p99: at(0.99) };
+}
+
+async function timed(count: number, request: (i: number) => Promise<void>): Promise<Latencies> {
+  const samples: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const started = performance.now();
+    await request(i);
+    samples.push(performance.now() - started);
+  }
+  return latencies(samples);
+}
+
+async function expectStatus(response: Response, status: number, what: string): Promise<void> {
+  const body = await response.arrayBuffer();
+  if (response.status !== status) throw new Error(`${what}: HTTP ${response.status}, expected ${status}: ${Buffer.from(body).toString("utf8").slice(0, 300)}`);
+}
+
+async function measure(backend: Backend, data: SyntheticMetadata, repos: number, adminToken: string, say: Say): Promise<StageFigures> {
+  const started = performance.now();
+  const server: ServerProcess = await startCastorServer({ compiled: true, dataDir: backend.dataDir, env: backend.env, readyTimeoutMs: 600_000 });
+  const startupMs = performance.now() - started;
+  try {
+    const hub = (path: string, init: RequestInit = {}) =>
+      fetch(`${server.url}${path}`, { ...init, headers: { authorization: `Bearer ${adminToken}`, ...init.headers } });
+    const casTokens = new Map<string, string>();
+    const casToken = async (repo: number, access: "read" | "write"): Promise<string> => {
+      const key = `${repo} ${access}`;
+      let token = casTokens.get(key);
+      if (token === undefined) {
+        const response = await hub(`/api/models/${repoName(repo)}/xet-${access}-token/main`);
+        if (response.status !== 200) throw new Error(`token for ${repoName(repo)}: HTTP ${response.status}`);
+        token = ((await response.json()) as { accessToken: string }).accessToken;
+        casTokens.set(key, token);
+      }
+      return token;
+    };
+    const cas = async (repo: number, access: "read" | "write", path: string, init: RequestInit = {}) =>
+      fetch(`${server.url}${path}`, { ...init, headers: { authorization: `Bearer ${await casToken(repo, access)}` } });
+    const random = mulberry32(repos);
+    const pick = (n: number) => Math.floor(random() * n);
+
+    // Tokens of the repositories sampled are fetched before timing, so only the request itself is timed.
+    const coldFiles = Array.from({ length: SAMPLES.cold }, () => pick(repos * FILES_PER_REPO));
+    for (const file of coldFiles) await casToken(repoOfFile(file), "read");
+    const hotFile = 17;
+    await casToken(0, "read");
+    await casToken(0, "write");
+    const reconstruct = (file: number) => async () =>
+      expectStatus(await cas(repoOfFile(file), "read", `/v2/reconstructions/${hashToHex(data.fileRecord(file).hash)}`), 200, `reconstruction of file ${file}`);
+    await timed(20, reconstruct(hotFile));
+    const hot = await timed(SAMPLES.hot, reconstruct(hotFile));
+    const cold = await timed(SAMPLES.cold, (i) => reconstruct(coldFiles[i])());
+
+    const indexed = data.indexedChunks();
+    const dedupHit = await timed(SAMPLES.dedupHits, async () => {
+      const chunk = indexed[pick(indexed.length)];
+      await expectStatus(await cas(0, "read", `/v1/chunks/default-merkledb/${hashToHex(chunkHash(chunk))}`), 200, `dedup query of chunk ${chunk}`);
+    });
+    const dedupMiss = await timed(SAMPLES.dedupMisses, async (i) => {
+      await expectStatus(await cas(0, "read", `/v1/chunks/default-merkledb/${hashToHex(labelHash(`scale miss ${repos} ${i}`))}`), 404, "dedup miss");
+    });
+
+    let chunkRefs = 0;
+    let registrationMs = 0;
+    for (let s = 0; s < SAMPLES.shards; s++) {
+      const files = data.newFilesOverStoredXorbs(`${repos}/${s}`, FILES_PER_MEASURED_SHARD, repos, random);
+      const body = serializeUploadShard({ files, xorbs: [] }, { kind: "xet-core" });
+      const at = performance.now();
+      await expectStatus(await cas(0, "write", "/v1/shards", { method: "POST", body }), 200, "shard registration");
+      registrationMs += performance.now() - at;
+      chunkRefs += files.reduce((sum, file) => sum + file.terms.reduce((n, term) => n + term.chunkEnd - term.chunkStart, 0), 0);
+    }
+
+    const commit = await timed(SAMPLES.commits, async (i) => {
+      const body = [
+        { key: "header", value: { summary: `bench ${i}`, description: "" } },
+        { key: "file", value: { path: `notes/${repos}-${i}.txt`, encoding: "base64", content: Buffer.from(`note ${i}\n`).toString("base64") } },
+      ]
+        .map((line) => `${JSON.stringify(line)}\n`)
+        .join("");
+      await expectStatus(
+        await hub(`/api/models/${repoName(pick(repos))}/commit/main`, { method: "POST", body, headers: { "content-type": "application/x-ndjson" } }),
+        200,
+        "commit",
+      );
+    });
+    const tree = await timed(SAMPLES.listings, async () => {
+      await expectStatus(await hub(`/api/models/${repoName(pick(repos))}/tree/main/${folderName(pick(COMMITS_PER_REPO))}`), 200, "tree listing");
+    });
+    const commits = await timed(SAMPLES.listings, async () => {
+      await expectStatus(await hub(`/api/models/${repoName(pick(repos))}/commits/main`), 200, "commit listing");
+    });
+    say(`measured in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+    const chunks = data.chunksOf(repos);
+    return {
+      startupMs,
+      hot,
+      cold,
+      dedupHit,
+      dedupMiss,
+      registrationChunksPerSecond: chunkRefs / (registrationMs / 1000),
+      commit,
+      tree,
+      commits,
+      bytesPerChunk: (await backend.databaseBytes()) / chunks,
+      chunks,
+    };
+  } finally {
+    await server.stop();
+  }
+}
+
+function report(name: string, stages: { stage: string; figures: StageFigures; fillSeconds: number }[]): BenchRow[] {
+  const rows: BenchRow[] = [];
+  const empty = stages[0].figures;
+  const count = (value: number) => value.toLocaleString("en-US");
+  for (const { stage, figures, fillSeconds } of stages) {
+    const full = stage === "100 %";
+    /** Latency rows: the 2× goal against the empty store, and for reconstructions at full size also < 5 ms. */
+    const latencyRows = (metric: string, value: Latencies, base: Latencies, absoluteMs?: number) => {
+      const p99Target = full && absoluteMs !== undefined ? Math.min(absoluteMs, 2 * base.p99) : 2 * base.p99;
+      rows.push(benchRow(GROUP, `${name} ${stage}: ${metric} p50`, value.p50, "ms", { note: `empty store: ${base.p50.toFixed(2)} ms` }));
+      rows.push(benchRow(GROUP, `${name} ${stage}: ${metric} p99`, value.p99, "ms", { target: stage === STAGES[0].label ? undefined : { atMost: p99Target } }));
+    };
+    rows.push(
+      benchRow(GROUP, `${name} ${stage}: store`, figures.chunks, "chunks", {
+        note: `filled to here in ${fillSeconds.toFixed(0)} s; ${((figures.bytesPerChunk * figures.chunks) / MiB).toFixed(0)} MiB of database`,
+      }),
+    );
+    rows.push(
+      benchRow(
+        GROUP,
+        `${name} ${stage}: castor serve start-up`,
+        figures.startupMs,
+        "ms",
+        stage === STAGES[0].label ? {} : { target: { atMost: 2 * empty.startupMs } },
+      ),
+    );
+    latencyRows("V2 reconstruction, hot file", figures.hot, empty.hot, 5);
+    latencyRows("V2 reconstruction, cold files", figures.cold, empty.cold, 5);
+    latencyRows("dedup query, hit", figures.dedupHit, empty.dedupHit);
+    latencyRows("dedup query, miss", figures.dedupMiss, empty.dedupMiss);
+    rows.push(
+      benchRow(GROUP, `${name} ${stage}: shard registration`, figures.registrationChunksPerSecond, "chunks/s", {
+        target: stage === STAGES[0].label ? undefined : { atLeast: empty.registrationChunksPerSecond / 2 },
+        note: `shards of ${count(FILES_PER_MEASURED_SHARD)} new files over stored xorbs`,
+      }),
+    );
+    latencyRows("one-file commit", figures.commit, empty.commit);
+    latencyRows("tree listing (100 entries)", figures.tree, empty.tree);
+    latencyRows("commit listing", figures.commits, empty.commits);
+    rows.push(
+      benchRow(GROUP, `${name} ${stage}: database size per chunk`, figures.bytesPerChunk, "B", {
+        target: stage === STAGES[0].label ? undefined : { atMost: 2 * empty.bytesPerChunk },
+      }),
+    );
+  }
+  return rows;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The synthetic metadata. Every hash is the SHA-256 of a label, so both backends get the same data.
+
+function labelHash(label: string): Hash {
+  return new Uint8Array(createHash("sha256").update(label).digest());
+}
+
+function chunkHash(c: number): Hash {
+  return labelHash(`scale chunk ${c}`);
+}
+
+function xorbHash(x: number): Hash {
+  return labelHash(`scale xorb ${x}`);
+}
+
+/** Uncompressed bytes of chunk `c`: 8 to 64 KiB, as content-defined chunks are. */
+function chunkLength(c: number): number {
+  return 8_192 + ((c * 7_919) % 57_345);
+}
+
+/** First chunk of file `i`: the files lie end to end over the chunk stream, ~10 chunks each, boundaries anywhere in a xorb. */
+function fileStart(i: number): number {
+  return Math.floor((i * CHUNKS) / FILES);
+}
+
+const repoName = (r: number) => `bench/scale-${r}`;
+const repoOfFile = (file: number) => Math.floor(file / FILES_PER_REPO);
+const folderName = (k: number) => `c${k}`;
+
+/** A small seeded generator, so each stage samples the same way on both backends. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+class SyntheticMetadata {
+  /** Xorbs recorded so far (they are recorded in order, as the repositories' files need them). */
+  private xorbsRecorded = 0;
+  private readonly indexed: number[] = [];
+
+  chunksOf(repos: number): number {
+    return Math.min(CHUNKS, Math.ceil(fileStart(repos * FILES_PER_REPO) / CHUNKS_PER_XORB) * CHUNKS_PER_XORB);
+  }
+
+  /** Chunks with a dedup index entry, in the repositories filled so far. */
+  indexedChunks(): readonly number[] {
+    return this.indexed;
+  }
+
+  /** Records repository `r`: its xorbs not recorded yet, one shard of its 1,000 files, and 10 commits of a folder of 100 files each. */
+  async fillRepo(store: MetadataStore, r: number): Promise<void> {
+    const firstFile = r * FILES_PER_REPO;
+    const xorbsNeeded = Math.ceil(fileStart(firstFile + FILES_PER_REPO) / CHUNKS_PER_XORB);
+    const createdAt = new Date();
+    const xorbs: DatedXorb[] = [];
+    for (; this.xorbsRecorded < xorbsNeeded; this.xorbsRecorded++) xorbs.push(this.xorb(this.xorbsRecorded, createdAt));
+    if (xorbs.length > 0) await store.importXorbs(xorbs);
+
+    const files = Array.from({ length: FILES_PER_REPO }, (_, k) => this.fileRecord(firstFile + k));
+    const dedupEntries: ShardRegistration["dedupEntries"] = [];
+    for (let c = fileStart(firstFile); c < fileStart(firstFile + FILES_PER_REPO); c++) {
+      const hash = chunkHash(c);
+      if (isGlobalDedupEligible(hash)) {
+        dedupEntries.push({ chunkHash: hash, xorbHash: xorbHash(Math.floor(c / CHUNKS_PER_XORB)) });
+        this.indexed.push(c);
+      }
+    }
+    const init = initialCommit(AUTHOR, new Date());
+    const repo = await store.createRepo("model", repoName(r), { private: false, ...init });
+    await store.registerShard({ shardHash: labelHash(`scale shard ${r}`), repoId: repo.id, files, dedupEntries });
+
+    let head = init.commit.oid;
+    const folders: TreeEntry[] = [];
+    for (let k = 0; k < COMMITS_PER_REPO; k++) {
+      const folder = treeOf(
+        files.slice(k * FILES_PER_COMMIT, (k + 1) * FILES_PER_COMMIT).map((file, j) => {
+          const name = `f-${String(k * FILES_PER_COMMIT + j).padStart(4, "0")}.bin`;
+          return xetFileEntry(name, Buffer.from(file.sha256!).toString("hex"), file.size, hashToHex(file.hash));
+        }),
+      );
+      folders.push({ type: "directory", name: folderName(k), oid: folder.oid });
+      const root = treeOf([...folders]);
+      const commit = buildCommit(root.oid, [head], `Add ${folderName(k)}`, "", AUTHOR, new Date());
+      const outcome = await store.advanceBranch({ repoId: repo.id, branch: "main", expectedHead: head, commit, trees: [folder, root] });
+      if (outcome !== "advanced") throw new Error(`advancing main of ${repoName(r)}: ${outcome}`);
+      head = commit.oid;
+    }
+  }
+
+  private xorb(x: number, createdAt: Date): DatedXorb {
+    const chunks: StoredChunk[] = [];
+    let serializedEnd = 0;
+    let uncompressedLength = 0;
+    for (let c = x * CHUNKS_PER_XORB; c < (x + 1) * CHUNKS_PER_XORB; c++) {
+      const length = chunkLength(c);
+      // An 8-byte chunk header, and LZ4 saving a fifth.
+      serializedEnd += 8 + Math.floor((length * 4) / 5);
+      uncompressedLength += length;
+      chunks.push({ hash: chunkHash(c), uncompressedLength: length, serializedEnd });
+    }
+    return { hash: xorbHash(x), serializedLength: serializedEnd, uncompressedLength, chunks, createdAt };
+  }
+
+  /** File `i`: a term per xorb its chunks fall in. Its hash is a label: the stores do not recompute it. */
+  fileRecord(i: number): FileRecord {
+    const start = fileStart(i);
+    const end = fileStart(i + 1);
+    const terms: FileTerm[] = [];
+    for (let x = Math.floor(start / CHUNKS_PER_XORB); x * CHUNKS_PER_XORB < end; x++) {
+      const from = Math.max(start, x * CHUNKS_PER_XORB);
+      const to = Math.min(end, (x + 1) * CHUNKS_PER_XORB);
+      let unpackedLength = 0;
+      for (let c = from; c < to; c++) unpackedLength += chunkLength(c);
+      terms.push({ xorbHash: xorbHash(x), chunkStart: from - x * CHUNKS_PER_XORB, chunkEnd: to - x * CHUNKS_PER_XORB, unpackedLength });
+    }
+    const size = terms.reduce((sum, term) => sum + term.unpackedLength, 0);
+    return { hash: labelHash(`scale file ${i}`), size, terms, sha256: labelHash(`scale content ${i}`) };
+  }
+
+  /**
+   * `count` files no shard named before, each a run of 5 to 14 chunks of one stored xorb, with
+   * the real file and verification hashes a server checks.
+   */
+  newFilesOverStoredXorbs(label: string, count: number, repos: number, random: () => number): ShardFile[] {
+    const xorbs = Math.max(1, Math.floor(fileStart(repos * FILES_PER_REPO) / CHUNKS_PER_XORB));
+    return Array.from({ length: count }, (_, k) => {
+      const x = Math.floor(random() * xorbs);
+      const length = 5 + Math.floor(random() * 10);
+      const start = Math.floor(random() * (CHUNKS_PER_XORB - length));
+      const chunks = Array.from({ length }, (_, j) => x * CHUNKS_PER_XORB + start + j);
+      const hashes = chunks.map(chunkHash);
+      return {
+        fileHash: fileHash(chunks.map((c, j) => ({ hash: hashes[j], size: chunkLength(c) }))),
+        terms: [{ xorbHash: xorbHash(x), chunkStart: start, chunkEnd: start + length, unpackedBytes: chunks.reduce((sum, c) => sum + chunkLength(c), 0) }],
+        verificationHashes: [verificationHash(hashes)],
+        sha256: labelHash(`scale new ${label} ${k}`),
+      };
+    });
+  }
+}
+
+function treeOf(entries: TreeEntry[]): TreeRecord {
+  return { oid: gitTreeId(entries), entries };
+}
+
+async function sumSizes(paths: string[]): Promise<number> {
+  let total = 0;
+  for (const path of paths)
+    total += await stat(path).then(
+      (s) => s.size,
+      () => 0,
+    );
+  return total;
+}
