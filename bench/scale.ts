@@ -4,7 +4,9 @@
  * of 10 commits each — on SQLite and (with CASTOR_TEST_DATABASE_URL set) on PostgreSQL.
  *
  * The store is filled through the stores' own APIs (`importXorbs`, `registerShard`,
- * `advanceBranch`), a repository at a time; no blob is written, as nothing measured reads one.
+ * `advanceBranch`), a repository at a time, with a dedup index entry for each file's first chunk
+ * and each chunk eligible for global dedup, as registrations make them; no blob is written, as
+ * nothing measured reads one.
  * At three sizes — one repository ("empty": 0.1 %), 10 % and 100 % — the compiled `castor serve`
  * is started on the store and measured over HTTP, one request at a time on a keep-alive
  * connection:
@@ -415,10 +417,12 @@ class SyntheticMetadata {
     if (xorbs.length > 0) await store.importXorbs(xorbs);
 
     const files = Array.from({ length: FILES_PER_REPO }, (_, k) => this.fileRecord(firstFile + k));
+    // What a registration indexes: every file's first chunk (what clients ask about) and the chunks eligible for global dedup.
     const dedupEntries: ShardRegistration["dedupEntries"] = [];
+    const firstChunks = new Set(files.map((_, k) => fileStart(firstFile + k)));
     for (let c = fileStart(firstFile); c < fileStart(firstFile + FILES_PER_REPO); c++) {
       const hash = chunkHash(c);
-      if (isGlobalDedupEligible(hash)) {
+      if (firstChunks.has(c) || isGlobalDedupEligible(hash)) {
         dedupEntries.push({ chunkHash: hash, xorbHash: xorbHash(Math.floor(c / CHUNKS_PER_XORB)) });
         this.indexed.push(c);
       }
