@@ -65,3 +65,24 @@ export function Section({ title, children, id }: { title: string; children: Comp
     </section>
   );
 }
+
+/** A column of `Head`: its title, `num` for right-aligned numbers, `hidden` for a title only screen readers need. */
+export type Column = string | [title: string, kind: "num" | "hidden"];
+
+/** A table's header row: every table of the app has one, with column scopes. */
+export function Head({ columns }: { columns: Column[] }) {
+  return (
+    <thead>
+      <tr>
+        {columns.map((column) => {
+          const [title, kind] = typeof column === "string" ? [column, undefined] : column;
+          return (
+            <th key={title} scope="col" class={kind === "num" ? "num" : undefined}>
+              {kind === "hidden" ? <span class="visually-hidden">{title}</span> : title}
+            </th>
+          );
+        })}
+      </tr>
+    </thead>
+  );
+}

@@ -5,7 +5,7 @@
  */
 import { useState } from "preact/hooks";
 import { getJson, type MaintenanceRun, type Me, PLURAL, REPO_TYPES, type RepoSummary, type RepoType, request, sendJson, type TokenInfo } from "../api.js";
-import { ErrorNote, Loading, Section, useAsync } from "../common.js";
+import { ErrorNote, Head, Loading, Section, useAsync } from "../common.js";
 import { formatDate } from "../format.js";
 import { href, Link } from "../router.js";
 
@@ -140,20 +140,7 @@ function Tokens() {
         !tokens.error && <Loading what="tokens" />
       ) : (
         <table class="list" data-testid="token-list">
-          <thead>
-            <tr>
-              <th scope="col">Id</th>
-              <th scope="col">User</th>
-              <th scope="col">Access</th>
-              <th scope="col">Covers</th>
-              <th scope="col">State</th>
-              <th scope="col">Expires</th>
-              <th scope="col">Created</th>
-              <th scope="col">
-                <span class="visually-hidden">Actions</span>
-              </th>
-            </tr>
-          </thead>
+          <Head columns={["Id", "User", "Access", "Covers", "State", "Expires", "Created", ["Actions", "hidden"]]} />
           <tbody>
             {tokens.data.map((token) => (
               <tr key={token.id} data-token={token.id}>
@@ -248,16 +235,7 @@ function Repositories() {
         !repos.error && <Loading what="repositories" />
       ) : (
         <table class="list" data-testid="admin-repo-list">
-          <thead>
-            <tr>
-              <th scope="col">Repository</th>
-              <th scope="col">Type</th>
-              <th scope="col">Visibility</th>
-              <th scope="col">
-                <span class="visually-hidden">Actions</span>
-              </th>
-            </tr>
-          </thead>
+          <Head columns={["Repository", "Type", "Visibility", ["Actions", "hidden"]]} />
           <tbody>
             {repos.data.map((repo) => {
               const key = `${repo.type}:${repo.id}`;

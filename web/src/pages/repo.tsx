@@ -23,7 +23,7 @@ import {
   type Sharing,
   type TreeEntry,
 } from "../api.js";
-import { Bytes, ErrorNote, Loading, Section, useAsync } from "../common.js";
+import { Bytes, ErrorNote, Head, Loading, Section, useAsync } from "../common.js";
 import { DownloadLink } from "../download.js";
 import { formatDate, percent, shortId } from "../format.js";
 import { Markdown } from "../markdown.js";
@@ -167,18 +167,7 @@ function Folder({ view }: { view: View }) {
           <caption class="visually-hidden">
             Files of {path === "" ? "the repository" : path} at {rev}
           </caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col" class="num">
-                Size
-              </th>
-              <th scope="col">Storage</th>
-              <th scope="col">
-                <span class="visually-hidden">Download</span>
-              </th>
-            </tr>
-          </thead>
+          <Head columns={["Name", ["Size", "num"], "Storage", ["Download", "hidden"]]} />
           <tbody>
             {entries.map((entry) => (
               <tr key={entry.path}>

@@ -1,7 +1,7 @@
 /** The repositories the caller can read, searchable and filtered by type, with size and last commit. */
 import { useEffect, useState } from "preact/hooks";
 import { getJson, PLURAL, REPO_TYPES, type RepoId, type RepoSummary, type RepoType } from "../api.js";
-import { Bytes, ErrorNote, Loading, useAsync } from "../common.js";
+import { Bytes, ErrorNote, Head, Loading, useAsync } from "../common.js";
 import { formatDate, shortId } from "../format.js";
 import { href, Link, navigate } from "../router.js";
 
@@ -97,17 +97,7 @@ export function ReposPage({ query }: { query: URLSearchParams }) {
       ) : (
         <table class="list" data-testid="repo-list">
           <caption class="visually-hidden">Repositories, most recently changed first</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Type</th>
-              <th scope="col">Visibility</th>
-              <th scope="col" class="num">
-                Size
-              </th>
-              <th scope="col">Last commit</th>
-            </tr>
-          </thead>
+          <Head columns={["Name", "Type", "Visibility", ["Size", "num"], "Last commit"]} />
           <tbody>
             {shown.map((repo) => {
               const size = sizes.get(`${repo.type}:${repo.id}`);

@@ -5,7 +5,7 @@
  */
 import type { ComponentChildren } from "preact";
 import { getJson, type Me, PLURAL, type Stats } from "../api.js";
-import { Bytes, ErrorNote, Loading, Section, useAsync } from "../common.js";
+import { Bytes, ErrorNote, Head, Loading, Section, useAsync } from "../common.js";
 import { BytesChart } from "../chart.js";
 import { formatDate, formatRatio } from "../format.js";
 import { href, Link } from "../router.js";
@@ -59,20 +59,7 @@ export function StoragePage({ me }: { me: Me }) {
             <details>
               <summary>Daily samples as a table</summary>
               <table class="list">
-                <thead>
-                  <tr>
-                    <th scope="col">Day</th>
-                    <th scope="col" class="num">
-                      Logical
-                    </th>
-                    <th scope="col" class="num">
-                      Stored
-                    </th>
-                    <th scope="col" class="num">
-                      Ratio
-                    </th>
-                  </tr>
-                </thead>
+                <Head columns={["Day", ["Logical", "num"], ["Stored", "num"], ["Ratio", "num"]]} />
                 <tbody>
                   {data.history.map((sample) => (
                     <tr key={sample.day}>
@@ -95,23 +82,7 @@ export function StoragePage({ me }: { me: Me }) {
               Each repository's stored bytes count the chunks its own files need, so repositories that share content each count it: their sum exceeds the total.
             </p>
             <table class="list" data-testid="repo-storage">
-              <thead>
-                <tr>
-                  <th scope="col">Repository</th>
-                  <th scope="col" class="num">
-                    Files
-                  </th>
-                  <th scope="col" class="num">
-                    Logical
-                  </th>
-                  <th scope="col" class="num">
-                    Stored
-                  </th>
-                  <th scope="col" class="num">
-                    Ratio
-                  </th>
-                </tr>
-              </thead>
+              <Head columns={["Repository", ["Files", "num"], ["Logical", "num"], ["Stored", "num"], ["Ratio", "num"]]} />
               <tbody>
                 {largest.slice(0, LARGEST).map((repo) => (
                   <tr key={`${repo.type}:${repo.name}`} data-repo={`${repo.type}:${repo.name}`}>
