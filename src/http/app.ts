@@ -27,6 +27,8 @@ import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from ".
 import { healthRoutes } from "./health.js";
 import type { HubRepositories } from "../hub/repositories.js";
 import { DailyStatsSampler, StorageStatsService } from "../hub/stats.js";
+import { HubService } from "../hub/service.js";
+import { castorRoutes } from "./hub/castor-routes.js";
 import { hubRoutes, type XetFileSource } from "./hub/index.js";
 import { DEFAULT_HUB_LIMITS, installHubLimits, type HubLimits } from "./hub-limits.js";
 import { hubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
@@ -35,6 +37,7 @@ import { installMetrics } from "./metrics.js";
 import { reconstructionRoutes } from "./reconstruction-routes.js";
 import { shardRoutes } from "./shard-routes.js";
 import { transferRoutes } from "./transfer-routes.js";
+import { webUiRoutes, type WebUiOptions } from "./web-ui.js";
 import { xorbRoutes } from "./xorb-routes.js";
 
 /** Folder of the data dir where large shard bodies wait on disk while they arrive (body-spool.ts). */
@@ -141,6 +144,8 @@ export interface CastorAppDeps extends HttpAppOptions {
   maxConcurrentUploads?: number;
   /** `config.hubLimits`; each one missing takes its default. */
   hubLimits?: Partial<HubLimits>;
+  /** The web interface's built files (web-ui.ts); dist/web/ by default. */
+  webUi?: WebUiOptions;
 }
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
@@ -205,7 +210,14 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       inlineMaxBytes: deps.hubInlineMaxBytes,
       stats,
     });
+    await hubScope.register(castorRoutes, {
+      repos: deps.hubRepos,
+      publicUrl: deps.publicUrl,
+      store: deps.store,
+      tokens: new HubService(deps.store),
+    });
   });
+  await app.register(webUiRoutes, deps.webUi ?? {});
   await app.register(casScope, {
     verifier: deps.verifier,
     maxConcurrentUploads: deps.maxConcurrentUploads,

@@ -29,7 +29,7 @@
  * It is not a snapshot: writes during the walk may or may not be counted.
  */
 import { hashFromHex, hashToHex } from "../format/hash.js";
-import type { MetadataStore, Repo, StatsSample, StorageTotals, XorbFootprint } from "../metadata/store.js";
+import type { MetadataStore, Repo, StatsSample, StorageTotals, TreeFileEntry, XorbFootprint } from "../metadata/store.js";
 import { formatRepoRef } from "./names.js";
 
 /** What the walk reads. */
@@ -101,31 +101,21 @@ export async function computeStorageStats(store: StatsStore, options: ComputeOpt
 
   for (const repo of await store.listRepos()) {
     signal?.throwIfAborted();
-    const live = await liveFilesOf(store, repo, signal);
-    const tally = new Tally();
-    tally.files = live.files;
-    tally.logicalBytes = live.logicalBytes;
-    total.files += live.files;
-    total.logicalBytes += live.logicalBytes;
-    for (const [sha256, size] of live.inline) {
-      tally.addInline(size);
-      if (!countedInline.has(sha256)) {
+    const content = await tallyRepo(store, repo, signal, {
+      xorb: (hex, footprint) => {
+        if (countedXorbs.has(hex)) return;
+        countedXorbs.add(hex);
+        total.addXorb(footprint);
+      },
+      inline: (sha256, size) => {
+        if (countedInline.has(sha256)) return;
         countedInline.add(sha256);
         total.addInline(size);
-      }
-    }
-    const xorbs = await xorbsOfFiles(store, live.xetFiles, signal);
-    for (const batch of batches(xorbs)) {
-      signal?.throwIfAborted();
-      for (const [hex, footprint] of await store.xorbFootprints(batch.map(hashFromHex))) {
-        tally.addXorb(footprint);
-        if (!countedXorbs.has(hex)) {
-          countedXorbs.add(hex);
-          total.addXorb(footprint);
-        }
-      }
-    }
-    repositories.push({ type: repo.type, name: repo.name, ...tally.content() });
+      },
+    });
+    total.files += content.files;
+    total.logicalBytes += content.logicalBytes;
+    repositories.push({ type: repo.type, name: repo.name, ...content });
   }
 
   // Summed last, so every xorb a live file was found to reference is among them.
@@ -143,6 +133,37 @@ export async function computeStorageStats(store: StatsStore, options: ComputeOpt
   };
 }
 
+/** What one repository's live files hold and need, measured alone (the web interface's repository size). */
+export function liveContentOf(store: StatsStore, repo: Repo, signal?: AbortSignal): Promise<LiveContent> {
+  return tallyRepo(store, repo, signal, { xorb: () => {}, inline: () => {} });
+}
+
+/** One repository's live content; `seen` hears of each of its xorbs and inline blobs, for the total. */
+async function tallyRepo(
+  store: StatsStore,
+  repo: Repo,
+  signal: AbortSignal | undefined,
+  seen: { xorb: (hex: string, footprint: XorbFootprint) => void; inline: (sha256: string, size: number) => void },
+): Promise<LiveContent> {
+  const live = await liveFilesOf(store, repo, signal);
+  const tally = new Tally();
+  tally.files = live.files;
+  tally.logicalBytes = live.logicalBytes;
+  for (const [sha256, size] of live.inline) {
+    tally.addInline(size);
+    seen.inline(sha256, size);
+  }
+  const xorbs = await xorbsOfFiles(store, live.xetFiles, signal);
+  for (const batch of batches(xorbs)) {
+    signal?.throwIfAborted();
+    for (const [hex, footprint] of await store.xorbFootprints(batch.map(hashFromHex))) {
+      tally.addXorb(footprint);
+      seen.xorb(hex, footprint);
+    }
+  }
+  return tally.content();
+}
+
 interface LiveFiles {
   files: number;
   logicalBytes: number;
@@ -152,9 +173,29 @@ interface LiveFiles {
   inline: Map<string, number>;
 }
 
-/** The live files of `repo` (see the file comment), walked tree by tree. */
+/** The live files of `repo` (see the file comment), summed. */
 async function liveFilesOf(store: StatsStore, repo: Repo, signal: AbortSignal | undefined): Promise<LiveFiles> {
   const live: LiveFiles = { files: 0, logicalBytes: 0, xetFiles: new Set(), inline: new Map() };
+  await forEachLiveFile(store, repo, signal, (_path, entry) => {
+    live.files++;
+    live.logicalBytes += entry.size;
+    if (entry.xetHash !== null) live.xetFiles.add(entry.xetHash);
+    else live.inline.set(entry.sha256, entry.size);
+  });
+  return live;
+}
+
+/**
+ * Calls `visit` once for each live file of `repo` (each (path, oid) once, see the file comment),
+ * walking the trees at the heads of its branches and tags. Also how the web interface finds the
+ * files that share chunks with one (hub/sharing.ts).
+ */
+export async function forEachLiveFile(
+  store: Pick<StatsStore, "listRevisions" | "getCommit" | "getTree">,
+  repo: Repo,
+  signal: AbortSignal | undefined,
+  visit: (path: string, entry: TreeFileEntry) => void,
+): Promise<void> {
   const missing = (what: string) => new Error(`${what} of ${formatRepoRef(repo)} is missing from the metadata store (run castor fsck)`);
   const pending: { oid: string; path: string }[] = [];
   for (const revision of await store.listRevisions(repo.id)) {
@@ -184,13 +225,9 @@ async function liveFilesOf(store: StatsStore, repo: Repo, signal: AbortSignal | 
       const fileKey = `${entry.oid} ${path}`;
       if (seenFiles.has(fileKey)) continue;
       seenFiles.add(fileKey);
-      live.files++;
-      live.logicalBytes += entry.size;
-      if (entry.xetHash !== null) live.xetFiles.add(entry.xetHash);
-      else live.inline.set(entry.sha256, entry.size);
+      visit(path, entry);
     }
   }
-  return live;
 }
 
 /** The distinct xorbs (hex) the files' terms name; a file without a record adds none (castor fsck reports it). */
@@ -205,7 +242,7 @@ async function xorbsOfFiles(store: StatsStore, files: Set<string>, signal: Abort
   return xorbs;
 }
 
-function* batches<T>(items: Iterable<T>): Generator<T[]> {
+export function* batches<T>(items: Iterable<T>): Generator<T[]> {
   let batch: T[] = [];
   for (const item of items) {
     batch.push(item);

@@ -1,0 +1,124 @@
+/**
+ * What deduplication saves: logical against stored bytes and their ratio, in total and per
+ * repository, over the daily samples, and the largest repositories. The numbers are
+ * `GET /api/stats` (the same as `castor stats`), which only admin tokens may read.
+ */
+import type { ComponentChildren } from "preact";
+import { getJson, type Me, PLURAL, type Stats } from "../api.js";
+import { Bytes, ErrorNote, Head, Loading, Section, useAsync } from "../common.js";
+import { BytesChart } from "../chart.js";
+import { formatDate, formatRatio } from "../format.js";
+import { href, Link } from "../router.js";
+
+/** Rows of "largest repositories". */
+const LARGEST = 10;
+
+export function StoragePage({ me }: { me: Me }) {
+  const stats = useAsync(() => (me.admin ? getJson<Stats>("/api/stats?history=365") : Promise.resolve(undefined)), [me.admin]);
+  if (!me.admin) {
+    return (
+      <>
+        <h1 tabIndex={-1}>Storage</h1>
+        <p>
+          Storage statistics name every repository, so they need an admin token (write access to all repositories).{" "}
+          {me.anonymous && <Link href={href("signin")}>Sign in</Link>}
+        </p>
+      </>
+    );
+  }
+  const data = stats.data;
+  const largest = [...(data?.repositories ?? [])].sort((a, b) => b.logicalBytes - a.logicalBytes);
+  return (
+    <>
+      <h1 tabIndex={-1}>Storage</h1>
+      <ErrorNote error={stats.error} />
+      {data === undefined ? (
+        !stats.error && <Loading what="storage statistics (castor walks every repository)" />
+      ) : (
+        <>
+          <p class="muted">Measured {formatDate(data.takenAt)}.</p>
+          <dl class="tiles" data-testid="totals">
+            <Tile label="Logical bytes" note={`${data.totals.files} files in ${data.totals.repositories} repositories`}>
+              <Bytes value={data.totals.logicalBytes} testId="total-logical" />
+            </Tile>
+            <Tile label="Stored bytes" note="what the live files need, each chunk once">
+              <Bytes value={data.totals.storedBytes} testId="total-stored" />
+            </Tile>
+            <Tile label="Dedup ratio" note="logical ÷ stored">
+              <data value={String(data.totals.dedupRatio ?? "")} data-testid="total-ratio">
+                {formatRatio(data.totals.dedupRatio)}
+              </data>
+            </Tile>
+            <Tile label="Reclaimable by gc" note="xorbs no live file references">
+              <Bytes value={data.totals.unreferencedXorbBytes} testId="total-unreferenced" />
+            </Tile>
+          </dl>
+          <Section title="Over time">
+            <BytesChart points={[...data.history, { day: "now", logicalBytes: data.totals.logicalBytes, storedBytes: data.totals.storedBytes }]} />
+            <p class="muted">One sample a day (the first measurement of each UTC day), and the measurement above as “now”.</p>
+            <details>
+              <summary>Daily samples as a table</summary>
+              <table class="list">
+                <Head columns={["Day", ["Logical", "num"], ["Stored", "num"], ["Ratio", "num"]]} />
+                <tbody>
+                  {data.history.map((sample) => (
+                    <tr key={sample.day}>
+                      <td>{sample.day}</td>
+                      <td class="num">
+                        <Bytes value={sample.logicalBytes} />
+                      </td>
+                      <td class="num">
+                        <Bytes value={sample.storedBytes} />
+                      </td>
+                      <td class="num">{formatRatio(sample.dedupRatio)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </details>
+          </Section>
+          <Section title="Largest repositories">
+            <p class="muted">
+              Each repository's stored bytes count the chunks its own files need, so repositories that share content each count it: their sum exceeds the total.
+            </p>
+            <table class="list" data-testid="repo-storage">
+              <Head columns={["Repository", ["Files", "num"], ["Logical", "num"], ["Stored", "num"], ["Ratio", "num"]]} />
+              <tbody>
+                {largest.slice(0, LARGEST).map((repo) => (
+                  <tr key={`${repo.type}:${repo.name}`} data-repo={`${repo.type}:${repo.name}`}>
+                    <td>
+                      <Link href={href(`${PLURAL[repo.type]}/${repo.name}`)}>{repo.name}</Link> <span class="muted">{repo.type}</span>
+                    </td>
+                    <td class="num">{repo.files}</td>
+                    <td class="num">
+                      <Bytes value={repo.logicalBytes} />
+                    </td>
+                    <td class="num">
+                      <Bytes value={repo.storedBytes} />
+                    </td>
+                    <td class="num">{formatRatio(repo.dedupRatio)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+            {largest.length > LARGEST && (
+              <p class="muted">
+                The {LARGEST} largest of {largest.length} repositories.
+              </p>
+            )}
+          </Section>
+        </>
+      )}
+    </>
+  );
+}
+
+function Tile({ label, note, children }: { label: string; note: string; children: ComponentChildren }) {
+  return (
+    <div class="tile">
+      <dt>{label}</dt>
+      <dd class="tile-value">{children}</dd>
+      <dd class="muted">{note}</dd>
+    </div>
+  );
+}
