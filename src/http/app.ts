@@ -44,6 +44,8 @@ export interface HttpAppOptions {
   logger: FastifyBaseLogger;
   /** Timeouts and bounds of connections (`config.limits`); each one missing takes its default. */
   limits?: Partial<ConnectionLimits>;
+  /** `config.trustedProxies`: peers whose `X-Forwarded-For` names the client; none by default. */
+  trustedProxies?: readonly string[];
 }
 
 /**
@@ -64,6 +66,11 @@ export function createHttpApp(options: HttpAppOptions): FastifyInstance {
     requestIdHeader: false,
     frameworkErrors: answerFrameworkError,
     routerOptions: { maxParamLength: MAX_PATH_PARAM_CHARS },
+    // `request.ip` is then the client named by X-Forwarded-For from a trusted proxy: the address
+    // the per-address hub limits count and the log shows. Fastify also takes X-Forwarded-Host
+    // and -Proto from such a peer (`request.host`, `request.protocol`), which castor never
+    // reads: every URL it hands out is built from CASTOR_PUBLIC_URL.
+    trustProxy: options.trustedProxies?.length ? [...options.trustedProxies] : false,
     // Shutdown: idle keep-alive sockets close at once, requests in progress run to the end.
     forceCloseConnections: "idle",
     // Requests received while closing are served (see below), not refused with a 503.

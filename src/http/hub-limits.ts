@@ -18,8 +18,9 @@
  *   without a token are not affected at all. Rotating invented tokens to escape the per-token
  *   request limit runs into this one.
  *
- * Both see the address of the TCP peer: behind a load balancer, every client shares its
- * address (see the README's "Limits").
+ * Both count by `request.ip`: the TCP peer's address, or, from a peer listed in
+ * CASTOR_TRUSTED_PROXIES, the client its `X-Forwarded-For` names. Behind a load balancer that is
+ * not listed, every client shares its address (see the README's "Limits").
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import rateLimit from "@fastify/rate-limit";

@@ -97,6 +97,8 @@ export interface TestAppOptions {
   storageStats?: CastorAppDeps["storageStats"];
   /** Per-client limits of the hub routes; castor's defaults unless given. */
   hubLimits?: CastorAppDeps["hubLimits"];
+  /** Peers whose X-Forwarded-For is believed (CASTOR_TRUSTED_PROXIES); none unless given. */
+  trustedProxies?: CastorAppDeps["trustedProxies"];
 }
 
 export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
@@ -116,6 +118,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     metrics: options.metrics,
     storageStats: options.storageStats,
     hubLimits: options.hubLimits,
+    trustedProxies: options.trustedProxies,
     ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes })),
   });
   url = await app.listen({ host: "127.0.0.1", port: 0 });
