@@ -1,15 +1,17 @@
 /**
  * The per-client limits of the hub routes (src/http/hub-limits.ts) on in-process apps with
  * small limits: requests per token and per address (429 with Retry-After), failed
- * authentications per address (unknown tokens refused, known ones still served), the CAS
- * routes left unlimited, the client's address behind a trusted proxy (X-Forwarded-For, believed
- * only from CASTOR_TRUSTED_PROXIES), and the block's growth on a fake clock.
+ * authentications per address (unknown tokens refused, known ones still served), each refusal
+ * counted in castor_refusals_total, the CAS routes left unlimited, the client's address behind a
+ * trusted proxy (X-Forwarded-For, believed only from CASTOR_TRUSTED_PROXIES), and the block's
+ * growth on a fake clock.
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { AuthFailures, type HubLimits } from "../../src/http/hub-limits.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
+import { refusals } from "../helpers/metrics.js";
 
 interface Answer {
   status: number;
@@ -63,6 +65,7 @@ describe("requests per token and per address", () => {
     const castor = suite.castor();
     const alice = await tokenFor(castor, "alice");
     const bob = await tokenFor(castor, "alice");
+    const refusedBefore = await refusals(castor.url, "hub_rate_limit");
     for (let i = 0; i < PER_MINUTE / 2; i++) {
       assert.equal((await get(castor, WHOAMI, alice)).status, 200);
       assert.equal((await get(castor, TOKEN_OP, alice)).status, 200);
@@ -71,6 +74,7 @@ describe("requests per token and per address", () => {
     assertTooMany(await get(castor, TOKEN_OP, alice), /this hub token/, 60);
     assertTooMany(await get(castor, "/alice/limits/resolve/main/README.md", alice), /this hub token/, 60);
     assert.equal((await get(castor, WHOAMI, bob)).status, 200, "another token has its own minute");
+    assert.equal((await refusals(castor.url, "hub_rate_limit")) - refusedBefore, 3, "castor_refusals_total counts each 429");
     assert.ok(!logText.some((line) => line.includes(alice) || line.includes(bob)), "no hub token is logged");
   });
 
@@ -104,6 +108,7 @@ describe("failed hub authentications per address", () => {
     const castor = suite.castor();
     const working = await tokenFor(castor, "alice");
     assert.equal((await get(castor, WHOAMI, working)).status, 200, "a client at work before the attack");
+    const refusedBefore = await refusals(castor.url, "auth_failure_limit");
     const guesses = Array.from({ length: 20 }, inventedToken);
     const statuses: number[] = [];
     for (const guess of guesses) {
@@ -122,6 +127,8 @@ describe("failed hub authentications per address", () => {
     // A valid token this address never used before waits out the block like a guess: evaluating
     // it would tell a guesser which guess hit.
     assertTooMany(await get(castor, WHOAMI, await tokenFor(castor, "alice")), /failed hub authentications/, 60);
+    assert.equal((await refusals(castor.url, "auth_failure_limit")) - refusedBefore, 20 - FAILURES + 2, "castor_refusals_total counts each 429");
+    assert.equal(await refusals(castor.url, "hub_rate_limit"), 0, "the other limit refused nothing");
     const warnings = logText.filter((line) => line.includes("too many failed hub authentications"));
     assert.equal(warnings.length, 1, "the block is logged once");
     assert.ok(!guesses.some((guess) => logText.some((line) => line.includes(guess))), "no guessed token is logged");
