@@ -14,8 +14,10 @@
  * Every refusal is a HubError (400, or 413 for a payload over a bound).
  */
 import { gitBlobId } from "../format/git.js";
+import { trimSlashes } from "../format/repo.js";
 import { HubError } from "./errors.js";
 import { type CommitOperation, sha256Hex } from "./history.js";
+import { requirePath } from "./paths.js";
 
 export interface CommitHeader {
   summary: string;
@@ -49,21 +51,26 @@ export class CommitPayloadParser {
   line(text: string): InlineContent | null {
     const lineNumber = ++this.lineNumber;
     if (text.trim() === "") return null;
-    let item: { key?: unknown; value?: unknown };
+    let item: unknown;
     try {
       item = JSON.parse(text);
     } catch {
       throw new HubError(400, `commit line ${lineNumber} is not JSON: send one JSON object per line`);
     }
-    const value = (typeof item?.value === "object" && item.value !== null ? item.value : {}) as Record<string, unknown>;
-    if (item.key === "header") {
+    // `null`, a number or a list parse too: there is no key to read from them.
+    if (typeof item !== "object" || item === null || Array.isArray(item)) {
+      throw new HubError(400, `commit line ${lineNumber} is not a JSON object: send {"key": …, "value": {…}} per line`);
+    }
+    const { key, value: given } = item as { key?: unknown; value?: unknown };
+    const value = (typeof given === "object" && given !== null ? given : {}) as Record<string, unknown>;
+    if (key === "header") {
       if (this.header !== undefined) throw new HubError(400, `commit line ${lineNumber}: a second header`);
       this.header = commitHeaderOf(value);
       return null;
     }
     if (this.header === undefined) throw new HubError(400, 'the commit must start with a {"key": "header"} line');
     if (this.operations.length >= MAX_COMMIT_OPERATIONS) throw new HubError(413, `a commit takes at most ${MAX_COMMIT_OPERATIONS} operations: split it`);
-    const { operation, inline } = this.operationOf(item.key, value, lineNumber);
+    const { operation, inline } = this.operationOf(key, value, lineNumber);
     this.operations.push(operation);
     return inline;
   }
@@ -75,8 +82,12 @@ export class CommitPayloadParser {
   }
 
   private operationOf(key: unknown, value: Record<string, unknown>, lineNumber: number): { operation: CommitOperation; inline: InlineContent | null } {
-    const path = value.path;
-    if (typeof path !== "string") throw new HubError(400, `commit line ${lineNumber}: the operation needs a "path"`);
+    const given = value.path;
+    if (typeof given !== "string") throw new HubError(400, `commit line ${lineNumber}: the operation needs a "path"`);
+    // Checked here as well as where the commit is applied (history.ts), so that a file refused
+    // for its path is refused before its content is stored.
+    const path = key === "deletedFolder" ? trimSlashes(given) : given;
+    requirePath(path);
     switch (key) {
       case "file": {
         if (typeof value.content !== "string" || (value.encoding !== undefined && value.encoding !== "base64")) {
@@ -105,12 +116,12 @@ export class CommitPayloadParser {
       case "deletedFile":
         return { operation: { kind: "deletedFile", path }, inline: null };
       case "deletedFolder":
-        return { operation: { kind: "deletedFolder", path: path.replace(/\/+$/, "") }, inline: null };
-      default:
-        throw new HubError(
-          400,
-          `commit line ${lineNumber}: unknown operation ${JSON.stringify(String(key).slice(0, 40))} (castor takes file, lfsFile, deletedFile, deletedFolder)`,
-        );
+        return { operation: { kind: "deletedFolder", path }, inline: null };
+      default: {
+        // Not String(key): a parsed object whose own "toString" is not a function makes String() throw.
+        const named = typeof key === "string" ? JSON.stringify(key.slice(0, 40)) : `with a "key" that is not a string`;
+        throw new HubError(400, `commit line ${lineNumber}: unknown operation ${named} (castor takes file, lfsFile, deletedFile, deletedFolder)`);
+      }
     }
   }
 }
