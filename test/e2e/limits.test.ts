@@ -170,8 +170,11 @@ describe("concurrent connections", () => {
     await until(async () => (answered = await health(await socket())) !== null, "a connection is accepted again", 5000, 50);
     assert.match(answered ?? "", /^HTTP\/1\.1 200 /);
     await server.waitForLog((line) => typeof line.msg === "string" && line.msg.startsWith("connections refused"), 2000);
-    // Room for the scrape's own connection.
-    await closeSockets();
-    assert.ok((await refusals(server.url, "connection_limit")) >= 1, "castor_refusals_total{reason=connection_limit}");
+    // Scraped on a connection already open: the node is at its cap, so a new one would be refused.
+    const counted = /\ncastor_refusals_total\{reason="connection_limit"\} (\d+)\n/;
+    const scraped = answerOn(open[1], counted);
+    open[1].write("GET /metrics HTTP/1.1\r\nHost: castor\r\n\r\n");
+    const refused = Number(counted.exec((await within(scraped, "the metrics over a kept-alive connection", 5000)) ?? "")?.[1]);
+    assert.ok(refused >= 1, `castor_refusals_total{reason="connection_limit"} is ${refused}`);
   });
 });
