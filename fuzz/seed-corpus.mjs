@@ -83,3 +83,48 @@ for (const s of ["alice/bert", "model:alice/bert", "dataset:a/b", "main", "refs/
 for (const s of ["/api/models/alice/bert/tree/main/dir%2Fa/b", "/api/datasets/a/b/resolve/refs%2Fconvert%2Fparquet/x?y=1", "/api/models/a/b/tree/%E0%A4%A"]) {
   seed("hub-names", "hand", s);
 }
+
+// commit: byte 0 is the piece size (0 = whole body at once), then the NDJSON body. The target's
+// bounds are 4,096 bytes inline and 8,192 bytes a line.
+const line = (key, value) => JSON.stringify({ key, value });
+const header = line("header", { summary: "add files", description: "from the fuzz seeds" });
+const b64 = (text) => Buffer.from(text).toString("base64");
+const sha = (c) => createHash("sha256").update(c).digest("hex");
+const ops = {
+  file: line("file", { path: "README.md", content: b64("# hello\n"), encoding: "base64" }),
+  lfsFile: line("lfsFile", { path: "weights/model.bin", algo: "sha256", oid: sha("weights"), size: 47_700_000 }),
+  lfsCopy: line("lfsFile", { path: "copy/model.bin", algo: "sha256", oid: sha("weights") }),
+  deletedFile: line("deletedFile", { path: "old.txt" }),
+  deletedFolder: line("deletedFolder", { path: "old-dir/" }),
+  copyFile: line("copyFile", { path: "b.txt", srcPath: "a.txt", srcRevision: "main" }),
+};
+const commit = (piece, ...lines) => Buffer.concat([Buffer.from([piece]), Buffer.from(lines.join("\n"))]);
+const all = Object.entries(ops)
+  .filter(([kind]) => kind !== "copyFile")
+  .map(([, op]) => op);
+seed("commit", "valid-all", commit(0, header, ...all, ""));
+seed("commit", "valid-all-pieces7", commit(7, header, ...all, ""));
+seed("commit", "valid-all-pieces1", commit(1, header, ops.file, ops.deletedFolder, ""));
+for (const [kind, op] of Object.entries(ops)) seed("commit", `one-${kind}`, commit(0, header, op, ""));
+seed(
+  "commit",
+  "header-parent",
+  commit(0, line("header", { summary: "s", description: null, parentCommit: "0123456789abcdef0123456789abcdef01234567" }), ops.deletedFile),
+);
+seed("commit", "header-only-no-newline", commit(0, line("header", { summary: "" })));
+seed("commit", "crlf-blank-lines", commit(3, header, "", "  ", ops.file, "\r", `${ops.deletedFile}\r`, ""));
+seed("commit", "empty-file", commit(0, header, line("file", { path: "empty", content: "" }), ""));
+seed("commit", "unicode-path", commit(0, header, line("file", { path: "données/ñ/🤗.txt", content: b64("é") }), ""));
+seed("commit", "inline-near-max", commit(0, header, line("file", { path: "big.txt", content: b64("x".repeat(4095)) }), ""));
+seed("commit", "inline-at-max", commit(0, header, line("file", { path: "big.txt", content: b64("x".repeat(4096)) }), ""));
+seed("commit", "line-over-max", commit(0, header, line("deletedFile", { path: "p".repeat(9000) }), ""));
+seed("commit", "many-operations", commit(0, header, ...Array.from({ length: 200 }, (_, i) => line("deletedFile", { path: `dir/${i}.txt` })), ""));
+seed("commit", "no-header", commit(0, ops.file, header, ""));
+seed("commit", "two-headers", commit(0, header, header, ""));
+seed("commit", "not-json", commit(0, header, "{key: file}", ""));
+seed(
+  "commit",
+  "odd-values",
+  commit(0, header, line("file", { path: "a", content: "!!!", encoding: "utf-8" }), line("lfsFile", { path: "b", oid: "AB", size: -1 }), ""),
+);
+seed("commit", "array-line", commit(0, header, JSON.stringify(["file", { path: "a" }]), ""));

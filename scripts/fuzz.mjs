@@ -5,10 +5,11 @@
 // Builds dist/ first (the targets import the compiled parsers). Each run starts from a temporary
 // copy of fuzz/corpus/<target>/, so the committed corpus is never modified; a finding's input is
 // kept under the temporary directory printed at the end. libFuzzer limits: -rss_limit_mb=512
-// (an allocation beyond that is a finding), -timeout=5 (an input taking longer is a hang).
+// (an allocation beyond that is a finding), -timeout=5 (an input taking longer is a hang); a
+// target with fuzz/dictionaries/<target>.dict is given it (-dict).
 // Exits non-zero when any target reports a finding.
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readdirSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -24,6 +25,7 @@ const TARGETS = {
   "transfer-url": true,
   "cas-token": false,
   "hub-names": true,
+  commit: true,
 };
 
 function usage(message) {
@@ -56,6 +58,8 @@ for (const name of selected) {
   mkdirSync(artifacts, { recursive: true });
   cpSync(path.join(root, "fuzz", "corpus", name), corpus, { recursive: true });
   const seeds = readdirSync(corpus).length;
+  // A target whose input is text with structure (JSON) gets its tokens from a libFuzzer dictionary.
+  const dictionary = path.join(root, "fuzz", "dictionaries", `${name}.dict`);
   console.log(`== fuzz ${name}: ${seconds} s from ${seeds} seeds`);
   const started = Date.now();
   const run = spawnSync(
@@ -73,6 +77,7 @@ for (const name of selected) {
       "-timeout=5",
       `-artifact_prefix=${artifacts}${path.sep}`,
       "-print_final_stats=1",
+      ...(existsSync(dictionary) ? [`-dict=${dictionary}`] : []),
     ],
     { cwd: root, stdio: ["ignore", "inherit", "inherit"], timeout: (seconds + 60) * 1000 },
   );

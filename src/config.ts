@@ -77,6 +77,12 @@ export interface CastorConfig {
   maxConcurrentUploads: number;
   /** Per-client limits of the hub routes (src/http/hub-limits.ts); null: that limit is off. */
   hubLimits: HubLimits;
+  /**
+   * Addresses and CIDR ranges (or `loopback`, `linklocal`, `uniquelocal`) of the proxies whose
+   * `X-Forwarded-For` names the client (CASTOR_TRUSTED_PROXIES); empty: the header is ignored
+   * and the client is the TCP peer.
+   */
+  trustedProxies: string[];
   /** How long a shutdown waits for requests in progress before it closes their connections. */
   shutdownGraceMs: number;
   /** `GET /metrics` served (CASTOR_METRICS=on) or not (off). */
@@ -145,6 +151,7 @@ export const SETTINGS = [
   "CASTOR_MAX_CONCURRENT_UPLOADS",
   "CASTOR_HUB_RATE_LIMIT",
   "CASTOR_AUTH_FAILURE_LIMIT",
+  "CASTOR_TRUSTED_PROXIES",
   "CASTOR_SHUTDOWN_GRACE",
   "CASTOR_LOG_LEVEL",
   "CASTOR_METRICS",
@@ -254,6 +261,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
       requestsPerMinute: perMinuteOrOff("CASTOR_HUB_RATE_LIMIT", get("CASTOR_HUB_RATE_LIMIT"), DEFAULT_HUB_LIMITS.requestsPerMinute),
       authFailuresPerMinute: perMinuteOrOff("CASTOR_AUTH_FAILURE_LIMIT", get("CASTOR_AUTH_FAILURE_LIMIT"), DEFAULT_HUB_LIMITS.authFailuresPerMinute),
     },
+    trustedProxies: trustedProxies("CASTOR_TRUSTED_PROXIES", get("CASTOR_TRUSTED_PROXIES")),
     shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
     metrics: oneOf("CASTOR_METRICS", get("CASTOR_METRICS") ?? "on", ["on", "off"] as const) === "on",
     metricsToken: get("CASTOR_METRICS_TOKEN") ?? null,
@@ -325,6 +333,38 @@ function perMinuteOrOff(name: SettingName, value: string | undefined, defaultVal
     throw new ConfigError(`${name} must be a whole number per minute ≥ 1, or off (or 0) for no limit, got ${JSON.stringify(value)}`);
   }
   return Number(value);
+}
+
+/** The names @fastify/proxy-addr expands into ranges (loopback: 127.0.0.1/8 and ::1). */
+const NAMED_PROXY_RANGES: ReadonlySet<string> = new Set(["loopback", "linklocal", "uniquelocal"]);
+
+/**
+ * A comma-separated list of addresses and CIDR ranges, checked here so that a typo stops the
+ * start-up with the setting's name instead of failing inside fastify (which takes the list as
+ * its `trustProxy`). Stricter than fastify: prefixes only (no IPv4 netmasks), written as
+ * `isIP` reads addresses. A prefix of 0 is refused as fastify refuses it: trusting every
+ * address would let any client choose the address it is limited as.
+ */
+function trustedProxies(name: SettingName, value: string | undefined): string[] {
+  if (value === undefined) return [];
+  const entries = value
+    .split(",")
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== "");
+  for (const entry of entries) {
+    if (NAMED_PROXY_RANGES.has(entry)) continue;
+    const slash = entry.lastIndexOf("/");
+    const address = slash === -1 ? entry : entry.slice(0, slash);
+    const version = isIP(address);
+    const maxPrefix = version === 6 ? 128 : 32;
+    const prefix = slash === -1 ? maxPrefix : /^\d{1,3}$/.test(entry.slice(slash + 1)) ? Number(entry.slice(slash + 1)) : NaN;
+    if (version === 0 || !(prefix >= 1 && prefix <= maxPrefix)) {
+      throw new ConfigError(
+        `${name} must be a comma-separated list of IP addresses or CIDR ranges (prefix 1–32 for IPv4, 1–128 for IPv6), or loopback, linklocal, uniquelocal; ${JSON.stringify(entry)} is not one`,
+      );
+    }
+  }
+  return entries;
 }
 
 function nonNegativeInt(name: SettingName, value: string): number {

@@ -30,6 +30,25 @@ export interface RequestObservation {
   responseBytes?: number;
 }
 
+/**
+ * Why castor refused a client or cut it off, one reason per limit of src/http
+ * (`castor_refusals_total{reason}`): the header and body timeouts, an answer left unread, the
+ * connection and concurrent-upload caps, and the hub's request and failed-authentication limits.
+ */
+export const REFUSAL_REASONS = [
+  "header_timeout",
+  "body_timeout",
+  "body_too_slow",
+  "send_timeout",
+  "connection_limit",
+  "upload_concurrency",
+  "hub_rate_limit",
+  "auth_failure_limit",
+] as const;
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];
+/** Told of every refusal where it happens (the limits take it as an option; absent: nobody is told). */
+export type OnRefusal = (reason: RefusalReason) => void;
+
 export type XorbIngestOutcome = "stored" | "already_stored" | "already_recorded";
 export type TokenRequestOutcome = "granted" | "denied";
 
@@ -46,6 +65,7 @@ export class CastorMetrics {
   private readonly shardRegistrations: Counter<"outcome">;
   private readonly dedupQueries: Counter<"result">;
   private readonly tokenRequests: Counter<"outcome">;
+  private readonly refusals: Counter<"reason">;
   private readonly storageGauges: { [K in "logicalBytes" | "storedBytes" | "recordedXorbBytes"]: Gauge } & { takenAt: Gauge };
   /** Where the last `castor gc` and `castor fsck` runs are read from at each scrape (null: not shown). */
   private maintenanceRuns: (() => Promise<MaintenanceRun[]>) | null = null;
@@ -102,6 +122,15 @@ export class CastorMetrics {
       labelNames: ["outcome"],
       registers,
     });
+    this.refusals = new Counter({
+      name: "castor_refusals_total",
+      help: "Clients refused or cut off by a limit, by reason: header_timeout, body_timeout, body_too_slow, send_timeout (408s and closed connections), connection_limit (closed on arrival), upload_concurrency (503), hub_rate_limit, auth_failure_limit (429)",
+      labelNames: ["reason"],
+      registers,
+    });
+    // Every reason shown from the start at 0: a limit that has never refused is visible as such,
+    // and a rate over the first refusal has a sample before it to start from.
+    for (const reason of REFUSAL_REASONS) this.refusals.inc({ reason }, 0);
     this.xorbIngestSeconds = new Histogram({
       name: "castor_xorb_ingest_seconds",
       help: "Time of a xorb upload from its first body byte to its record: receiving, validating (every chunk decoded and hashed) and storing, by outcome",
@@ -201,6 +230,10 @@ export class CastorMetrics {
 
   tokenRequestDecided(outcome: TokenRequestOutcome): void {
     this.tokenRequests.inc({ outcome });
+  }
+
+  refused(reason: RefusalReason): void {
+    this.refusals.inc({ reason });
   }
 
   storageSampled(sample: StatsSample): void {

@@ -87,6 +87,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     const app = await buildCastorApp({
       logger,
       limits: config.limits,
+      trustedProxies: config.trustedProxies,
       store,
       hub: new HubService(store),
       hubRepos: new HubRepositories(store, { inlineMaxBytes: config.hubInlineMaxBytes }),

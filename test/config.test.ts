@@ -12,6 +12,8 @@ import {
   SETTINGS,
 } from "../src/config.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "../src/format/xorb.js";
+import { createHttpApp } from "../src/http/app.js";
+import { createLogger } from "../src/http/logging.js";
 
 const SECRET = "s".repeat(32);
 
@@ -185,5 +187,52 @@ describe("loadConfig", () => {
       rejects({ CASTOR_LOG_LEVEL: "loud" }, /^CASTOR_LOG_LEVEL/);
       rejects({ CASTOR_TRANSFER_MODE: "direct" }, /^CASTOR_TRANSFER_MODE/);
     });
+  });
+
+  describe("trusted proxies", () => {
+    const accepted = "127.0.0.1, 10.0.0.0/8,192.168.1.0/24 , ::1, fd00::/8, ::ffff:10.1.2.3, 2001:db8::/128, loopback, linklocal, uniquelocal";
+
+    it("trusts no proxy by default, reads a comma-separated list, the flag winning", () => {
+      assert.deepEqual(loadConfig({}).trustedProxies, []);
+      assert.deepEqual(loadConfig({ CASTOR_TRUSTED_PROXIES: "10.0.0.1" }, { "trusted-proxies": "10.0.0.2,,10.0.0.3," }).trustedProxies, [
+        "10.0.0.2",
+        "10.0.0.3",
+      ]);
+      assert.deepEqual(
+        loadConfig({ CASTOR_TRUSTED_PROXIES: accepted }).trustedProxies,
+        accepted.split(",").map((entry) => entry.trim()),
+      );
+    });
+
+    it("is what fastify takes: every list the setting accepts builds an app", async () => {
+      for (const entry of accepted.split(",")) {
+        const app = createHttpApp({ logger: createLogger("silent"), trustedProxies: loadConfig({ CASTOR_TRUSTED_PROXIES: entry }).trustedProxies });
+        await app.close();
+      }
+    });
+
+    for (const bad of [
+      "10.0.0.0/33",
+      "::/0",
+      "0.0.0.0/0",
+      "fd00::/129",
+      "10.0.0.0/8/8",
+      "10.0.0.0/",
+      "10.0.0.0/x",
+      "10.0.0.0/255.0.0.0",
+      "proxy.example",
+      "10.0.0.256",
+      "*",
+    ]) {
+      it(`rejects CASTOR_TRUSTED_PROXIES=${JSON.stringify(bad)}, naming the entry`, () => {
+        assert.throws(
+          () => loadConfig({ CASTOR_TRUSTED_PROXIES: `127.0.0.1,${bad}` }),
+          (error: unknown) =>
+            error instanceof ConfigError &&
+            /^CASTOR_TRUSTED_PROXIES must be a comma-separated list of IP addresses or CIDR ranges/.test(error.message) &&
+            error.message.endsWith(`; ${JSON.stringify(bad)} is not one`),
+        );
+      });
+    }
   });
 });

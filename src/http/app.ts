@@ -14,7 +14,7 @@ import { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
-import { CastorMetrics } from "../metrics.js";
+import { CastorMetrics, type OnRefusal } from "../metrics.js";
 import { gcTotals } from "../ops/gc.js";
 import { GcSchedule } from "../ops/gc-schedule.js";
 import type { Reserve } from "../storage/reserve.js";
@@ -48,6 +48,10 @@ export interface HttpAppOptions {
   logger: FastifyBaseLogger;
   /** Timeouts and bounds of connections (`config.limits`); each one missing takes its default. */
   limits?: Partial<ConnectionLimits>;
+  /** `config.trustedProxies`: peers whose `X-Forwarded-For` names the client; none by default. */
+  trustedProxies?: readonly string[];
+  /** Told of each client a connection limit refuses or cuts off (the refusal metric). */
+  onRefusal?: OnRefusal;
 }
 
 /**
@@ -68,6 +72,11 @@ export function createHttpApp(options: HttpAppOptions): FastifyInstance {
     requestIdHeader: false,
     frameworkErrors: answerFrameworkError,
     routerOptions: { maxParamLength: MAX_PATH_PARAM_CHARS },
+    // `request.ip` is then the client named by X-Forwarded-For from a trusted proxy: the address
+    // the per-address hub limits count and the log shows. Fastify also takes X-Forwarded-Host
+    // and -Proto from such a peer (`request.host`, `request.protocol`), which castor never
+    // reads: every URL it hands out is built from CASTOR_PUBLIC_URL.
+    trustProxy: options.trustedProxies?.length ? [...options.trustedProxies] : false,
     // Shutdown: idle keep-alive sockets close at once, requests in progress run to the end.
     forceCloseConnections: "idle",
     // Requests received while closing are served (see below), not refused with a 503.
@@ -91,7 +100,7 @@ export function createHttpApp(options: HttpAppOptions): FastifyInstance {
   app.addHook("onRequest", async (request, reply) => {
     reply.header(REQUEST_ID_HEADER, request.id);
   });
-  installConnectionLimits(app, limits);
+  installConnectionLimits(app, limits, options.onRefusal);
   app.addHook("onSend", async (_request, reply, payload) => {
     if (closing) reply.header("connection", "close");
     return payload;
@@ -150,13 +159,14 @@ export interface CastorAppDeps extends HttpAppOptions {
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
 export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstance> {
-  const app = createHttpApp(deps);
+  // Counted where the routes meet the services, so the services stay free of metrics.
+  const metrics = (deps.metrics?.enabled ?? true) ? new CastorMetrics() : undefined;
+  const onRefusal: OnRefusal | undefined = metrics && ((reason) => metrics.refused(reason));
+  const app = createHttpApp({ ...deps, onRefusal });
   // Both upload services report to it, so /readyz learns of storage-full failures (and of
   // the successes that end them) whichever route or frame answered the client.
   const storageFull = new StorageFullWatch();
   const { xorbs, shards } = deps;
-  // Counted where the routes meet the services, so the services stay free of metrics.
-  const metrics = (deps.metrics?.enabled ?? true) ? new CastorMetrics() : undefined;
   if (metrics) {
     installMetrics(app, { metrics, token: deps.metrics?.token ?? null });
     metrics.watchMaintenance(() => deps.store.lastMaintenanceRuns());
@@ -199,7 +209,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   // One scope for the hub's routes and the token operation, so the per-client limits
   // (hub-limits.ts) cover exactly them and never the CAS routes.
   await app.register(async (hubScope) => {
-    await installHubLimits(hubScope, { ...DEFAULT_HUB_LIMITS, ...deps.hubLimits });
+    await installHubLimits(hubScope, { ...DEFAULT_HUB_LIMITS, ...deps.hubLimits }, onRefusal);
     await hubScope.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
     await hubScope.register(hubRoutes, {
       repos: deps.hubRepos,
@@ -221,6 +231,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   await app.register(casScope, {
     verifier: deps.verifier,
     maxConcurrentUploads: deps.maxConcurrentUploads,
+    onRefusal,
     routes: async (cas) => {
       await cas.register(xorbRoutes, {
         xorbs: {

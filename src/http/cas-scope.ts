@@ -24,6 +24,7 @@
  */
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import type { CasTokenVerifier } from "../auth/cas-token.js";
+import type { OnRefusal } from "../metrics.js";
 import { registerCasAuth } from "./cas-auth.js";
 import { acceptRawBodies } from "./raw-body.js";
 import { DEFAULT_MAX_CONCURRENT_UPLOADS, limitConcurrentUploads } from "./upload-limit.js";
@@ -35,12 +36,14 @@ export interface CasScopeOptions {
   routes: (scope: FastifyInstance) => PromiseLike<unknown>;
   /** Most uploads received at once (CASTOR_MAX_CONCURRENT_UPLOADS); the default when absent. */
   maxConcurrentUploads?: number;
+  /** Told of each upload refused by the cap (the refusal metric). */
+  onRefusal?: OnRefusal;
 }
 
-export const casScope: FastifyPluginAsync<CasScopeOptions> = async (scope, { verifier, routes, maxConcurrentUploads }) => {
+export const casScope: FastifyPluginAsync<CasScopeOptions> = async (scope, { verifier, routes, maxConcurrentUploads, onRefusal }) => {
   registerCasAuth(scope, verifier);
   // After the auth hook: an unauthenticated upload gets its 401 and never holds a slot.
-  limitConcurrentUploads(scope, maxConcurrentUploads ?? DEFAULT_MAX_CONCURRENT_UPLOADS);
+  limitConcurrentUploads(scope, maxConcurrentUploads ?? DEFAULT_MAX_CONCURRENT_UPLOADS, onRefusal);
   acceptRawBodies(scope);
   await routes(scope);
 };

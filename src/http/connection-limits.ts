@@ -32,6 +32,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { FastifyInstance } from "fastify";
+import type { OnRefusal } from "../metrics.js";
 import { HttpError, pathOf } from "./errors.js";
 
 export interface ConnectionLimits {
@@ -91,14 +92,22 @@ export function httpServerOptions(limits: ConnectionLimits): { headersTimeout: n
 
 /**
  * Installs the body watchdog, the send timeout and the graceful early close on `app` (the root
- * instance, before its routes). The header timeout is `httpServerOptions`' part.
+ * instance, before its routes). The header timeout is `httpServerOptions`' part; `onRefusal`
+ * hears of every client each limit refuses or cuts off.
  */
-export function installConnectionLimits(app: FastifyInstance, limits: ConnectionLimits): void {
+export function installConnectionLimits(app: FastifyInstance, limits: ConnectionLimits, onRefusal: OnRefusal = () => {}): void {
   const requestsInProgress = new WeakMap<Socket, number>();
   app.server.maxConnections = limits.maxConnections;
+  // Node's header timeout answers 408 through the server's clientError event (fastify's
+  // handler writes the answer; this listener only counts). Fastify sets no request timeout,
+  // so this code comes from the header timeout alone.
+  app.server.on("clientError", (error: NodeJS.ErrnoException) => {
+    if (error.code === "ERR_HTTP_REQUEST_TIMEOUT") onRefusal("header_timeout");
+  });
   let dropped = 0;
   let lastDropLog = 0;
   app.server.on("drop", () => {
+    onRefusal("connection_limit");
     dropped++;
     const now = Date.now();
     if (now - lastDropLog < DROP_LOG_INTERVAL_MS) return;
@@ -114,14 +123,17 @@ export function installConnectionLimits(app: FastifyInstance, limits: Connection
   // client does not read; a socket with nothing in progress is idle, and Node would close it.
   // A request being worked on (a long validation, a body the watchdog watches) is left alone.
   app.server.on("timeout", (socket: Socket) => {
-    if (socket.writableLength > 0 || !requestsInProgress.get(socket)) socket.destroy();
+    if (socket.writableLength > 0) {
+      onRefusal("send_timeout");
+      socket.destroy();
+    } else if (!requestsInProgress.get(socket)) socket.destroy();
   });
 
   app.addHook("onRequest", async (request, reply) => {
     const socket = request.raw.socket;
     requestsInProgress.set(socket, (requestsInProgress.get(socket) ?? 0) + 1);
     reply.raw.once("close", () => requestsInProgress.set(socket, (requestsInProgress.get(socket) ?? 1) - 1));
-    if (hasBody(request.raw)) watchRequestBody(request.raw, reply.raw, limits);
+    if (hasBody(request.raw)) watchRequestBody(request.raw, reply.raw, limits, onRefusal);
   });
 
   app.addHook("onSend", async (request, reply, payload) => {
@@ -159,7 +171,7 @@ export function bodyCutSignal(request: IncomingMessage): AbortSignal | undefined
  * Watches a body's progress by the socket's byte count (no listener on the body, so the
  * consumer's flow control stays its own) until the body is complete or the connection closes.
  */
-function watchRequestBody(request: IncomingMessage, response: ServerResponse, limits: ConnectionLimits): void {
+function watchRequestBody(request: IncomingMessage, response: ServerResponse, limits: ConnectionLimits, onRefusal: OnRefusal): void {
   const socket = request.socket;
   const cut = new AbortController();
   bodyCuts.set(request, cut);
@@ -188,11 +200,11 @@ function watchRequestBody(request: IncomingMessage, response: ServerResponse, li
     }
     if (waitingForClient) windowWaited += elapsed;
     if (waitedSinceByte >= limits.bodyTimeoutMs) {
-      return cutBody(`no byte of it arrived for ${limits.bodyTimeoutMs / 1000} s`);
+      return cutBody("body_timeout", `no byte of it arrived for ${limits.bodyTimeoutMs / 1000} s`);
     }
     if (windowWaited >= limits.bodyTimeoutMs) {
       if (bytes - windowStartBytes < windowMinBytes) {
-        return cutBody(`it arrived at less than ${limits.bodyMinBytesPerSecond} bytes/s over ${limits.bodyTimeoutMs / 1000} s`);
+        return cutBody("body_too_slow", `it arrived at less than ${limits.bodyMinBytesPerSecond} bytes/s over ${limits.bodyTimeoutMs / 1000} s`);
       }
       windowWaited = 0;
       windowStartBytes = bytes;
@@ -208,8 +220,9 @@ function watchRequestBody(request: IncomingMessage, response: ServerResponse, li
   socket.once("close", stop);
   response.once("close", stop);
 
-  function cutBody(why: string): void {
+  function cutBody(reason: "body_timeout" | "body_too_slow", why: string): void {
     stop();
+    onRefusal(reason);
     // The answer is out (lingering, or dropping the rest in the background): nothing to tell.
     if (response.headersSent || response.writableEnded) {
       socket.destroy();

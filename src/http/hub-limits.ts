@@ -18,13 +18,15 @@
  *   without a token are not affected at all. Rotating invented tokens to escape the per-token
  *   request limit runs into this one.
  *
- * Both see the address of the TCP peer: behind a load balancer, every client shares its
- * address (see the README's "Limits").
+ * Both count by `request.ip`: the TCP peer's address, or, from a peer listed in
+ * CASTOR_TRUSTED_PROXIES, the client its `X-Forwarded-For` names. Behind a load balancer that is
+ * not listed, every client shares its address (see the README's "Limits").
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import rateLimit from "@fastify/rate-limit";
 import { LRUCache } from "lru-cache";
 import { hashHubTokenSecret } from "../hub/tokens.js";
+import type { OnRefusal } from "../metrics.js";
 import { bearerToken } from "./cas-auth.js";
 import { HttpError } from "./errors.js";
 
@@ -70,8 +72,8 @@ function tokenKey(request: FastifyRequest): string | null {
  * Installs both limits on `scope`, before the hub routes are registered in it (the request
  * limit attaches to the routes registered afterwards).
  */
-export async function installHubLimits(scope: FastifyInstance, limits: HubLimits): Promise<void> {
-  if (limits.authFailuresPerMinute !== null) installAuthFailureLimit(scope, limits.authFailuresPerMinute);
+export async function installHubLimits(scope: FastifyInstance, limits: HubLimits, onRefusal: OnRefusal = () => {}): Promise<void> {
+  if (limits.authFailuresPerMinute !== null) installAuthFailureLimit(scope, limits.authFailuresPerMinute, onRefusal);
   const perMinute = limits.requestsPerMinute;
   if (perMinute === null) return;
   await scope.register(rateLimit, {
@@ -82,6 +84,8 @@ export async function installHubLimits(scope: FastifyInstance, limits: HubLimits
       const key = tokenKey(request);
       return key === null ? `address:${request.ip}` : `token:${key}`;
     },
+    // Called once per refused request, right before `errorResponseBuilder`.
+    onExceeded: () => onRefusal("hub_rate_limit"),
     errorResponseBuilder: (request, context) => {
       const who = tokenKey(request) === null ? "this address" : "this hub token";
       const seconds = Math.max(1, Math.ceil(context.ttl / 1000));
@@ -94,7 +98,7 @@ export async function installHubLimits(scope: FastifyInstance, limits: HubLimits
   });
 }
 
-function installAuthFailureLimit(scope: FastifyInstance, perMinute: number): void {
+function installAuthFailureLimit(scope: FastifyInstance, perMinute: number, onRefusal: OnRefusal): void {
   const failures = new AuthFailures(perMinute);
   const knownTokens = new LRUCache<string, true>({ max: MAX_TRACKED, ttl: KNOWN_TOKEN_TTL_MS });
 
@@ -105,6 +109,7 @@ function installAuthFailureLimit(scope: FastifyInstance, perMinute: number): voi
     const key = tokenKey(request);
     if (key !== null && knownTokens.has(key)) return;
     const seconds = Math.ceil(blockedMs / 1000);
+    onRefusal("auth_failure_limit");
     throw new HttpError(
       429,
       `Too many failed hub authentications from this address: hub tokens from it are not checked for ${seconds} s more. Check HF_TOKEN: it may be mistyped, revoked or expired (castor token create makes a new one)`,

@@ -11,6 +11,7 @@
  * auth hook, so a request without a valid token is refused with 401 and never takes a slot.
  */
 import type { FastifyInstance } from "fastify";
+import type { OnRefusal } from "../metrics.js";
 import { HttpError } from "./errors.js";
 
 declare module "fastify" {
@@ -26,11 +27,12 @@ export const UPLOAD_RETRY_AFTER_SECONDS = 5;
 export const DEFAULT_MAX_CONCURRENT_UPLOADS = 64;
 
 /** Installs the cap on `scope` (the CAS scope); every upload route of it and its children counts. */
-export function limitConcurrentUploads(scope: FastifyInstance, maxConcurrentUploads: number): void {
+export function limitConcurrentUploads(scope: FastifyInstance, maxConcurrentUploads: number, onRefusal: OnRefusal = () => {}): void {
   let inProgress = 0;
   scope.addHook("onRequest", async (request, reply) => {
     if (request.routeOptions.config.upload !== true) return;
     if (inProgress >= maxConcurrentUploads) {
+      onRefusal("upload_concurrency");
       throw new HttpError(
         503,
         `This castor node is receiving its maximum of ${maxConcurrentUploads} uploads at once: retry in ${UPLOAD_RETRY_AFTER_SECONDS} s (hf_xet and huggingface.js retry on their own)`,

@@ -12,6 +12,7 @@
  * whose tree id is the same in both commits is not opened, so a walk over commits that touched
  * other folders costs a commit lookup per step.
  */
+import { trimSlashes } from "../format/repo.js";
 import type { CommitRecord, MetadataStore, Repo, TreeEntry } from "../metadata/store.js";
 import { TreeReader } from "./paths.js";
 
@@ -53,7 +54,7 @@ export async function lastCommits(
 
   const pending = new Map<string, string[]>();
   for (const path of paths) {
-    const clean = path.replace(/^\/+|\/+$/g, "");
+    const clean = trimSlashes(path, { leading: true });
     if (clean !== "" && (await idAt(start.treeOid, clean.split("/"))) !== null) pending.set(path, clean.split("/"));
   }
   const found = new Map<string, CommitRecord>();

@@ -5,6 +5,7 @@
  */
 import { isGitOid } from "../format/git.js";
 import { hashFromHex } from "../format/hash.js";
+import { trimSlashes } from "../format/repo.js";
 import {
   AlreadyExistsError,
   type CommitRecord,
@@ -324,7 +325,7 @@ export class HubRepositories {
     const reader = new TreeReader(this.store, repo.id);
     const out: ListedEntry[] = [];
     for (const path of paths) {
-      const entry = await reader.entryAt(commit.treeOid, path.replace(/^\/+|\/+$/g, ""));
+      const entry = await reader.entryAt(commit.treeOid, trimSlashes(path, { leading: true }));
       if (entry !== null && entry.name !== "") out.push({ path, entry: entry as TreeEntry });
     }
     return out;

@@ -2,7 +2,8 @@
  * Connection limits end to end (src/http/connection-limits.ts): real `castor serve` processes
  * with small CASTOR_* timeouts, raw sockets that behave like the clients the limits exist for
  * (headers or bodies dribbled, answers never read, uploads stalled), and the server's own
- * resources read from /proc: descriptors, resident memory, staged files.
+ * resources read from /proc: descriptors, resident memory, staged files; and each cut counted
+ * in castor_refusals_total.
  */
 import assert from "node:assert/strict";
 import { readdir, readFile } from "node:fs/promises";
@@ -16,6 +17,7 @@ import { byteRange } from "../../src/format/ranges.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
 import { SPOOL_DIR_NAME } from "../../src/http/app.js";
+import { refusals } from "../helpers/metrics.js";
 import { openSocket, unreadByServer } from "../helpers/raw-socket.js";
 import { within } from "../helpers/wait.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
@@ -103,20 +105,25 @@ describe("request timeouts", () => {
   });
 
   it("closes a connection whose headers arrive one line at a time, with 408", async () => {
+    const refusedBefore = await refusals(server.url, "header_timeout");
     const connection = await connect(server);
     connection.socket.write(`GET /healthz HTTP/1.1\r\n`);
     dribble(connection, "X-Slow: 1\r\n", 100);
     const tookMs = await within(connection.closed, "the header timeout closed the connection", 5000);
     assert.ok(tookMs >= 400, `closed after ${tookMs} ms, before the 0.5 s header timeout`);
     assert.match(connection.received(), /^HTTP\/1\.1 408 /);
+    assert.equal((await refusals(server.url, "header_timeout")) - refusedBefore, 1, "castor_refusals_total{reason=header_timeout}");
   });
 
   it("closes a connection that sends nothing at all", async () => {
+    const refusedBefore = await refusals(server.url, "header_timeout");
     const connection = await connect(server);
     await within(connection.closed, "the header timeout closed the silent connection", 5000);
+    assert.equal((await refusals(server.url, "header_timeout")) - refusedBefore, 1, "castor_refusals_total{reason=header_timeout}");
   });
 
   it("cuts a xorb upload whose body dribbles: 408, staged file removed, descriptors released", async () => {
+    const refusedBefore = await refusals(server.url, "body_too_slow");
     const descriptorsBefore = await openDescriptors(server);
     const connection = await connect(server);
     connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
@@ -134,6 +141,7 @@ describe("request timeouts", () => {
       connection.received(),
       /"error":"The request body of POST \/v1\/xorbs\/default\/[0-9a-f]{64} was cut because it arrived at less than 1024 bytes\/s/,
     );
+    assert.equal((await refusals(server.url, "body_too_slow")) - refusedBefore, 1, "castor_refusals_total{reason=body_too_slow}");
     assert.deepEqual(
       await eventually(
         () => stagedFiles(server),
@@ -152,12 +160,14 @@ describe("request timeouts", () => {
   });
 
   it("cuts a body that stops altogether after the body timeout", async () => {
+    const refusedBefore = await refusals(server.url, "body_timeout");
     const connection = await connect(server);
     connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, validXorb.bytes.length, token));
     connection.socket.write(validXorb.bytes.subarray(0, 4096));
     const tookMs = await within(connection.closed, "the body timeout cut the stalled upload", 6000);
     assert.ok(tookMs >= 900, `cut after ${tookMs} ms, before the 1 s body timeout`);
     assert.match(connection.received(), /^HTTP\/1\.1 408 [\s\S]*no byte of it arrived for 1 s/);
+    assert.equal((await refusals(server.url, "body_timeout")) - refusedBefore, 1, "castor_refusals_total{reason=body_timeout}");
     assert.deepEqual(
       await eventually(
         () => stagedFiles(server),
@@ -269,6 +279,7 @@ describe("answers the client does not read", () => {
   });
 
   it(`are cut by the send timeout and release their descriptors (${DOWNLOADS} downloads never read)`, async (t) => {
+    const refusedBefore = await refusals(server.url, "send_timeout");
     const descriptorsBefore = await openDescriptors(server);
     const { pathname, search } = new URL(url);
     const connections = await Promise.all(Array.from({ length: DOWNLOADS }, () => connect(server, { read: false })));
@@ -285,6 +296,7 @@ describe("answers the client does not read", () => {
     );
     assert.ok(afterwards <= descriptorsBefore, `${afterwards} descriptors open after the send timeout, ${descriptorsBefore} before`);
     t.diagnostic(`descriptors: ${descriptorsBefore} before, ${during} during ${DOWNLOADS} unread downloads, ${afterwards} after the send timeout`);
+    assert.equal((await refusals(server.url, "send_timeout")) - refusedBefore, DOWNLOADS, "castor_refusals_total{reason=send_timeout}");
     // A client that does not read does not see the close either, until it reads again.
     for (const { socket } of connections) socket.resume();
     await within(Promise.all(connections.map((connection) => connection.closed)), "every unread download was closed by the server", 5000);

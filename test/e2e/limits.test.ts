@@ -2,8 +2,8 @@
  * The node-wide caps end to end, on a real `castor serve` with small settings: concurrent
  * uploads (CASTOR_MAX_CONCURRENT_UPLOADS: 503 with Retry-After before the body is read, on every
  * xorb and shard route) and open connections (CASTOR_MAX_CONNECTIONS: one more is closed on
- * arrival, and accepted again once another closed). Raw sockets hold uploads and connections
- * open at will.
+ * arrival, and accepted again once another closed), each refusal counted in
+ * castor_refusals_total. Raw sockets hold uploads and connections open at will.
  */
 import assert from "node:assert/strict";
 import type { Socket } from "node:net";
@@ -11,6 +11,7 @@ import { after, before, describe, it } from "node:test";
 import { CompressionScheme } from "../../src/format/compression.js";
 import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb } from "../../src/format/xorb.js";
+import { refusals } from "../helpers/metrics.js";
 import { openSocket, readUntilClosed, unreadByServer } from "../helpers/raw-socket.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
@@ -96,6 +97,7 @@ describe("concurrent uploads", () => {
       await until(async () => (await unreadByServer(port(), upload.localPort)) === 0, "the server read the held upload's head");
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
+    const refusedBefore = await refusals(server.url, "upload_concurrency");
     assert.equal((await probe()).status, 503, "the held uploads fill the node");
 
     const refused = await probe();
@@ -117,6 +119,7 @@ describe("concurrent uploads", () => {
     assert.match(answer, /\r\nretry-after: 5\r\n/i);
     assert.match(answer, /\r\nconnection: close\r\n/i);
     assert.match(answer, /\{"error":"This castor node is receiving its maximum of 2 uploads at once/);
+    assert.equal((await refusals(server.url, "upload_concurrency")) - refusedBefore, 7, "castor_refusals_total counts each 503");
 
     // One held upload gone: there is room again; the other one still completes.
     held[0].destroy();
@@ -167,5 +170,11 @@ describe("concurrent connections", () => {
     await until(async () => (answered = await health(await socket())) !== null, "a connection is accepted again", 5000, 50);
     assert.match(answered ?? "", /^HTTP\/1\.1 200 /);
     await server.waitForLog((line) => typeof line.msg === "string" && line.msg.startsWith("connections refused"), 2000);
+    // Scraped on a connection already open: the node is at its cap, so a new one would be refused.
+    const counted = /\ncastor_refusals_total\{reason="connection_limit"\} (\d+)\n/;
+    const scraped = answerOn(open[1], counted);
+    open[1].write("GET /metrics HTTP/1.1\r\nHost: castor\r\n\r\n");
+    const refused = Number(counted.exec((await within(scraped, "the metrics over a kept-alive connection", 5000)) ?? "")?.[1]);
+    assert.ok(refused >= 1, `castor_refusals_total{reason="connection_limit"} is ${refused}`);
   });
 });

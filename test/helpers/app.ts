@@ -97,8 +97,13 @@ export interface TestAppOptions {
   storageStats?: CastorAppDeps["storageStats"];
   /** Per-client limits of the hub routes; castor's defaults unless given. */
   hubLimits?: CastorAppDeps["hubLimits"];
+<<<<<<< HEAD
   /** The web interface's built files; dist/web/ unless given. */
   webUi?: CastorAppDeps["webUi"];
+=======
+  /** Peers whose X-Forwarded-For is believed (CASTOR_TRUSTED_PROXIES); none unless given. */
+  trustedProxies?: CastorAppDeps["trustedProxies"];
+>>>>>>> edge
 }
 
 export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
@@ -119,6 +124,7 @@ export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
     storageStats: options.storageStats,
     hubLimits: options.hubLimits,
     webUi: options.webUi,
+    trustedProxies: options.trustedProxies,
     ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes })),
   });
   url = await app.listen({ host: "127.0.0.1", port: 0 });

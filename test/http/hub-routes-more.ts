@@ -374,6 +374,18 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
         assert.ok(!("lastCommit" in plain.json()[0]));
       });
 
+      // Once a quadratic regular expression over the path: 1,000,000 slashes between two letters took hours.
+      it("paths-info answers a path of a million slashes between two letters promptly, with and without expand", async () => {
+        const long = `a${"/".repeat(1_000_000)}b`;
+        for (const expand of [false, true]) {
+          const started = performance.now();
+          const answer = await call("POST", "/api/models/alice/history/paths-info/main", { token: tokens.alice, json: { paths: [long, `${long}/`], expand } });
+          assertStatus(answer, 200);
+          assert.deepEqual(answer.json(), []);
+          assert.ok(performance.now() - started < 5000, `took ${Math.round(performance.now() - started)} ms`);
+        }
+      });
+
       it("expanded tree pages hold 50 entries (51 make two pages, the Link keeping expand); paths-info expands at most 100 paths (413 beyond)", async () => {
         await create("alice/wide");
         const files = Array.from({ length: 51 }, (_, i) => inline(`f${String(i).padStart(3, "0")}.txt`, `${i}`));

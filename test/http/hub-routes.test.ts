@@ -319,6 +319,9 @@ describe("hub routes", () => {
         [await call("POST", "/api/models/alice/bert/commit/main", { token: tokens.alice, body: "{not json\n", type: "application/x-ndjson" }), 400],
         [await call("POST", "/api/models/alice/bert/commit/main", { token: tokens.alice, body: ndjson(inline("x", "x")), type: "application/x-ndjson" }), 400],
         [await commit("models/alice/bert", tokens.alice, { key: "copyFile", value: { path: "x" } }), 400],
+        // Found by the commit fuzz target: once a 500.
+        [await commit("models/alice/bert", tokens.alice, null), 400],
+        [await commit("models/alice/bert", tokens.alice, { key: { toString: 1 }, value: { path: "x" } }), 400],
         [await commit("models/alice/bert", tokens.alice, inline("a/../b", "x")), 400],
         [await commit("models/alice/bert", tokens.alice, inline("README.md/inside", "x")), 400],
         [await commit("models/alice/bert", tokens.alice, inline("configs", "x")), 400],

@@ -10,8 +10,10 @@ import { after, before, describe, it } from "node:test";
 import parsePrometheusTextFormat, { type PrometheusFamily } from "parse-prometheus-text-format";
 import { ConfigError, loadConfig } from "../../src/config.js";
 import { hashToHex } from "../../src/format/hash.js";
+import { REFUSAL_REASONS } from "../../src/metrics.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
 import { casTokenSignedWith } from "../helpers/fixtures.js";
+import { counterValue, families } from "../helpers/metrics.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
 
 const HASH_64_HEX = /[0-9a-f]{64}/i;
@@ -20,19 +22,6 @@ const PROMETHEUS_TEXT = /^text\/plain; version=0\.0\.4; charset=utf-8$/;
 
 async function scrape(url: string, headers: Record<string, string> = {}): Promise<Response> {
   return fetch(`${url}/metrics`, { headers });
-}
-
-async function families(url: string): Promise<Map<string, PrometheusFamily>> {
-  const response = await scrape(url);
-  assert.equal(response.status, 200);
-  return new Map(parsePrometheusTextFormat(await response.text()).map((family) => [family.name, family]));
-}
-
-/** A counter's value for `labels` (0 when that label set has not been counted yet). */
-function counterValue(family: PrometheusFamily | undefined, labels: Record<string, string>): number {
-  assert.ok(family, "metric family present");
-  const sample = family.metrics.find((m) => Object.entries(labels).every(([key, value]) => m.labels?.[key] === value));
-  return Number(sample?.value ?? 0);
 }
 
 /** The value of the exposition line `name{labels…}` whose labels include `labels`. */
@@ -179,6 +168,13 @@ describe("GET /metrics, open (the default)", () => {
         }
       }
     }
+  });
+
+  it("shows every refusal reason from the start, at 0 while nothing was refused", () => {
+    const refusals = parsed.get("castor_refusals_total");
+    assert.equal(refusals?.type, "COUNTER");
+    assert.deepEqual(refusals.metrics.map((m) => m.labels?.reason).sort(), [...REFUSAL_REASONS].sort());
+    for (const reason of REFUSAL_REASONS) assert.equal(counterValue(refusals, { reason }), 0, reason);
   });
 
   it("includes the process metrics (memory, event-loop lag)", () => {

@@ -5,6 +5,7 @@
  * both are cut from the raw URL before decoding, which a router wildcard (decoded first) cannot.
  */
 import type { FastifyRequest } from "fastify";
+import { trimSlashes } from "../../format/repo.js";
 import { HubError } from "../../hub/errors.js";
 import type { RepoAddress } from "../../hub/repositories.js";
 import type { RepoType } from "../../metadata/store.js";
@@ -63,10 +64,11 @@ export function revisionAndPath(request: FastifyRequest, revisionSegment: number
   }
   return {
     revision: decodeSegment(segments[revisionSegment]),
-    path: segments
-      .slice(revisionSegment + 1)
-      .map(decodeSegment)
-      .join("/")
-      .replace(/\/+$/, ""),
+    path: trimSlashes(
+      segments
+        .slice(revisionSegment + 1)
+        .map(decodeSegment)
+        .join("/"),
+    ),
   };
 }

@@ -2,19 +2,18 @@
  * Hub routes about the files of a revision: tree listings, paths-info, preupload and the
  * NDJSON commit.
  *
- * The commit body is read as a stream, one line at a time, each line bounded: inline file
- * contents go to the blob store (content-addressed, so a refused commit leaves at most an
- * unreferenced object) as their lines arrive, and only the operations' small descriptions are
- * kept until the commit is applied in one step.
+ * The commit body is read as a stream, one line at a time, each line bounded, and parsed by
+ * hub/commit-payload.ts: inline file contents go to the blob store (content-addressed, so a
+ * refused commit leaves at most an unreferenced object) as their lines arrive, and only the
+ * operations' small descriptions are kept until the commit is applied in one step.
  */
 import type { Readable } from "node:stream";
 import type { FastifyInstance } from "fastify";
 import { leaseForWrite } from "../../cas/leases.js";
 import { TaskPool } from "../../client/concurrency.js";
-import { gitBlobId } from "../../format/git.js";
+import { type CommitHeader, CommitPayloadParser, maxCommitLineBytes } from "../../hub/commit-payload.js";
 import { HubError, notSupported } from "../../hub/errors.js";
 import type { CommitOperation } from "../../hub/history.js";
-import { sha256Hex } from "../../hub/history.js";
 import type { HubRepositories, ListedEntry, PreuploadFile } from "../../hub/repositories.js";
 import type { GcRecords } from "../../metadata/gc.js";
 import type { CommitRecord, Repo } from "../../metadata/store.js";
@@ -45,8 +44,6 @@ export const TREE_PAGE_ENTRIES = 1000;
 export const EXPANDED_TREE_PAGE_ENTRIES = 50;
 /** Paths per paths-info request with `expand=true` at most (413 beyond). */
 export const MAX_EXPANDED_PATHS = 100;
-/** Operations per commit at most (the hf CLI's folder uploader commits at most 1,000 files at once). */
-export const MAX_COMMIT_OPERATIONS = 100_000;
 /** Files per preupload request at most (clients send 256 at a time). */
 const MAX_PREUPLOAD_FILES = 10_000;
 const PREUPLOAD_BODY_LIMIT = 16 * 1024 * 1024;
@@ -181,8 +178,6 @@ function preuploadFiles(body: unknown): PreuploadFile[] {
   });
 }
 
-type CommitHeader = { summary: string; description: string; parentCommit?: string };
-
 /**
  * Inline contents are stored concurrently while the body is read: each store is a durable write
  * (two fsyncs) of several milliseconds, which one after another made a commit of 2,500 small
@@ -193,112 +188,25 @@ const SMALL_INLINE_BYTES = 64 * 1024;
 const SMALL_WRITES_IN_FLIGHT = 64;
 const LARGE_WRITES_IN_FLIGHT = 4;
 
-interface InlineWrites {
-  small: TaskPool;
-  large: TaskPool;
-}
-
-/** Parses the NDJSON commit, storing inline contents as they arrive. HubError 400/413 for bad input. */
+/** Parses the NDJSON commit (hub/commit-payload.ts), storing inline contents as they arrive. HubError 400/413 for bad input. */
 async function readCommitPayload(body: Readable, deps: HubFileRouteDeps): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
-  const writes: InlineWrites = { small: new TaskPool(SMALL_WRITES_IN_FLIGHT), large: new TaskPool(LARGE_WRITES_IN_FLIGHT) };
+  const small = new TaskPool(SMALL_WRITES_IN_FLIGHT);
+  const large = new TaskPool(LARGE_WRITES_IN_FLIGHT);
   try {
-    const payload = await parseCommitLines(body, deps, writes);
-    await Promise.all([writes.small.drain(), writes.large.drain()]);
-    return payload;
-  } finally {
-    await Promise.all([writes.small.settle(), writes.large.settle()]);
-  }
-}
-
-async function parseCommitLines(
-  body: Readable,
-  deps: HubFileRouteDeps,
-  writes: InlineWrites,
-): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
-  // A base64 line of the largest inline file, plus room for the JSON around it.
-  const maxLineBytes = Math.ceil(deps.inlineMaxBytes / 3) * 4 + 64 * 1024;
-  let header: CommitHeader | undefined;
-  const operations: CommitOperation[] = [];
-  let lineNumber = 0;
-  for await (const line of readLines(body, maxLineBytes)) {
-    lineNumber++;
-    if (line.trim() === "") continue;
-    let item: { key?: unknown; value?: unknown };
-    try {
-      item = JSON.parse(line);
-    } catch {
-      throw new HubError(400, `commit line ${lineNumber} is not JSON: send one JSON object per line`);
-    }
-    const value = (typeof item?.value === "object" && item.value !== null ? item.value : {}) as Record<string, unknown>;
-    if (item.key === "header") {
-      if (header !== undefined) throw new HubError(400, `commit line ${lineNumber}: a second header`);
-      header = commitHeaderOf(value);
-      continue;
-    }
-    if (header === undefined) throw new HubError(400, 'the commit must start with a {"key": "header"} line');
-    if (operations.length >= MAX_COMMIT_OPERATIONS) throw new HubError(413, `a commit takes at most ${MAX_COMMIT_OPERATIONS} operations: split it`);
-    operations.push(await operationOf(item.key, value, lineNumber, deps, writes));
-  }
-  if (header === undefined) throw new HubError(400, 'the commit is empty: it needs a {"key": "header"} line');
-  return { header, operations };
-}
-
-function commitHeaderOf(value: Record<string, unknown>): CommitHeader {
-  const { summary, description, parentCommit } = value;
-  if (typeof summary !== "string") throw new HubError(400, 'the commit header needs a "summary"');
-  if (description !== undefined && description !== null && typeof description !== "string") throw new HubError(400, '"description" must be a string');
-  if (parentCommit !== undefined && parentCommit !== null && (typeof parentCommit !== "string" || !/^[0-9a-f]{40}$/.test(parentCommit))) {
-    throw new HubError(400, '"parentCommit" must be a 40-hex commit id');
-  }
-  return { summary, description: (description as string | undefined) ?? "", ...(typeof parentCommit === "string" ? { parentCommit } : {}) };
-}
-
-async function operationOf(
-  key: unknown,
-  value: Record<string, unknown>,
-  lineNumber: number,
-  deps: HubFileRouteDeps,
-  writes: InlineWrites,
-): Promise<CommitOperation> {
-  const path = value.path;
-  if (typeof path !== "string") throw new HubError(400, `commit line ${lineNumber}: the operation needs a "path"`);
-  switch (key) {
-    case "file": {
-      if (typeof value.content !== "string" || (value.encoding !== undefined && value.encoding !== "base64")) {
-        throw new HubError(400, `commit line ${lineNumber}: a file needs base64 "content"`);
-      }
-      const content = Buffer.from(value.content, "base64");
-      if (content.length >= deps.inlineMaxBytes && content.length > 0) {
-        throw new HubError(
-          413,
-          `${JSON.stringify(path)} is ${content.length} bytes: files of ${deps.inlineMaxBytes} bytes or more must be uploaded through Xet (install hf_xet)`,
-        );
-      }
-      const sha256 = sha256Hex(content);
-      const pool = content.length <= SMALL_INLINE_BYTES ? writes.small : writes.large;
-      await pool.submit(async () => {
+    const payload = new CommitPayloadParser(deps.inlineMaxBytes);
+    for await (const line of readLines(body, maxCommitLineBytes(deps.inlineMaxBytes))) {
+      const inline = payload.line(line);
+      if (inline === null) continue;
+      const { sha256, content } = inline;
+      await (content.length <= SMALL_INLINE_BYTES ? small : large).submit(async () => {
         await leaseForWrite(deps.store, "inline", Buffer.from(sha256, "hex"));
         await deps.blobs.putIfAbsent(blobKeyFromHex("inline", sha256), content);
       });
-      return { kind: "file", path, size: content.length, sha256, oid: gitBlobId(content) };
     }
-    case "lfsFile": {
-      const { oid, algo, size } = value;
-      if (typeof oid !== "string" || !/^[0-9a-f]{64}$/.test(oid) || (algo !== undefined && algo !== "sha256")) {
-        throw new HubError(400, `commit line ${lineNumber}: an lfsFile needs "oid", a 64-hex SHA-256`);
-      }
-      if (size !== undefined && !(Number.isSafeInteger(size) && (size as number) >= 0))
-        throw new HubError(400, `commit line ${lineNumber}: "size" must be a whole number of bytes`);
-      return { kind: "lfsFile", path, sha256: oid, ...(size === undefined ? {} : { size: size as number }) };
-    }
-    case "deletedFile":
-      return { kind: "deletedFile", path };
-    case "deletedFolder":
-      return { kind: "deletedFolder", path: path.replace(/\/+$/, "") };
-    default:
-      throw new HubError(
-        400,
-        `commit line ${lineNumber}: unknown operation ${JSON.stringify(String(key).slice(0, 40))} (castor takes file, lfsFile, deletedFile, deletedFolder)`,
-      );
+    const result = payload.finish();
+    await Promise.all([small.drain(), large.drain()]);
+    return result;
+  } finally {
+    await Promise.all([small.settle(), large.settle()]);
   }
 }

@@ -7,26 +7,49 @@ import type { Readable } from "node:stream";
 import { HubError } from "../../hub/errors.js";
 
 export async function* readLines(body: Readable, maxLineBytes: number): AsyncGenerator<string> {
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
+  const lines = new LineSplitter(maxLineBytes);
+  for await (const chunk of body as AsyncIterable<Buffer>) yield* lines.push(chunk);
+  yield* lines.end();
+}
+
+/**
+ * The synchronous core of `readLines`: pieces in, complete lines out (UTF-8 decoded, without
+ * their `\n`). Separate so the fuzz target can feed it pieces of any size without a stream.
+ */
+export class LineSplitter {
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+
+  constructor(private readonly maxLineBytes: number) {}
+
+  /** The lines `chunk` completes; HubError 413 once a line is longer than the bound. */
+  push(chunk: Buffer): string[] {
+    const lines: string[] = [];
     let start = 0;
     for (let newline = chunk.indexOf(10, start); newline !== -1; newline = chunk.indexOf(10, start)) {
       const part = chunk.subarray(start, newline);
-      if (pendingBytes + part.length > maxLineBytes) throw tooLong(maxLineBytes);
-      yield (pendingBytes === 0 ? part : Buffer.concat([...pending, part])).toString("utf8");
-      pending = [];
-      pendingBytes = 0;
+      if (this.pendingBytes + part.length > this.maxLineBytes) throw tooLong(this.maxLineBytes);
+      lines.push((this.pendingBytes === 0 ? part : Buffer.concat([...this.pending, part])).toString("utf8"));
+      this.pending = [];
+      this.pendingBytes = 0;
       start = newline + 1;
     }
     const rest = chunk.subarray(start);
     if (rest.length > 0) {
-      pendingBytes += rest.length;
-      if (pendingBytes > maxLineBytes) throw tooLong(maxLineBytes);
-      pending.push(rest);
+      this.pendingBytes += rest.length;
+      if (this.pendingBytes > this.maxLineBytes) throw tooLong(this.maxLineBytes);
+      this.pending.push(rest);
     }
+    return lines;
   }
-  if (pendingBytes > 0) yield Buffer.concat(pending).toString("utf8");
+
+  /** The last line, when the stream did not end with a newline. */
+  end(): string[] {
+    const last = this.pendingBytes > 0 ? [Buffer.concat(this.pending).toString("utf8")] : [];
+    this.pending = [];
+    this.pendingBytes = 0;
+    return last;
+  }
 }
 
 function tooLong(maxLineBytes: number): HubError {
