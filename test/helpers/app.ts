@@ -97,13 +97,10 @@ export interface TestAppOptions {
   storageStats?: CastorAppDeps["storageStats"];
   /** Per-client limits of the hub routes; castor's defaults unless given. */
   hubLimits?: CastorAppDeps["hubLimits"];
-<<<<<<< HEAD
   /** The web interface's built files; dist/web/ unless given. */
   webUi?: CastorAppDeps["webUi"];
-=======
   /** Peers whose X-Forwarded-For is believed (CASTOR_TRUSTED_PROXIES); none unless given. */
   trustedProxies?: CastorAppDeps["trustedProxies"];
->>>>>>> edge
 }
 
 export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
