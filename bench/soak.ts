@@ -48,7 +48,6 @@
  * 50 ms while the attackers run; attackers cut within their limit (+ 5 s of slack).
  */
 import { createHash, randomBytes, randomInt } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { Agent, request as httpRequest } from "node:http";
 import { setTimeout as sleep } from "node:timers/promises";
 import { decodeChunkStream, type DecodedChunks } from "../src/client/chunk-stream.js";
@@ -71,6 +70,7 @@ import {
 import { DEFAULT_CONNECTION_LIMITS } from "../src/http/connection-limits.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { benchRow, deterministicRandomBytes, formatNumber, median, megabytesPerSecond, percentile, type BenchRow } from "./lib.js";
+import { openDescriptorCount, processCpuSeconds, processStatusKiB } from "./support/proc-stats.js";
 import { SlowClients, type SlowClientReport } from "./support/slow-clients.js";
 
 const GROUP = "soak";
@@ -98,11 +98,11 @@ const REQUEST_TIMEOUT_MS = 30_000;
 
 /** Lanes per kind and requests (or rounds) per second per lane, at CASTOR_SOAK_RATE=1. */
 const LANES = {
-  upload: { lanes: 2, perSecond: 1 },
-  download: { lanes: 2, perSecond: 4 },
-  reconstruction: { lanes: 4, perSecond: 20 },
-  dedup: { lanes: 1, perSecond: 10 },
-  token: { lanes: 1, perSecond: 2 },
+  upload: { lanes: 2, perSecond: 1.5 },
+  download: { lanes: 2, perSecond: 8 },
+  reconstruction: { lanes: 4, perSecond: 40 },
+  dedup: { lanes: 1, perSecond: 20 },
+  token: { lanes: 1, perSecond: 4 },
 } as const;
 
 const SLOW_HEADER_SLOTS = 64;
@@ -339,21 +339,31 @@ export async function run(): Promise<BenchRow[]> {
     };
     const attackers = startAttackers(ctx, Number(new URL(server.url).port));
 
-    const started = performance.now();
-    const deadline = started + settings.seconds * 1000;
-    const rss: RssSample[] = [];
-    const sampling = sampleEvery(settings, started, deadline, async (at) => {
-      rss.push({ at, mib: await residentMiB(server) });
-      progress(settings, at, rss, ctx.ops, attackers);
-    });
+    const samples = new ServerSamples(server.child.pid, `${server.url}/metrics`, agent);
+    const ownCpuBefore = process.cpuUsage();
+    const deadline = samples.started + settings.seconds * 1000;
+    const sampling = sampleEvery(settings, samples.started, deadline, async () => progress(settings, await samples.take(), ctx.ops, attackers));
     await Promise.all(workloadLanes(ctx, settings.rate, deadline));
-    const elapsed = (performance.now() - started) / 1000;
+    const elapsed = (performance.now() - samples.started) / 1000;
     await sampling;
-    const report = { headers: await attackers.headers.stop(), bodies: await attackers.bodies.stop() };
-    if (rss.length > 0 && elapsed - rss[rss.length - 1].at > SAMPLE_SECONDS / 2) rss.push({ at: elapsed, mib: await residentMiB(server) });
-    const peakMiB = await statusKiB(server, "VmHWM").then((kib) => kib / 1024);
-    const alive = server.child.exitCode === null && server.child.signalCode === null;
-    return reportRows({ settings, elapsed, ops: ctx.ops, rss, peakMiB, alive, attackers: report, log });
+    const attacked = { headers: await attackers.headers.stop(), bodies: await attackers.bodies.stop() };
+    // A last sample at the end, unless the last regular one was taken just now.
+    if (elapsed - samples.last.at > 2) await samples.take();
+    const { user, system } = process.cpuUsage(ownCpuBefore);
+    return reportRows({
+      settings,
+      elapsed,
+      ops: ctx.ops,
+      server: {
+        samples: samples.all,
+        cpuPercent: samples.cpuPercentSinceStart(),
+        peakMiB: (await processStatusKiB(server.child.pid, "VmHWM")) / 1024,
+        alive: server.child.exitCode === null && server.child.signalCode === null,
+        log,
+      },
+      ownCpuPercent: ((user + system) / 1e6 / elapsed) * 100,
+      attackers: attacked,
+    });
   } finally {
     agent.destroy();
     await server.stop();
@@ -581,32 +591,85 @@ function startAttackers(ctx: Context, port: number): Attackers {
 
 // ——— the server: memory, log ———
 
-interface RssSample {
+interface ServerSample {
   /** Seconds since the workload started. */
   at: number;
-  mib: number;
+  rssMiB: number;
+  /** From the server's /metrics: V8's heap in use and reserved, and memory outside it (Buffers). */
+  heapUsedMiB: number;
+  heapTotalMiB: number;
+  externalMiB: number;
+  /** CPU used since the previous sample, in % of one core (NaN for the first). */
+  cpuPercent: number;
+  descriptors: number;
 }
 
-async function statusKiB(server: ServerProcess, field: "VmRSS" | "VmHWM"): Promise<number> {
-  try {
-    const status = await readFile(`/proc/${server.child.pid}/status`, "utf8");
-    return Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, "m").exec(status)?.[1] ?? Number.NaN);
-  } catch {
-    return Number.NaN; // the process is gone
+/**
+ * The server process as /proc and its /metrics show it, sampled from the start of the
+ * workload. The heap figures tell a leak in JavaScript objects from memory held elsewhere.
+ */
+class ServerSamples {
+  readonly started = performance.now();
+  readonly all: ServerSample[] = [];
+  private readonly cpuAtStart: number;
+  private previousCpu: { at: number; seconds: number };
+
+  constructor(
+    private readonly pid: number | undefined,
+    private readonly metricsUrl: string,
+    private readonly agent: Agent,
+  ) {
+    this.cpuAtStart = processCpuSeconds(pid) ?? Number.NaN;
+    this.previousCpu = { at: 0, seconds: this.cpuAtStart };
+  }
+
+  get last(): ServerSample {
+    return this.all[this.all.length - 1];
+  }
+
+  async take(): Promise<ServerSample> {
+    const at = (performance.now() - this.started) / 1000;
+    const cpu = processCpuSeconds(this.pid) ?? Number.NaN;
+    const metrics = await this.metrics();
+    const sample: ServerSample = {
+      at: Math.round(at),
+      rssMiB: (await processStatusKiB(this.pid, "VmRSS")) / 1024,
+      heapUsedMiB: metrics("nodejs_heap_size_used_bytes") / MiB,
+      heapTotalMiB: metrics("nodejs_heap_size_total_bytes") / MiB,
+      externalMiB: metrics("nodejs_external_memory_bytes") / MiB,
+      cpuPercent: at - this.previousCpu.at < 1 ? Number.NaN : ((cpu - this.previousCpu.seconds) / (at - this.previousCpu.at)) * 100,
+      descriptors: await openDescriptorCount(this.pid),
+    };
+    this.previousCpu = { at, seconds: cpu };
+    this.all.push(sample);
+    return sample;
+  }
+
+  /** The server's metrics now, by name (NaN for one it did not give, or when it did not answer). */
+  private async metrics(): Promise<(name: string) => number> {
+    let text = "";
+    try {
+      const answer = await exchange(this.agent, this.metricsUrl);
+      if (answer.status === 200) text = answer.body.toString("utf8");
+    } catch {
+      // The samples show NaN: the process gone or stuck is reported by the other figures.
+    }
+    return (name) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? Number.NaN);
+  }
+
+  cpuPercentSinceStart(): number {
+    const { at, seconds } = this.previousCpu;
+    return ((seconds - this.cpuAtStart) / at) * 100;
   }
 }
 
-async function residentMiB(server: ServerProcess): Promise<number> {
-  return (await statusKiB(server, "VmRSS")) / 1024;
-}
-
 /** Calls `sample` at 0, 30, 60 … s after `started`, the last one no later than `deadline`. */
-async function sampleEvery(settings: SoakSettings, started: number, deadline: number, sample: (at: number) => Promise<void>): Promise<void> {
+async function sampleEvery(settings: SoakSettings, started: number, deadline: number, sample: () => Promise<void>): Promise<void> {
   for (let k = 0; k * SAMPLE_SECONDS <= settings.seconds; k++) {
     const due = Math.min(started + k * SAMPLE_SECONDS * 1000, deadline);
     const wait = due - performance.now();
     if (wait > 0) await sleep(wait);
-    await sample(Math.round((performance.now() - started) / 1000));
+    await sample();
   }
 }
 
@@ -656,7 +719,7 @@ function messageOf(line: string): string {
 
 // ——— reporting ———
 
-function progress(settings: SoakSettings, at: number, rss: readonly RssSample[], ops: Operations, attackers: Attackers): void {
+function progress(settings: SoakSettings, sample: ServerSample, ops: Operations, attackers: Attackers): void {
   const all = Object.values(ops);
   const requests = all.filter((op) => op !== ops.download).reduce((sum, op) => sum + op.recentMs.length, 0);
   const reconstructionP99 = percentile(ops.reconstruction.recentMs, 0.99);
@@ -666,8 +729,9 @@ function progress(settings: SoakSettings, at: number, rss: readonly RssSample[],
   const bodies = attackers.bodies.counts();
   for (const op of all) op.recentMs = [];
   process.stderr.write(
-    `${at === 0 ? "\n" : ""}soak ${at}/${settings.seconds} s: server RSS ${formatNumber(rss[rss.length - 1].mib)} MiB; ` +
-      (at === 0
+    `${sample.at === 0 ? "\n" : ""}soak ${sample.at}/${settings.seconds} s: server RSS ${formatNumber(sample.rssMiB)} MiB (heap ${formatNumber(sample.heapUsedMiB)}), ` +
+      `CPU ${whole(sample.cpuPercent)} %, ${sample.descriptors} descriptors; ` +
+      (sample.at === 0
         ? "seeded; workload and attackers started (a line every 30 s)\n"
         : `${requests} requests since the last line; reconstruction p99 ${formatNumber(reconstructionP99)} ms; 5xx ${fiveXx}; other unexpected ${unexpected}; ` +
           `attackers cut: slow-header ${headers.cut}/${headers.opened}, slow-body ${bodies.cut}/${bodies.opened}\n`),
@@ -678,11 +742,17 @@ interface RunResult {
   settings: SoakSettings;
   elapsed: number;
   ops: Operations;
-  rss: RssSample[];
-  peakMiB: number;
-  alive: boolean;
+  server: {
+    samples: readonly ServerSample[];
+    /** Over the whole workload, in % of one core. */
+    cpuPercent: number;
+    peakMiB: number;
+    alive: boolean;
+    log: ServerLog;
+  };
+  /** This process's CPU over the workload (load generator and attackers), in % of one core. */
+  ownCpuPercent: number;
   attackers: { headers: SlowClientReport; bodies: SlowClientReport };
-  log: ServerLog;
 }
 
 function reportRows(result: RunResult): BenchRow[] {
@@ -740,11 +810,7 @@ function reportRows(result: RunResult): BenchRow[] {
         note: `${formatNumber(ops.xorb.bytes / 1e6)} MB of new chunks stored; half of each file's chunks already stored`,
       },
     ),
-    ...rssRows(result),
-    benchRow(GROUP, "server process alive at the end", result.alive ? 1 : 0, "1 = yes", { target: { atLeast: 1 } }),
-    benchRow(GROUP, "server error log lines", result.log.errors, "lines", {
-      note: `${result.log.warnings} warnings${result.log.firstErrors.length > 0 ? `; first errors: ${result.log.firstErrors.join(" | ")}` : ""}`,
-    }),
+    ...serverRows(result),
     ...attackerRows(
       "slow-header",
       result.attackers.headers,
@@ -761,7 +827,12 @@ function reportRows(result: RunResult): BenchRow[] {
   return rows;
 }
 
-/** `200×1234, 404×2`, the expected outcome first; only those `keep` accepts. */
+/** A rounded figure, or a dash when there is none (a sample that could not be taken). */
+function whole(value: number): string {
+  return Number.isNaN(value) ? "–" : String(Math.round(value));
+}
+
+/** `200×1234, 404×2`, the most frequent first; only the outcomes `keep` accepts. */
 function outcomesText(outcomes: ReadonlyMap<string, number>, keep: (outcome: string) => boolean = () => true): string {
   return (
     [...outcomes]
@@ -772,21 +843,34 @@ function outcomesText(outcomes: ReadonlyMap<string, number>, keep: (outcome: str
   );
 }
 
-function rssRows(result: RunResult): BenchRow[] {
+function serverRows(result: RunResult): BenchRow[] {
+  const { samples, log } = result.server;
   const warmup = Math.min(WARMUP_SECONDS, result.settings.seconds / 4);
-  const after = result.rss.filter((sample) => sample.at >= warmup && Number.isFinite(sample.mib));
-  const samples = result.rss.map((sample) => `${sample.at} s: ${Math.round(sample.mib)}`).join(", ");
+  const after = samples.filter((sample) => sample.at >= warmup && Number.isFinite(sample.rssMiB));
+  const series = (value: (sample: ServerSample) => number) => samples.map((sample) => `${sample.at} s: ${whole(value(sample))}`).join(", ");
   const growth = fittedGrowth(after);
   return [
-    benchRow(GROUP, "server RSS after warm-up, highest sample", after.length > 0 ? Math.max(...after.map((sample) => sample.mib)) : Number.NaN, "MiB", {
+    benchRow(GROUP, "server RSS after warm-up, highest sample", after.length > 0 ? Math.max(...after.map((sample) => sample.rssMiB)) : Number.NaN, "MiB", {
       target: { atMost: RSS_TARGET_MIB },
-      note: `VmRSS every ${SAMPLE_SECONDS} s (MiB): ${samples}; warm-up: the first ${formatNumber(warmup)} s`,
+      note: `VmRSS every ${SAMPLE_SECONDS} s (MiB): ${series((sample) => sample.rssMiB)}; warm-up: the first ${formatNumber(warmup)} s`,
     }),
-    benchRow(GROUP, "server RSS growth after warm-up", growth.mib, "MiB", {
-      target: { atMost: RSS_GROWTH_TARGET_MIB },
-      note: growth.note,
+    benchRow(GROUP, "server RSS growth after warm-up", growth.mib, "MiB", { target: { atMost: RSS_GROWTH_TARGET_MIB }, note: growth.note }),
+    benchRow(GROUP, "server peak RSS (VmHWM), whole run", result.server.peakMiB, "MiB", { note: "seeding included" }),
+    benchRow(GROUP, "server V8 heap in use, last sample", samples[samples.length - 1].heapUsedMiB, "MiB", {
+      note: `every ${SAMPLE_SECONDS} s (MiB, in use / reserved / external): ${samples
+        .map((sample) => `${sample.at} s: ${[sample.heapUsedMiB, sample.heapTotalMiB, sample.externalMiB].map(whole).join("/")}`)
+        .join(", ")}`,
     }),
-    benchRow(GROUP, "server peak RSS (VmHWM), whole run", result.peakMiB, "MiB", { note: "seeding included" }),
+    benchRow(GROUP, "server CPU during the workload", result.server.cpuPercent, "% of a core", {
+      note: `per ${SAMPLE_SECONDS} s: ${series((sample) => sample.cpuPercent)}; the load generator and attackers (this process): ${Math.round(result.ownCpuPercent)} %`,
+    }),
+    benchRow(GROUP, "server open descriptors at the end", samples[samples.length - 1].descriptors, "descriptors", {
+      note: `every ${SAMPLE_SECONDS} s: ${series((sample) => sample.descriptors)} (the attackers hold ${SLOW_HEADER_SLOTS + SLOW_BODY_SLOTS} connections)`,
+    }),
+    benchRow(GROUP, "server process alive at the end", result.server.alive ? 1 : 0, "1 = yes", { target: { atLeast: 1 } }),
+    benchRow(GROUP, "server error log lines", log.errors, "lines", {
+      note: `${log.warnings} warnings${log.firstErrors.length > 0 ? `; first errors: ${log.firstErrors.join(" | ")}` : ""}`,
+    }),
   ];
 }
 
@@ -794,20 +878,20 @@ function rssRows(result: RunResult): BenchRow[] {
  * How much the RSS grew over the samples after warm-up, read off a least-squares line through
  * them: one sample caught at a garbage collection's high or low then moves it little.
  */
-function fittedGrowth(samples: readonly RssSample[]): { mib: number; note: string } {
+function fittedGrowth(samples: readonly ServerSample[]): { mib: number; note: string } {
   if (samples.length < 2) return { mib: 0, note: `${samples.length} sample after warm-up: run longer to see a trend` };
   const n = samples.length;
   const meanT = samples.reduce((sum, s) => sum + s.at, 0) / n;
-  const meanM = samples.reduce((sum, s) => sum + s.mib, 0) / n;
+  const meanM = samples.reduce((sum, s) => sum + s.rssMiB, 0) / n;
   let covariance = 0;
   let variance = 0;
   for (const s of samples) {
-    covariance += (s.at - meanT) * (s.mib - meanM);
+    covariance += (s.at - meanT) * (s.rssMiB - meanM);
     variance += (s.at - meanT) ** 2;
   }
   const slope = covariance / variance;
   const span = samples[n - 1].at - samples[0].at;
-  const lastMinusFirst = samples[n - 1].mib - samples[0].mib;
+  const lastMinusFirst = samples[n - 1].rssMiB - samples[0].rssMiB;
   return {
     mib: slope * span,
     note: `least-squares line through ${n} samples over ${span} s: ${formatNumber(slope * 60)} MiB/min; last − first sample ${formatNumber(lastMinusFirst)} MiB`,
