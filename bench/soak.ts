@@ -38,10 +38,16 @@
  * Known files: 9 seed files (one per seed xorb, one spanning all 8) and the last 64 uploaded.
  *
  * Reported: per operation, throughput, p50 and p99 latency and the outcomes by status
- * (network failures by error code); 5xx answers in all; the server's RSS (VmRSS of the
- * `castor serve` process, /proc) every 30 s and its growth after warm-up (the first minute, or
- * the first quarter of a shorter run); how the attackers' connections ended and how long they
- * were held; what castor logged as warnings and errors. A line goes to stderr every 30 s.
+ * (network failures by error code); 5xx answers in all; every 30 s, the server's RSS (VmRSS of
+ * the `castor serve` process, /proc), CPU and open descriptors, and from its /metrics the V8
+ * heap and the event loop's delay; how the attackers' connections ended and how long they were
+ * held; what castor logged as warnings and errors. A line goes to stderr every 30 s.
+ *
+ * Warm-up is the first half of the run. castor's memory grows until its bounded caches are
+ * full, and the random ranges above make a new reconstruction answer each: the answer cache
+ * (32 MiB of encoded answers) takes ~4–5 minutes at rate 1 to fill; the record cache (128 MiB)
+ * and SQLite's page cache grow with the uploaded files far more slowly. Heap snapshots of the
+ * server 3 minutes apart showed nothing else growing.
  *
  * Targets (issue 14): no 5xx; RSS under 512 MiB and flat after warm-up (growth, by a
  * least-squares line through the samples, at most 32 MiB); reconstruction-query p99 under
@@ -79,7 +85,8 @@ const MiB = 1024 * KiB;
 const DEFAULT_SECONDS = 600;
 const MIN_SECONDS = 10;
 const SAMPLE_SECONDS = 30;
-const WARMUP_SECONDS = 60;
+/** Warm-up: this share of the run, from its start (see the file comment). */
+const WARMUP_SHARE = 0.5;
 const REPO = { type: "model", name: "bench/soak" } as const;
 
 const CHUNK_BYTES = 64 * KiB;
@@ -343,7 +350,7 @@ export async function run(): Promise<BenchRow[]> {
     const ownCpuBefore = process.cpuUsage();
     const deadline = samples.started + settings.seconds * 1000;
     const sampling = sampleEvery(settings, samples.started, deadline, async () => progress(settings, await samples.take(), ctx.ops, attackers));
-    await Promise.all(workloadLanes(ctx, settings.rate, deadline));
+    const rounds = await runLanes(ctx, settings.rate, deadline);
     const elapsed = (performance.now() - samples.started) / 1000;
     await sampling;
     const attacked = { headers: await attackers.headers.stop(), bodies: await attackers.bodies.stop() };
@@ -353,6 +360,7 @@ export async function run(): Promise<BenchRow[]> {
     return reportRows({
       settings,
       elapsed,
+      rounds,
       ops: ctx.ops,
       server: {
         samples: samples.all,
@@ -405,28 +413,40 @@ async function expectStatus(pending: Promise<Answer>, status: number, what: stri
 }
 
 /** Every lane of the workload, each running until `deadline`. */
-function workloadLanes(ctx: Context, rate: number, deadline: number): Promise<void>[] {
-  const lanes: Promise<void>[] = [];
-  const add = (kind: keyof typeof LANES, work: (n: number, lane: number) => Promise<void>) => {
-    for (let lane = 0; lane < LANES[kind].lanes; lane++) lanes.push(paced(LANES[kind].perSecond * rate, deadline, (n) => work(n, lane)));
+type LaneKind = keyof typeof LANES;
+
+/** Runs every lane of the workload until `deadline`; returns the rounds each kind of lane completed. */
+async function runLanes(ctx: Context, rate: number, deadline: number): Promise<Record<LaneKind, number>> {
+  const work: Record<LaneKind, (n: number, lane: number) => Promise<void>> = {
+    upload: (n, lane) => uploadRound(ctx, lane, n),
+    download: () => download(ctx),
+    reconstruction: (n) => reconstruct(ctx, n),
+    dedup: (n) => dedupQuery(ctx, n),
+    token: (n) => refreshToken(ctx, n % 2 === 0 ? "read" : "write"),
   };
-  add("upload", (n, lane) => uploadRound(ctx, lane, n));
-  add("download", () => download(ctx));
-  add("reconstruction", (n) => reconstruct(ctx, n));
-  add("dedup", (n) => dedupQuery(ctx, n));
-  add("token", (n) => refreshToken(ctx, n % 2 === 0 ? "read" : "write"));
-  return lanes;
+  const rounds: Record<LaneKind, number> = { upload: 0, download: 0, reconstruction: 0, dedup: 0, token: 0 };
+  const running: Promise<void>[] = [];
+  for (const kind of Object.keys(LANES) as LaneKind[]) {
+    for (let lane = 0; lane < LANES[kind].lanes; lane++) {
+      running.push(paced(LANES[kind].perSecond * rate, deadline, (n) => work[kind](n, lane)).then((done) => void (rounds[kind] += done)));
+    }
+  }
+  await Promise.all(running);
+  return rounds;
 }
 
-/** Runs `work` `perSecond` times a second until `deadline`; late work goes on at once, without a catch-up burst. */
-async function paced(perSecond: number, deadline: number, work: (n: number) => Promise<void>): Promise<void> {
+/**
+ * Runs `work` `perSecond` times a second until `deadline`; late work goes on at once, without a
+ * catch-up burst. Returns how many times it ran.
+ */
+async function paced(perSecond: number, deadline: number, work: (n: number) => Promise<void>): Promise<number> {
   const interval = 1000 / perSecond;
   // Lanes of one kind start spread over an interval, not in step.
   let next = performance.now() + Math.random() * interval;
   for (let n = 0; ; n++) {
     const wait = next - performance.now();
     if (wait > 0) await sleep(wait);
-    if (performance.now() >= deadline) return;
+    if (performance.now() >= deadline) return n;
     await work(n);
     next = Math.max(next + interval, performance.now());
   }
@@ -599,6 +619,8 @@ interface ServerSample {
   heapUsedMiB: number;
   heapTotalMiB: number;
   externalMiB: number;
+  /** The 99th percentile of the event loop's delay since the previous scrape (prom-client resets it), in ms. */
+  loopLagP99Ms: number;
   /** CPU used since the previous sample, in % of one core (NaN for the first). */
   cpuPercent: number;
   descriptors: number;
@@ -637,6 +659,7 @@ class ServerSamples {
       heapUsedMiB: metrics("nodejs_heap_size_used_bytes") / MiB,
       heapTotalMiB: metrics("nodejs_heap_size_total_bytes") / MiB,
       externalMiB: metrics("nodejs_external_memory_bytes") / MiB,
+      loopLagP99Ms: metrics("nodejs_eventloop_lag_p99_seconds") * 1000,
       cpuPercent: at - this.previousCpu.at < 1 ? Number.NaN : ((cpu - this.previousCpu.seconds) / (at - this.previousCpu.at)) * 100,
       descriptors: await openDescriptorCount(this.pid),
     };
@@ -730,7 +753,7 @@ function progress(settings: SoakSettings, sample: ServerSample, ops: Operations,
   for (const op of all) op.recentMs = [];
   process.stderr.write(
     `${sample.at === 0 ? "\n" : ""}soak ${sample.at}/${settings.seconds} s: server RSS ${formatNumber(sample.rssMiB)} MiB (heap ${formatNumber(sample.heapUsedMiB)}), ` +
-      `CPU ${whole(sample.cpuPercent)} %, ${sample.descriptors} descriptors; ` +
+      `CPU ${whole(sample.cpuPercent)} %, event-loop lag p99 ${formatNumber(sample.loopLagP99Ms)} ms, ${sample.descriptors} descriptors; ` +
       (sample.at === 0
         ? "seeded; workload and attackers started (a line every 30 s)\n"
         : `${requests} requests since the last line; reconstruction p99 ${formatNumber(reconstructionP99)} ms; 5xx ${fiveXx}; other unexpected ${unexpected}; ` +
@@ -741,6 +764,8 @@ function progress(settings: SoakSettings, sample: ServerSample, ops: Operations,
 interface RunResult {
   settings: SoakSettings;
   elapsed: number;
+  /** Rounds completed per kind of lane. */
+  rounds: Record<LaneKind, number>;
   ops: Operations;
   server: {
     samples: readonly ServerSample[];
@@ -766,6 +791,14 @@ function reportRows(result: RunResult): BenchRow[] {
       note: `one compiled castor serve (SQLite + files, default limits); lanes ${lanes}; CASTOR_SOAK_SECONDS=${settings.seconds}, CASTOR_SOAK_RATE=${settings.rate}`,
     }),
   ];
+  const offered = (kind: LaneKind) => LANES[kind].lanes * LANES[kind].perSecond * settings.rate * elapsed;
+  const kinds = Object.keys(LANES) as LaneKind[];
+  const achieved = kinds.reduce((sum, kind) => sum + result.rounds[kind], 0) / kinds.reduce((sum, kind) => sum + offered(kind), 0);
+  rows.push(
+    benchRow(GROUP, "rounds done / rounds offered", achieved, "ratio", {
+      note: `${kinds.map((kind) => `${kind} ${formatNumber(result.rounds[kind] / elapsed)}/${formatNumber(offered(kind) / elapsed)} per s`).join(", ")}; under 1, the lanes waited on castor (or on a busy machine) and fell behind`,
+    }),
+  );
   const requests = all.filter((op) => op !== ops.download).reduce((sum, op) => sum + op.latenciesMs.length, 0);
   rows.push(
     benchRow(GROUP, "requests, all operations", requests / elapsed, "req/s", { note: `${requests} in all (a whole download counted by its requests)` }),
@@ -845,7 +878,7 @@ function outcomesText(outcomes: ReadonlyMap<string, number>, keep: (outcome: str
 
 function serverRows(result: RunResult): BenchRow[] {
   const { samples, log } = result.server;
-  const warmup = Math.min(WARMUP_SECONDS, result.settings.seconds / 4);
+  const warmup = result.settings.seconds * WARMUP_SHARE;
   const after = samples.filter((sample) => sample.at >= warmup && Number.isFinite(sample.rssMiB));
   const series = (value: (sample: ServerSample) => number) => samples.map((sample) => `${sample.at} s: ${whole(value(sample))}`).join(", ");
   const growth = fittedGrowth(after);
@@ -864,6 +897,15 @@ function serverRows(result: RunResult): BenchRow[] {
     benchRow(GROUP, "server CPU during the workload", result.server.cpuPercent, "% of a core", {
       note: `per ${SAMPLE_SECONDS} s: ${series((sample) => sample.cpuPercent)}; the load generator and attackers (this process): ${Math.round(result.ownCpuPercent)} %`,
     }),
+    benchRow(
+      GROUP,
+      "server event-loop lag p99, worst 30 s",
+      samples.length > 1 ? Math.max(...samples.slice(1).map((sample) => sample.loopLagP99Ms)) : Number.NaN,
+      "ms",
+      {
+        note: `per ${SAMPLE_SECONDS} s (ms): ${series((sample) => sample.loopLagP99Ms)}; from /metrics, reset at each scrape`,
+      },
+    ),
     benchRow(GROUP, "server open descriptors at the end", samples[samples.length - 1].descriptors, "descriptors", {
       note: `every ${SAMPLE_SECONDS} s: ${series((sample) => sample.descriptors)} (the attackers hold ${SLOW_HEADER_SLOTS + SLOW_BODY_SLOTS} connections)`,
     }),
