@@ -54,7 +54,9 @@
  * 50 ms while the attackers run; attackers cut within their limit (+ 5 s of slack).
  */
 import { createHash, randomBytes, randomInt } from "node:crypto";
+import { readdir } from "node:fs/promises";
 import { Agent, request as httpRequest } from "node:http";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { decodeChunkStream, type DecodedChunks } from "../src/client/chunk-stream.js";
 import { encodeCommit } from "../src/client/hub.js";
@@ -73,6 +75,7 @@ import {
   type MerkleEntry,
   type ShardFile,
 } from "../src/format/index.js";
+import { SPOOL_DIR_NAME } from "../src/http/app.js";
 import { DEFAULT_CONNECTION_LIMITS } from "../src/http/connection-limits.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { benchRow, deterministicRandomBytes, formatNumber, median, megabytesPerSecond, percentile, type BenchRow } from "./lib.js";
@@ -354,6 +357,7 @@ export async function run(): Promise<BenchRow[]> {
     const elapsed = (performance.now() - samples.started) / 1000;
     await sampling;
     const attacked = { headers: await attackers.headers.stop(), bodies: await attackers.bodies.stop() };
+    const leftOver = await stagedFilesLeft(server.dataDir);
     // A last sample at the end, unless the last regular one was taken just now.
     if (elapsed - samples.last.at > 2) await samples.take();
     const { user, system } = process.cpuUsage(ownCpuBefore);
@@ -367,6 +371,7 @@ export async function run(): Promise<BenchRow[]> {
         cpuPercent: samples.cpuPercentSinceStart(),
         peakMiB: (await processStatusKiB(server.child.pid, "VmHWM")) / 1024,
         alive: server.child.exitCode === null && server.child.signalCode === null,
+        stagedFilesLeft: leftOver,
         log,
       },
       ownCpuPercent: ((user + system) / 1e6 / elapsed) * 100,
@@ -696,6 +701,26 @@ async function sampleEvery(settings: SoakSettings, started: number, deadline: nu
   }
 }
 
+/** How long castor may take to remove what the cut uploads staged. */
+const STAGED_WAIT_MS = 5000;
+
+/**
+ * Files in the data dir's staging folders, polled until there are none or STAGED_WAIT_MS
+ * passed: every upload the workload and the slow-body attacker started has ended by now, so
+ * anything left leaks disk.
+ */
+async function stagedFilesLeft(dataDir: string): Promise<string[]> {
+  const deadline = performance.now() + STAGED_WAIT_MS;
+  for (;;) {
+    const found: string[] = [];
+    for (const dir of [join("blobs", "tmp"), SPOOL_DIR_NAME]) {
+      for (const name of await readdir(join(dataDir, dir)).catch(() => [] as string[])) found.push(join(dir, name));
+    }
+    if (found.length === 0 || performance.now() > deadline) return found;
+    await sleep(100);
+  }
+}
+
 interface ServerLog {
   warnings: number;
   errors: number;
@@ -773,6 +798,8 @@ interface RunResult {
     cpuPercent: number;
     peakMiB: number;
     alive: boolean;
+    /** Staged uploads and spooled bodies still on disk once every client has stopped. */
+    stagedFilesLeft: string[];
     log: ServerLog;
   };
   /** This process's CPU over the workload (load generator and attackers), in % of one core. */
@@ -910,6 +937,10 @@ function serverRows(result: RunResult): BenchRow[] {
       note: `every ${SAMPLE_SECONDS} s: ${series((sample) => sample.descriptors)} (the attackers hold ${SLOW_HEADER_SLOTS + SLOW_BODY_SLOTS} connections)`,
     }),
     benchRow(GROUP, "server process alive at the end", result.server.alive ? 1 : 0, "1 = yes", { target: { atLeast: 1 } }),
+    benchRow(GROUP, "staged upload files left after the run", result.server.stagedFilesLeft.length, "files", {
+      target: { atMost: 0 },
+      note: `blobs/tmp and ${SPOOL_DIR_NAME}/ of the data dir, ${STAGED_WAIT_MS / 1000} s after the last client stopped${result.server.stagedFilesLeft.length > 0 ? `: ${result.server.stagedFilesLeft.slice(0, 3).join(", ")}` : ""}`,
+    }),
     benchRow(GROUP, "server error log lines", log.errors, "lines", {
       note: `${log.warnings} warnings${log.firstErrors.length > 0 ? `; first errors: ${log.firstErrors.join(" | ")}` : ""}`,
     }),
