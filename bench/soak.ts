@@ -14,23 +14,24 @@
  * The workload runs in this process, in lanes: each lane sends one request (or one round) after
  * another at a fixed rate, over keep-alive connections, so the offered load is the same on any
  * machine and the figures of two runs compare. A lane that falls behind goes on at once but
- * never bursts to catch up; its throughput then shows the shortfall. Per second, at rate 1:
+ * never bursts to catch up; the row "rounds done / rounds offered" then shows the shortfall.
+ * At rate 1, ~250 requests a second (castor uses a fifth of a core for them here):
  *
- * - uploads (2 lanes × 1 round): a 1 MiB file of 16 chunks of 64 KiB, in runs of 4 that are
+ * - uploads (2 lanes × 1.5 rounds a second): a 1 MiB file of 16 chunks of 64 KiB, in runs of 4 that are
  *   alternately new and already stored (a run of a seed xorb), so half of every file's chunks
  *   are shared. The new half is one xorb (`POST /v1/xorbs/default/{hash}`), the file one shard
  *   (`POST /v1/shards`), then a hub commit names it by SHA-256 at one of 16 paths per lane, as
  *   `huggingface_hub` commits an upload. Bodies are built in memory with src/client's packing
  *   (no chunking of a file); new chunks are copies of a 4 MiB random pool with a serial number
- *   written in, so each is unique and the disk grows by ~1 MiB a second (~600 MiB in 10 min).
- * - downloads (2 lanes × 4): the V2 reconstruction of a known file, then each of its ranges by
+ *   written in, so each is unique and the data dir grows by ~1.6 MB a second (~1 GB in 10 min).
+ * - downloads (2 lanes × 8 a second): the V2 reconstruction of a known file, then each of its ranges by
  *   a single-range GET of the transfer URL (as hf_xet splits them); every chunk is decoded and
  *   hashed and the file hash recomputed: any wrong byte is a `hash mismatch`.
- * - reconstruction queries (4 lanes × 20), the p99 target's subject: V2 (V1 every 4th), half of
+ * - reconstruction queries (4 lanes × 40), the p99 target's subject: V2 (V1 every 4th), half of
  *   them with a random Range.
- * - dedup queries (1 lane × 10): `GET /v1/chunks/default-merkledb/{hash}`, alternately the first
+ * - dedup queries (1 lane × 20): `GET /v1/chunks/default-merkledb/{hash}`, alternately the first
  *   chunk of a known file (a hit: castor indexes every file's first chunk) and a random hash.
- * - token refreshes (1 lane × 2): the hub's `xet-read-token` and `xet-write-token`, alternately;
+ * - token refreshes (1 lane × 4): the hub's `xet-read-token` and `xet-write-token`, alternately;
  *   the other lanes use the tokens they hand out.
  * - attackers (support/slow-clients.ts): 64 connections dribbling a header line every 2 s and
  *   8 authenticated xorb uploads trickling 16 bytes/s; each reconnects when castor cuts it.
