@@ -45,10 +45,12 @@
  * held; what castor logged as warnings and errors. A line goes to stderr every 30 s.
  *
  * Warm-up is the first half of the run. castor's memory grows until its bounded caches are
- * full, and the random ranges above make a new reconstruction answer each: the answer cache
- * (32 MiB of encoded answers) takes ~4–5 minutes at rate 1 to fill; the record cache (128 MiB)
- * and SQLite's page cache grow with the uploaded files far more slowly. Heap snapshots of the
- * server 3 minutes apart showed nothing else growing.
+ * full, as it would in the first minutes of any server's life; the random ranges above make a
+ * new reconstruction answer each (~1.5 KB as the cache counts it, 80 a second at rate 1), so
+ * the answer cache (32 MiB) is full after ~5 minutes, and the second half of a 10-minute run
+ * sees castor's steady state. The record cache (128 MiB) and SQLite's page cache grow with the
+ * uploaded files far more slowly. Heap snapshots of the server 3 minutes apart showed nothing
+ * else growing.
  *
  * Targets (issue 14): no 5xx; RSS under 512 MiB and flat after warm-up (growth, by a
  * least-squares line through the samples, at most 32 MiB); reconstruction-query p99 under
