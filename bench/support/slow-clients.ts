@@ -96,6 +96,11 @@ export class SlowClients {
       this.count(`connect failed: ${(error as NodeJS.ErrnoException).code ?? "error"}`);
       return;
     }
+    // `stop` may have closed the others while this one was connecting.
+    if (this.stopping) {
+      socket.destroy();
+      return;
+    }
     this.opened++;
     const opened = performance.now();
     this.live.set(socket, opened);
