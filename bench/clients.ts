@@ -39,13 +39,14 @@
  * hf_xet's chunk cache) otherwise lands on whichever transfer comes next and swamps the
  * difference between servers. castor's data dir stays on disk: that is the server's real work.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { castorClientDownload, castorClientUpload, interopPython, startCastorFixture, type CastorFixture } from "../test/interop/harness.js";
 import { benchRow, megabytesPerSecond, median, type BenchRow } from "./lib.js";
 import { startDoNothingCas } from "./support/do-nothing-cas.js";
+import { processCpuSeconds } from "./support/proc-stats.js";
 import { verifyDownload, writeRandomFile } from "./support/random-file.js";
 import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 
@@ -100,7 +101,7 @@ export async function run(): Promise<BenchRow[]> {
       const file = await writeRandomFile(source, FILE_BYTES, FILE_SEED + rounds);
       const doNothing = await startDoNothingCas();
       const contenders = [
-        hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => childCpuSeconds(castorForHfXet.server.child.pid)),
+        hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => processCpuSeconds(castorForHfXet.server.child.pid)),
         hfXetContender("hf_xet → do-nothing", hfXet, source, { tokenUrl: doNothing.tokenUrl, hubToken: () => doNothing.hubToken }, ownCpuSeconds),
         castorClientContender(castorForClient, source),
       ];
@@ -206,14 +207,6 @@ interface Contender {
 function cpuSince(contender: Contender, before: number | null): number | null {
   const now = contender.serverCpuSeconds();
   return before === null || now === null ? null : now - before;
-}
-
-/** User + system CPU seconds of a child process, from /proc (Linux); null elsewhere. */
-function childCpuSeconds(pid: number | undefined): number | null {
-  if (pid === undefined || !existsSync(`/proc/${pid}/stat`)) return null;
-  // Fields after the parenthesised command name; utime and stime are the 12th and 13th, in clock ticks (100 per second on Linux).
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 /** User + system CPU seconds of this process, which hosts the do-nothing CAS. */

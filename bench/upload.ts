@@ -11,7 +11,7 @@
  * byte (the LZ4 path is measured by the format group).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { readFile, writeFile, mkdtemp, rm } from "node:fs/promises";
+import { writeFile, mkdtemp, rm } from "node:fs/promises";
 import { Agent, request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,6 +22,7 @@ import { chunkHash, hashToHex, xorbHash } from "../src/format/hash.js";
 import { XORB_CHUNK_HEADER_BYTES, serializeXorb } from "../src/format/xorb.js";
 import { startCastorServer } from "../test/helpers/server.js";
 import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { processStatusKiB } from "./support/proc-stats.js";
 
 const GROUP = "upload";
 const CHUNK_BYTES = 128 * 1024;
@@ -131,10 +132,7 @@ async function measurePeakRss(server: ChildProcess, url: string, headers: Record
   } finally {
     agent.destroy();
   }
-  const status = await readFile(`${procDir}/status`, "utf8");
-  const match = /^VmHWM:\s+(\d+) kB$/m.exec(status);
-  if (!match) throw new Error(`no VmHWM line in ${procDir}/status`);
-  return { mib: Number(match[1]) / 1024, note };
+  return { mib: (await processStatusKiB(server.pid, "VmHWM")) / 1024, note };
 }
 
 /** Posts one xorb body (without Content-Type, like hf_xet); returns the bytes sent. */

@@ -8,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier, type CasTokenRequest } from "../../src/auth/cas-token.js";
 import type { RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
-import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
+import { latin1Bytes, ReconstructionService } from "../../src/cas/reconstruction-service.js";
 import type { ByteRange } from "../../src/format/ranges.js";
 import { hashFromHex, hashToHex, ZERO_HASH, type Hash } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
@@ -294,6 +294,23 @@ describe("reuse of signed URLs and answers", () => {
     } finally {
       await instance.close();
     }
+  });
+});
+
+describe("memory of cached answers", () => {
+  it("gives each answer a buffer of its own: one cut from Buffer's shared pool would keep its whole slab alive", async () => {
+    const service = new ReconstructionService({ store: metadata, signer, transferUrlTtlSeconds: 600 });
+    const answer = await service.reconstruct({ repo: BERT, fileHash: hashFromHex(FILE_A), fileHex: FILE_A, range: { kind: "whole" }, version: 2 });
+    assert.ok(answer.body.length < Buffer.poolSize / 2, `a short answer, which Buffer.from would take from the pool (${answer.body.length} bytes)`);
+    assert.equal(answer.body.byteOffset, 0);
+    assert.equal(answer.body.buffer.byteLength, answer.body.length);
+    assert.equal((await get(`/v2/reconstructions/${FILE_A}`)).body, answer.body.toString("latin1"), "the same bytes as served");
+  });
+
+  it("latin1Bytes writes every character as its byte", () => {
+    const text = Array.from({ length: 256 }, (_, i) => String.fromCharCode(i)).join("");
+    assert.deepEqual(latin1Bytes(text), Buffer.from(text, "latin1"));
+    assert.equal(latin1Bytes("").length, 0);
   });
 });
 
