@@ -6,6 +6,8 @@
  * `npm run bench` builds dist/ first: the groups that start castor run the compiled `castor`
  * command, as users run it, not the sources through tsx.
  *
+ * Without names, every group runs but the long ones of ON_DEMAND.
+ *
  * Groups run one after another, never in parallel: the machine has 2 cores and each group
  * wants them to itself. A group that throws is reported and makes the exit code 1; the others
  * still run.
@@ -19,6 +21,8 @@ import { formatTable, type BenchGroup, type BenchRow } from "./lib.js";
 const benchDir = fileURLToPath(new URL(".", import.meta.url));
 const resultsDir = join(benchDir, "results");
 const NOT_GROUPS = new Set(["lib.ts", "run.ts"]);
+/** Groups that take many minutes by design (a 10-minute soak, a store of ten million chunks): run only when named. */
+const ON_DEMAND = new Set(["scale", "soak"]);
 
 function availableGroups(): string[] {
   return readdirSync(benchDir)
@@ -43,7 +47,8 @@ async function main(): Promise<number> {
     console.error(`unknown benchmark group(s): ${unknown.join(", ")}; available: ${available.join(", ")}`);
     return 2;
   }
-  const selected = requested.length > 0 ? available.filter((name) => requested.includes(name)) : available;
+  const selected = requested.length > 0 ? available.filter((name) => requested.includes(name)) : available.filter((name) => !ON_DEMAND.has(name));
+  if (requested.length === 0) process.stderr.write(`bench: not running ${[...ON_DEMAND].join(" and ")} (long by design): name them to run them\n`);
 
   const startedAt = new Date();
   const rows: BenchRow[] = [];
