@@ -1,7 +1,8 @@
 /**
  * Runs a REAL `castor serve` child process for end-to-end tests: 127.0.0.1 with a port the OS
  * picks, a fresh temporary data dir (unless one is given), every output line captured. Ready
- * when the server logs its "castor listening" line, which also tells the bound URL.
+ * when the server logs its "castor listening" line, which also tells the bound URL (with
+ * `CASTOR_WORKERS` above 1, the primary's, written once every worker listens).
  *
  * Embedded by default (SQLite and blobs in the data dir). `scaleOut` runs the server on the
  * scale-out backends instead — PostgreSQL, the S3 bucket and signing keys supplied by
@@ -202,6 +203,9 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     CASTOR_DATA_DIR: dataDir,
     CASTOR_LISTEN: "127.0.0.1:0",
     CASTOR_LOG_LEVEL: "info",
+    // One process, as castor ran before `--workers`: tests start many servers at once on two
+    // cores, and only the worker tests (which set it) need more.
+    CASTOR_WORKERS: "1",
     ...scaleOut?.env,
     ...options.env,
   };
