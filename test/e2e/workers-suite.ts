@@ -246,10 +246,11 @@ export function runWorkersSuite(backend: WorkersBackend): void {
       t.after(() => removeTempDir(dataDir));
       const staging = backend.scaleOut ? join(dataDir, S3_STAGING_DIR_NAME) : join(dataDir, BLOBS_DIR_NAME, "tmp");
       await mkdir(staging, { recursive: true });
-      await writeFile(join(staging, "leftover"), "half an upload");
+      // `.part`: the S3 store sweeps only names it makes itself.
+      await writeFile(join(staging, "leftover.part"), "half an upload");
       // Old enough for any sweep (with S3 only abandoned files are removed: other nodes may be uploading).
       const longAgo = new Date(Date.now() - 2 * 60 * 60 * 1000);
-      await utimes(join(staging, "leftover"), longAgo, longAgo);
+      await utimes(join(staging, "leftover.part"), longAgo, longAgo);
       const server = await start({}, dataDir);
       const sweeps = server.logLines().filter((line) => typeof line.msg === "string" && line.msg.includes("staging leftover"));
       assert.deepEqual(
