@@ -23,7 +23,7 @@ import { HubRepositories } from "./hub/repositories.js";
 import { buildCastorApp, SPOOL_DIR_NAME } from "./http/app.js";
 import { sweepSpool } from "./http/body-spool.js";
 import { createLogger } from "./http/logging.js";
-import { openMetadataStore } from "./metadata/open.js";
+import { openMetadataStore, type OpenMetadataOptions } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
 import type { SharedMetrics } from "./metrics.js";
 import type { BlobStore } from "./storage/blob-store.js";
@@ -86,11 +86,12 @@ export interface OpenedStores {
  * server that alone writes to them; `"abandoned"` only those an hour old, when other processes
  * may be uploading right now (S3 nodes sharing the bucket, the other workers of this server).
  * `castor serve --workers N` runs it once in the primary, before the workers start, and each
- * worker again with `"abandoned"` (which then finds the schema current and the keys there).
+ * worker again with `"abandoned"` (which then finds the schema current and the keys there),
+ * `processes` telling each its share of the node's database connections.
  */
-export async function openStores(config: CastorConfig, logger: Logger, sweep: "all" | "abandoned"): Promise<OpenedStores> {
+export async function openStores(config: CastorConfig, logger: Logger, sweep: "all" | "abandoned", options: OpenMetadataOptions = {}): Promise<OpenedStores> {
   await mkdir(config.dataDir, { recursive: true });
-  const store = await openMetadataStore(config);
+  const store = await openMetadataStore(config, options);
   let blobs: BlobStore | undefined;
   try {
     const keys = await loadOrCreateKeys(config);
@@ -115,7 +116,7 @@ export function loneServerSweep(config: CastorConfig): "all" | "abandoned" {
 export async function startServer(config: CastorConfig, options: StartOptions = {}): Promise<CastorServer> {
   const { worker } = options;
   const logger = createLogger(config.logLevel, options.logDestination, worker?.id);
-  const { store, blobs, keys } = await openStores(config, logger, worker ? "abandoned" : loneServerSweep(config));
+  const { store, blobs, keys } = await openStores(config, logger, worker ? "abandoned" : loneServerSweep(config), { processes: worker ? config.workers : 1 });
   try {
     let boundPublicUrl: string | null = config.publicUrl;
     const publicUrl = () => {

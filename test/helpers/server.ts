@@ -92,6 +92,12 @@ export interface StartServerOptions {
    * dist/ is built from the current sources (`npm run bench` builds first).
    */
   compiled?: boolean;
+  /**
+   * Once ready, stop keeping (and parsing) what the server prints: for benchmarks, whose servers
+   * log a line per request by the ten thousand. `output()` and the log functions then see only
+   * what came before.
+   */
+  discardOutputOnceReady?: boolean;
 }
 
 /**
@@ -220,9 +226,11 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
 
   let output = "";
   let stdoutRest = "";
+  let discarding = false;
   const lines: Record<string, unknown>[] = [];
   const lineListeners = new Set<(line: Record<string, unknown>) => void>();
   child.stdout!.setEncoding("utf8").on("data", (text: string) => {
+    if (discarding) return;
     output += text;
     const parts = (stdoutRest + text).split("\n");
     stdoutRest = parts.pop()!;
@@ -239,7 +247,7 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     }
   });
   child.stderr!.setEncoding("utf8").on("data", (text: string) => {
-    output += text;
+    if (!discarding) output += text;
   });
   const exited = new Promise<ExitStatus>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
 
@@ -264,6 +272,7 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
     throw error;
   });
+  discarding = options.discardOutputOnceReady === true;
 
   const requestLog = (from = 0): LoggedRequest[] =>
     lines
