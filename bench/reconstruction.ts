@@ -50,7 +50,7 @@ const CHUNKS_PER_XORB = 1024;
 const CHUNK_BYTES = 64 * 1024;
 /** Serialized size of a chunk: its 8-byte header plus a payload a little smaller than the data. */
 const SERIALIZED_CHUNK_BYTES = 8 + 60_000;
-const FILE_BYTES = XORBS * CHUNKS_PER_XORB * CHUNK_BYTES;
+export const FILE_BYTES = XORBS * CHUNKS_PER_XORB * CHUNK_BYTES;
 const CLIENTS = 16;
 const ROUNDS = 4;
 const ROUND_SECONDS = 2.5;
@@ -59,7 +59,7 @@ const WARMUP_SECONDS = 1.5;
 const MAX_REQUESTS_PER_ROUND = 200_000;
 const RATIO_TARGET = 0.3;
 const WORKER_ROLE = "castor-reconstruction-bench-server";
-const REPO = { type: "model", id: "bench/ten-gib" } as const;
+export const REPO = { type: "model", id: "bench/ten-gib" } as const;
 
 interface WorkerData {
   role: string;
@@ -68,7 +68,7 @@ interface WorkerData {
   publicKeyPem: string;
 }
 
-interface LoadResult {
+export interface LoadResult {
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
@@ -148,7 +148,7 @@ export async function run(): Promise<BenchRow[]> {
 }
 
 /** The 10 GiB file's metadata, written through the store like a shard registration would. */
-async function recordTenGibFile(dir: string): Promise<string> {
+export async function recordTenGibFile(dir: string): Promise<string> {
   const store = await SqliteMetadataStore.open(dir);
   try {
     const repo = await store.createRepo(REPO.type, REPO.id);
@@ -181,7 +181,7 @@ async function recordTenGibFile(dir: string): Promise<string> {
   }
 }
 
-interface RequestSpec {
+export interface RequestSpec {
   url: string;
   headers: Record<string, string>;
   /** Per-request headers on top of `headers` (request number → headers). */
@@ -189,7 +189,7 @@ interface RequestSpec {
 }
 
 /** CLIENTS lanes, each sending one request after another, for `seconds` (or the request cap). */
-async function load(agent: Agent, spec: RequestSpec, seconds: number): Promise<LoadResult> {
+export async function load(agent: Agent, spec: RequestSpec, seconds: number): Promise<LoadResult> {
   const latencies: number[] = [];
   let responseBytes = 0;
   let sequence = 0;

@@ -34,10 +34,10 @@ import { fetchCountedBytes } from "./support/fetch-bytes.js";
 
 const GROUP = "transfer";
 const MiB = 1024 * 1024;
-const XORB_BYTES = 64 * MiB;
-const XORB = hashFromHex("5a".repeat(32));
+export const XORB_BYTES = 64 * MiB;
+export const XORB = hashFromHex("5a".repeat(32));
 const KEY_BYTES = 32;
-const REQUESTS_PER_RUN = 32;
+export const REQUESTS_PER_RUN = 32;
 const IN_FLIGHT = 4;
 const REPETITIONS = 4;
 const RATIO_TARGET = 0.7;
@@ -50,7 +50,7 @@ function multiRanges(request: number): ByteRange[] {
   return Array.from({ length: 8 }, (_, i) => byteRange(offset + i * stride, offset + i * stride + MiB - 1));
 }
 
-function singleRange(request: number): ByteRange[] {
+export function singleRange(request: number): ByteRange[] {
   const start = ((request * 5 + 3) * MiB + 12_345) % (XORB_BYTES - MiB);
   return [byteRange(start, start + MiB - 1)];
 }
@@ -169,7 +169,7 @@ function summarise(samples: number[]): { best: number; median: number } {
 }
 
 /** REQUESTS_PER_RUN GETs, IN_FLIGHT at a time; checks status and length, drops the bytes. */
-async function fetchAll(agent: Agent, requestOf: (i: number) => { url: string; ranges: ByteRange[] }): Promise<void> {
+export async function fetchAll(agent: Agent, requestOf: (i: number) => { url: string; ranges: ByteRange[] }): Promise<void> {
   let next = 0;
   const lane = async () => {
     while (next < REQUESTS_PER_RUN) {

@@ -4,6 +4,7 @@
  * environment). Every value is validated here, at start-up, with a message naming the setting.
  */
 import { isIP } from "node:net";
+import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 import { durationMs } from "./duration.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "./format/xorb.js";
@@ -85,6 +86,11 @@ export interface CastorConfig {
   trustedProxies: string[];
   /** How long a shutdown waits for requests in progress before it closes their connections. */
   shutdownGraceMs: number;
+  /**
+   * Processes `castor serve` answers requests in (CASTOR_WORKERS): 1 is one process, as castor
+   * always ran; more start a primary that forks that many workers sharing the port (src/cluster/).
+   */
+  workers: number;
   /** `GET /metrics` served (CASTOR_METRICS=on) or not (off). */
   metrics: boolean;
   /** Bearer token a metrics scrape must present (CASTOR_METRICS_TOKEN); null = none needed. */
@@ -114,6 +120,11 @@ export const DEFAULT_MIN_FREE_BYTES = 16 * MiB;
 export const DEFAULT_RESERVED_SPACE_BYTES = 64 * MiB;
 /** Long enough for an upload or download in progress to finish; short enough for a rolling restart. */
 export const DEFAULT_SHUTDOWN_GRACE_MS = 30_000;
+/**
+ * More workers than this is a typo, not a deployment: each is a whole Node process (~60 MB
+ * before its first request) with its own database connections.
+ */
+export const MAX_WORKERS = 256;
 
 /** Every setting castor reads, by environment name; the flag is derived from it. */
 export const SETTINGS = [
@@ -153,6 +164,7 @@ export const SETTINGS = [
   "CASTOR_AUTH_FAILURE_LIMIT",
   "CASTOR_TRUSTED_PROXIES",
   "CASTOR_SHUTDOWN_GRACE",
+  "CASTOR_WORKERS",
   "CASTOR_LOG_LEVEL",
   "CASTOR_METRICS",
   "CASTOR_METRICS_TOKEN",
@@ -263,6 +275,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     },
     trustedProxies: trustedProxies("CASTOR_TRUSTED_PROXIES", get("CASTOR_TRUSTED_PROXIES")),
     shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),
+    workers: workerCount(get("CASTOR_WORKERS")),
     metrics: oneOf("CASTOR_METRICS", get("CASTOR_METRICS") ?? "on", ["on", "off"] as const) === "on",
     metricsToken: get("CASTOR_METRICS_TOKEN") ?? null,
     gc: {
@@ -323,6 +336,14 @@ function positiveInt(name: SettingName, value: string): number {
     throw new ConfigError(`${name} must be a whole number ≥ 1, got ${JSON.stringify(value)}`);
   }
   return Number(value);
+}
+
+/** CASTOR_WORKERS, by default one per core the process may run on. */
+function workerCount(value: string | undefined): number {
+  if (value === undefined) return Math.min(availableParallelism(), MAX_WORKERS);
+  const count = positiveInt("CASTOR_WORKERS", value);
+  if (count > MAX_WORKERS) throw new ConfigError(`CASTOR_WORKERS must be at most ${MAX_WORKERS}, got ${count}`);
+  return count;
 }
 
 /** A count per minute, or null for `off` (or `0`, which could only ever mean "no limit" here). */

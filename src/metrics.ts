@@ -52,6 +52,22 @@ export type OnRefusal = (reason: RefusalReason) => void;
 export type XorbIngestOutcome = "stored" | "already_stored" | "already_recorded";
 export type TokenRequestOutcome = "granted" | "denied";
 
+/** Metrics in the Prometheus text format, with its content type. */
+export interface MetricsExposition {
+  contentType: string;
+  body: string;
+}
+
+/**
+ * `GET /metrics` when several processes serve one port (`castor serve --workers N`): a scrape
+ * reaches one of them, and must see the counts of all. `attach` hands over this process's
+ * metrics, for the others' scrapes; `expose` answers a scrape with everyone's.
+ */
+export interface SharedMetrics {
+  attach(metrics: CastorMetrics): void;
+  expose(): Promise<MetricsExposition>;
+}
+
 export class CastorMetrics {
   readonly registry = new Registry();
   private readonly requests: Counter<"method" | "route" | "status">;
@@ -153,8 +169,10 @@ export class CastorMetrics {
       registers,
     });
     // Set from the daily storage sample (hub/stats.ts), never computed per scrape: a walk of
-    // every repository is far too slow for that.
-    const gauge = (name: string, help: string) => new Gauge({ name, help, registers });
+    // every repository is far too slow for that. With several workers only one takes the
+    // samples and the others hold 0, so the workers' metrics put together (src/cluster/primary.ts)
+    // show the largest value, not a sum (prom-client's `aggregator`).
+    const gauge = (name: string, help: string) => new Gauge({ name, help, registers, aggregator: "max" });
     this.storageGauges = {
       logicalBytes: gauge(
         "castor_storage_logical_bytes",
@@ -171,13 +189,15 @@ export class CastorMetrics {
       takenAt: gauge("castor_storage_sample_timestamp_seconds", "When the last daily storage sample was taken, Unix time (0: none since the server started)"),
     };
     // Read from the metadata store at each scrape (two rows): gc and fsck run as commands, on
-    // any machine, and every node shows their last results.
+    // any machine, and every node shows their last results. Every worker reads the same rows,
+    // so workers' values are not added up but one is shown.
     const lastRuns = async (): Promise<MaintenanceRun[]> => (await this.maintenanceRuns?.()) ?? [];
     new Gauge({
       name: "castor_maintenance_last_run_timestamp_seconds",
       help: "When the last castor gc or castor fsck finished, Unix time, by command",
       labelNames: ["command"],
       registers,
+      aggregator: "first",
       async collect() {
         this.reset();
         for (const run of await lastRuns()) this.set({ command: run.kind }, run.finishedAt.getTime() / 1000);
@@ -188,6 +208,7 @@ export class CastorMetrics {
       help: "Totals of the last castor gc (objects and bytes removed per kind) and castor fsck (problems, objects checked), by command and total",
       labelNames: ["command", "total"],
       registers,
+      aggregator: "first",
       async collect() {
         this.reset();
         for (const run of await lastRuns()) for (const [total, value] of Object.entries(run.totals)) this.set({ command: run.kind, total }, value);
@@ -244,7 +265,7 @@ export class CastorMetrics {
   }
 
   /** The exposition text and its content type (Prometheus text format 0.0.4). */
-  async expose(): Promise<{ contentType: string; body: string }> {
+  async expose(): Promise<MetricsExposition> {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
 }

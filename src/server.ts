@@ -23,8 +23,9 @@ import { HubRepositories } from "./hub/repositories.js";
 import { buildCastorApp, SPOOL_DIR_NAME } from "./http/app.js";
 import { sweepSpool } from "./http/body-spool.js";
 import { createLogger } from "./http/logging.js";
-import { openMetadataStore } from "./metadata/open.js";
+import { openMetadataStore, type OpenMetadataOptions } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
+import type { SharedMetrics } from "./metrics.js";
 import type { BlobStore } from "./storage/blob-store.js";
 import { openBlobStore } from "./storage/open.js";
 import { ensureReserve, reserveOf } from "./storage/reserve.js";
@@ -39,6 +40,21 @@ const SHARED_STAGING_SWEEP_AGE_MS = 60 * 60 * 1000;
 export interface StartOptions {
   /** Where log lines go; stdout by default. */
   logDestination?: DestinationStream;
+  /** Set when this process is a worker of `castor serve --workers N` (src/cluster/). */
+  worker?: WorkerRole;
+}
+
+/** What a worker of `castor serve --workers N` does differently from a server that is alone. */
+export interface WorkerRole {
+  /** 1…N, kept by a replacement; written on every log line. */
+  id: number;
+  /**
+   * Whether this worker runs the scheduled work (CASTOR_GC_INTERVAL, the daily storage sample):
+   * one worker does, not each of them.
+   */
+  runsSchedules: boolean;
+  /** `GET /metrics` answers with every worker's metrics, not this worker's alone. */
+  metrics: SharedMetrics;
 }
 
 export interface CastorServer {
@@ -58,24 +74,57 @@ export class ListenError extends Error {
   override readonly name = "ListenError";
 }
 
-export async function startServer(config: CastorConfig, options: StartOptions = {}): Promise<CastorServer> {
-  const logger = createLogger(config.logLevel, options.logDestination);
+export interface OpenedStores {
+  store: MetadataStore;
+  blobs: BlobStore;
+  keys: CastorKeys;
+}
+
+/**
+ * The start-up work on the stores, before any request: the data dir, the metadata store (its
+ * schema brought up to date), the keys (generated on the first start) and the sweep of staging
+ * files that uploads cut short by a crash left. `sweep: "all"` removes every staging file, for a
+ * server that alone writes to them; `"abandoned"` only those an hour old, when other processes
+ * may be uploading right now (S3 nodes sharing the bucket, the other workers of this server).
+ * `castor serve --workers N` runs it once in the primary, before the workers start, and each
+ * worker again with `"abandoned"` (which then finds the schema current and the keys there),
+ * `processes` telling each its share of the node's database connections.
+ */
+export async function openStores(config: CastorConfig, logger: Logger, sweep: "all" | "abandoned", options: OpenMetadataOptions = {}): Promise<OpenedStores> {
   await mkdir(config.dataDir, { recursive: true });
-  const store = await openMetadataStore(config);
+  const store = await openMetadataStore(config, options);
   let blobs: BlobStore | undefined;
   try {
     const keys = await loadOrCreateKeys(config);
+    blobs = await openBlobStore(config);
+    const olderThanMs = sweep === "all" ? 0 : SHARED_STAGING_SWEEP_AGE_MS;
+    const swept = await blobs.sweepTemp({ olderThanMs });
+    const spooled = await sweepSpool(join(config.dataDir, SPOOL_DIR_NAME), SHARED_STAGING_SWEEP_AGE_MS);
+    if (swept + spooled > 0) logger.info({ swept, spooled }, `removed ${swept + spooled} staging leftover(s) of interrupted uploads`);
+    await makeReserve(config, logger);
+    return { store, blobs, keys };
+  } catch (error) {
+    blobs?.close?.();
+    await store.close();
+    throw error;
+  }
+}
+
+/** How a server alone sweeps staging files: all of them, unless other nodes share the bucket. */
+export function loneServerSweep(config: CastorConfig): "all" | "abandoned" {
+  return config.s3 ? "abandoned" : "all";
+}
+
+export async function startServer(config: CastorConfig, options: StartOptions = {}): Promise<CastorServer> {
+  const { worker } = options;
+  const logger = createLogger(config.logLevel, options.logDestination, worker?.id);
+  const { store, blobs, keys } = await openStores(config, logger, worker ? "abandoned" : loneServerSweep(config), { processes: worker ? config.workers : 1 });
+  try {
     let boundPublicUrl: string | null = config.publicUrl;
     const publicUrl = () => {
       if (boundPublicUrl === null) throw new Error("the public URL is not known before the server has bound its port");
       return boundPublicUrl;
     };
-    blobs = await openBlobStore(config);
-    // Uploads cut short by a crash left staging files; nothing else writes here yet.
-    const swept = await blobs.sweepTemp(config.s3 ? { olderThanMs: SHARED_STAGING_SWEEP_AGE_MS } : {});
-    const spooled = await sweepSpool(join(config.dataDir, SPOOL_DIR_NAME), SHARED_STAGING_SWEEP_AGE_MS);
-    if (swept + spooled > 0) logger.info({ swept, spooled }, `removed ${swept + spooled} staging leftover(s) of interrupted uploads`);
-    await makeReserve(config, logger);
     let presignedUrls: PresignedTransferUrls | undefined;
     if (config.transferMode === "presigned") {
       if (blobs.createRangePresigner === undefined) {
@@ -84,6 +133,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       presignedUrls = new PresignedTransferUrls(await blobs.createRangePresigner({ ttlSeconds: config.transferUrlTtlSeconds }));
       logger.info("transfer URLs are presigned S3 GETs, one byte range each (CASTOR_TRANSFER_MODE=presigned)");
     }
+    const runsSchedules = worker?.runsSchedules ?? true;
     const app = await buildCastorApp({
       logger,
       limits: config.limits,
@@ -106,16 +156,21 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       v2Reconstruction: config.v2Reconstruction,
       dataDir: config.dataDir,
       minFreeBytes: config.minFreeBytes,
-      metrics: { enabled: config.metrics, token: config.metricsToken },
-      storageStats: { dailySamples: true },
-      gc: { ...config.gc, reserve: reserveOf(config) },
+      metrics: { enabled: config.metrics, token: config.metricsToken, shared: worker?.metrics },
+      storageStats: { dailySamples: runsSchedules },
+      gc: runsSchedules ? { ...config.gc, reserve: reserveOf(config) } : undefined,
       maxConcurrentUploads: config.maxConcurrentUploads,
       hubLimits: config.hubLimits,
     });
     const boundPort = await listen(app, config);
     boundPublicUrl = publicUrlForBoundPort(config, boundPort);
     const url = listenUrl(config.listenHost, boundPort);
-    logger.info({ listenUrl: url, publicUrl: boundPublicUrl, dataDir: config.dataDir }, `castor listening on ${url}`);
+    if (worker) {
+      // The primary says "castor listening" once every worker is; this line is the worker's own.
+      logger.info({ listenUrl: url }, `worker ${worker.id} listening on ${url}`);
+    } else {
+      logger.info({ listenUrl: url, publicUrl: boundPublicUrl, dataDir: config.dataDir }, `castor listening on ${url}`);
+    }
 
     let closed: Promise<void> | undefined;
     return {
@@ -124,10 +179,10 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       keys,
       listenUrl: url,
       publicUrl: boundPublicUrl,
-      close: () => (closed ??= closeAll(app, store, blobs!, logger, config.shutdownGraceMs)),
+      close: () => (closed ??= closeAll(app, store, blobs, logger, config.shutdownGraceMs)),
     };
   } catch (error) {
-    blobs?.close?.();
+    blobs.close?.();
     await store.close();
     throw error;
   }

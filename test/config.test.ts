@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 import { describe, it } from "node:test";
 import {
@@ -8,6 +9,7 @@ import {
   flagNameOf,
   listenUrl,
   loadConfig,
+  MAX_WORKERS,
   publicUrlForBoundPort,
   SETTINGS,
 } from "../src/config.js";
@@ -46,6 +48,7 @@ describe("loadConfig", () => {
     assert.equal(config.minFreeBytes, DEFAULT_MIN_FREE_BYTES);
     assert.equal(config.transferMode, "proxy");
     assert.equal(config.logLevel, "info");
+    assert.equal(config.workers, Math.min(availableParallelism(), MAX_WORKERS), "one worker per core");
   });
 
   it("lets a flag win over the environment and treats empty values as unset", () => {
@@ -179,6 +182,15 @@ describe("loadConfig", () => {
       rejects({ ...presigned, CASTOR_TRANSFER_URL_TTL: "0" }, /^CASTOR_TRANSFER_URL_TTL/);
       rejects({ ...presigned, CASTOR_TRANSFER_URL_TTL: "1.5" }, /^CASTOR_TRANSFER_URL_TTL/);
       rejects({ CASTOR_S3_BUCKET: "b", CASTOR_S3_FORCE_PATH_STYLE: "maybe" }, /true or false/);
+    });
+
+    it("takes a worker count from 1 to MAX_WORKERS, as CASTOR_WORKERS or --workers", () => {
+      assert.equal(loadConfig({ CASTOR_WORKERS: "1" }).workers, 1);
+      assert.equal(loadConfig({ CASTOR_WORKERS: "3" }, { workers: "2" }).workers, 2);
+      assert.equal(loadConfig({ CASTOR_WORKERS: String(MAX_WORKERS) }).workers, MAX_WORKERS);
+      rejects({ CASTOR_WORKERS: "0" }, /^CASTOR_WORKERS must be a whole number ≥ 1/);
+      rejects({ CASTOR_WORKERS: "auto" }, /^CASTOR_WORKERS must be a whole number ≥ 1/);
+      rejects({ CASTOR_WORKERS: String(MAX_WORKERS + 1) }, /^CASTOR_WORKERS must be at most 256/);
     });
 
     it("checks enumerated settings", () => {

@@ -1,8 +1,12 @@
 /**
  * `castor serve`: runs the CAS server and the hub token operation until SIGINT or SIGTERM,
  * then shuts down gracefully (stop accepting, finish requests in progress, close the stores)
- * and exits 0. A second signal during shutdown exits at once with 1.
+ * and exits 0. A second signal during shutdown exits at once with 1. With `--workers N` (N > 1)
+ * this process becomes the primary of N worker processes that share the port, and each worker
+ * runs this same command (src/cluster/).
  */
+import cluster from "node:cluster";
+import { WORKER_ID_ENV } from "../cluster/messages.js";
 import { loadConfig } from "../config.js";
 import { startServer } from "../server.js";
 import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, parseCommandLine, runCommand } from "./args.js";
@@ -17,6 +21,8 @@ Logs go to stdout as JSON lines, one per request.
   --public-url URL       base URL handed to clients as casUrl (CASTOR_PUBLIC_URL)
   --token-ttl SECONDS    lifetime of CAS access tokens (CASTOR_TOKEN_TTL, default 3600)
   --log-level LEVEL      fatal, error, warn, info, debug, trace or silent (CASTOR_LOG_LEVEL)
+  --workers N            processes serving the port (CASTOR_WORKERS, default: one per core);
+                         1 runs a single process, more a primary that forks N workers
 
 ${CONFIG_FLAGS_HELP}
 `;
@@ -32,6 +38,13 @@ export async function run(argv: string[]): Promise<number> {
     }
     expectPositionals(positionals, []);
     const config = loadConfig(process.env, configFlags);
+    // `--workers N`: this process is either the primary, or one of the workers it forked.
+    const workerId = cluster.isWorker ? Number(process.env[WORKER_ID_ENV]) : null;
+    if (workerId !== null && Number.isSafeInteger(workerId) && workerId >= 1) {
+      return (await import("../cluster/worker.js")).runWorker(config, workerId);
+    }
+    if (config.workers > 1) return (await import("../cluster/primary.js")).runPrimary(config);
+
     const server = await startServer(config);
 
     const signal = await nextShutdownSignal();

@@ -14,7 +14,7 @@ import { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { MetadataStore } from "../metadata/store.js";
-import { CastorMetrics, type OnRefusal } from "../metrics.js";
+import { CastorMetrics, type OnRefusal, type SharedMetrics } from "../metrics.js";
 import { gcTotals } from "../ops/gc.js";
 import { GcSchedule } from "../ops/gc-schedule.js";
 import type { Reserve } from "../storage/reserve.js";
@@ -140,8 +140,11 @@ export interface CastorAppDeps extends HttpAppOptions {
   xetFiles: XetFileSource;
   /** `config.hubInlineMaxBytes`. */
   hubInlineMaxBytes: number;
-  /** `config.metrics` and `config.metricsToken`; default: `/metrics` served, no token needed. */
-  metrics?: { enabled: boolean; token: string | null };
+  /**
+   * `config.metrics` and `config.metricsToken`; default: `/metrics` served, no token needed.
+   * `shared`: this app is one of several processes on one port, and a scrape shows all of them.
+   */
+  metrics?: { enabled: boolean; token: string | null; shared?: SharedMetrics };
   /**
    * Storage statistics (`GET /api/stats`): their clock, and whether the app keeps daily samples
    * from the moment it is ready until it closes (`castor serve` does; test apps only when asked).
@@ -168,7 +171,9 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   const storageFull = new StorageFullWatch();
   const { xorbs, shards } = deps;
   if (metrics) {
-    installMetrics(app, { metrics, token: deps.metrics?.token ?? null });
+    const shared = deps.metrics?.shared;
+    shared?.attach(metrics);
+    installMetrics(app, { metrics, token: deps.metrics?.token ?? null, expose: shared && (() => shared.expose()) });
     metrics.watchMaintenance(() => deps.store.lastMaintenanceRuns());
   }
   const hub: TokenRequestAuthorizer = {

@@ -14,7 +14,7 @@ import { TransferUrlError } from "../auth/transfer-url.js";
 import { ReconstructionError, type ReconstructionErrorCode } from "../cas/reconstruction.js";
 import { ShardRejectedError, type ShardRejectionCode } from "../cas/shard-registration.js";
 import { XorbRejectedError } from "../cas/xorb-ingest.js";
-import { BeingCollectedError } from "../metadata/errors.js";
+import { BeingCollectedError, MetadataBusyError } from "../metadata/errors.js";
 import { HubError } from "../hub/errors.js";
 import { BlobStoreError, type BlobStoreErrorCode } from "../storage/blob-store.js";
 import { storageFullMessage, storageFullOf, type StorageFull } from "../storage/full.js";
@@ -181,6 +181,8 @@ export function domainErrorAnswer(error: unknown): ErrorAnswer | null {
   if (error instanceof HubError) return { statusCode: error.status, message: error.message, headers: hubErrorHeaders(error) };
   // A garbage collection is deleting the object just written: clients retry 503s.
   if (error instanceof BeingCollectedError) return { statusCode: 503, message: error.message, headers: { "retry-after": "5" } };
+  // Another process held the embedded database's write lock for a minute: nothing was written.
+  if (error instanceof MetadataBusyError) return { statusCode: 503, message: error.message, headers: { "retry-after": "5" } };
   return null;
 }
 

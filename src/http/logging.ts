@@ -8,6 +8,7 @@
  * defence for anything that logs a raw request or its headers anyway.
  */
 import { randomUUID } from "node:crypto";
+import { hostname } from "node:os";
 import type { IncomingMessage } from "node:http";
 import { LogController, type FastifyReply, type FastifyRequest } from "fastify";
 import { pino, type DestinationStream, type Logger } from "pino";
@@ -23,10 +24,15 @@ export const REDACTED_PATHS = [
   'res.headers["x-xet-access-token"]',
 ];
 
-export function createLogger(level: CastorConfig["logLevel"], destination?: DestinationStream): Logger {
+/**
+ * The server's logger. `worker` (`castor serve --workers N`) is written on every line: 1…N for
+ * the worker that answered or logged, 0 for the primary; absent when castor runs as one process.
+ */
+export function createLogger(level: CastorConfig["logLevel"], destination?: DestinationStream, worker?: number): Logger {
   return pino(
     {
       level,
+      ...(worker === undefined ? {} : { base: { pid: process.pid, hostname: hostname(), worker } }),
       redact: { paths: REDACTED_PATHS, censor: "[redacted]" },
       serializers: { req: requestSummary, res: responseSummary, err: pino.stdSerializers.err },
     },

@@ -8,7 +8,7 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import type { CastorMetrics } from "../metrics.js";
+import type { CastorMetrics, MetricsExposition } from "../metrics.js";
 import { bearerToken } from "./cas-auth.js";
 import { HttpError } from "./errors.js";
 
@@ -18,6 +18,8 @@ export interface MetricsRouteOptions {
   metrics: CastorMetrics;
   /** Bearer token a scrape must present; null = none needed. */
   token: string | null;
+  /** What a scrape is answered with; by default `metrics` alone (see `SharedMetrics` for the other case). */
+  expose?: () => Promise<MetricsExposition>;
 }
 
 /**
@@ -47,7 +49,7 @@ export function installMetrics(app: FastifyInstance, options: MetricsRouteOption
         });
       }
     }
-    const { contentType, body } = await metrics.expose();
+    const { contentType, body } = await (options.expose ?? (() => metrics.expose()))();
     reply.header("cache-control", "no-store").type(contentType);
     return body;
   });

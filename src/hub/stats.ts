@@ -363,7 +363,8 @@ export interface DailySamplerOptions {
 /**
  * The server's samples: one at start-up (unless the day has one), then one after each UTC
  * midnight. Its timer never keeps the process alive, and `stop` ends it, abandoning a walk in
- * progress, before the store closes.
+ * progress, before the store closes. Of the workers of `castor serve --workers N`, worker 1
+ * alone runs one: a walk of every repository is too costly to do N times a day.
  */
 export class DailyStatsSampler {
   private readonly now: () => Date;

@@ -40,3 +40,11 @@ export class CorruptRecordError extends Error {
 export class BeingCollectedError extends Error {
   override readonly name = "BeingCollectedError";
 }
+
+/**
+ * Thrown by a write of the embedded store that waited its longest for another process's write
+ * lock (sqlite/connection.ts). Nothing was written; the same write can be sent again.
+ */
+export class MetadataBusyError extends Error {
+  override readonly name = "MetadataBusyError";
+}

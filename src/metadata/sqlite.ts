@@ -1,9 +1,10 @@
 /**
  * The embedded metadata store: one SQLite file, `${dataDir}/metadata.sqlite`, through
- * better-sqlite3. WAL lets readers run beside a writer, and the busy timeout makes a second
- * process (an admin command next to the running server) wait for the write lock instead of
- * failing. Statements are prepared once; rows are never cached, so another process's writes
- * are seen by the next call.
+ * better-sqlite3. WAL lets readers run beside a writer, and a write waits for another process's
+ * write lock (a worker of `castor serve --workers N`, an admin command next to the running
+ * server) instead of failing, asynchronously once the wait is longer than a few milliseconds
+ * (sqlite/connection.ts). Statements are prepared once; rows are never cached, so another
+ * process's writes are seen by the next call.
  *
  * The WAL stays bounded: every statement runs to completion synchronously (no `iterate()`, no
  * read transaction spanning an await), so no read transaction outlives its call and the

@@ -4,7 +4,8 @@
  * next one interval after the previous ended. A failed run is logged and tried again at the next
  * interval; stopping aborts a run between two of its batches and waits for it, so the stores are
  * never closed under it. When scaled out, set the interval on one node only: two collectors are
- * safe together, but each repeats the other's work.
+ * safe together, but each repeats the other's work. For the same reason, of the workers of
+ * `castor serve --workers N` only worker 1 runs it (server.ts).
  */
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";

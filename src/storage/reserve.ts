@@ -13,13 +13,34 @@
  * next start.
  */
 import { randomFillSync } from "node:crypto";
-import { open, rename, rm, stat } from "node:fs/promises";
+import { open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { CastorConfig } from "../config.js";
 import { freeSpaceOf } from "./full.js";
 
 export const RESERVE_FILE_NAME = "reserved-space";
 const WRITE_PIECE_BYTES = 1024 * 1024;
+
+const PARTIAL_PREFIX = `${RESERVE_FILE_NAME}.partial-`;
+
+/** Removes reserves cut short by a process that died while writing one (its pid no longer runs). */
+async function removeAbandonedPartials(dataDir: string): Promise<void> {
+  for (const name of await readdir(dataDir)) {
+    if (!name.startsWith(PARTIAL_PREFIX)) continue;
+    const pid = Number(name.slice(PARTIAL_PREFIX.length));
+    if (Number.isInteger(pid) && pid !== process.pid && isRunning(pid)) continue;
+    await rm(join(dataDir, name), { force: true });
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
 
 export type ReserveOutcome = "present" | "created" | "no room" | "off";
 
@@ -53,8 +74,9 @@ export async function ensureReserve({ dataDir, bytes, keepFreeBytes }: Reserve):
     return "off";
   }
   if ((await reserveSize(dataDir)) === bytes) return "present";
-  const temporary = join(dataDir, `${RESERVE_FILE_NAME}.partial`);
-  await rm(temporary, { force: true });
+  await removeAbandonedPartials(dataDir);
+  // One name per process: the workers of `castor serve --workers N` may make it at the same time.
+  const temporary = join(dataDir, `${PARTIAL_PREFIX}${process.pid}`);
   if ((await freeSpaceOf(dataDir)).availableBytes - bytes < keepFreeBytes) return "no room";
   const file = await open(temporary, "w");
   try {

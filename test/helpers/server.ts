@@ -1,7 +1,8 @@
 /**
  * Runs a REAL `castor serve` child process for end-to-end tests: 127.0.0.1 with a port the OS
  * picks, a fresh temporary data dir (unless one is given), every output line captured. Ready
- * when the server logs its "castor listening" line, which also tells the bound URL.
+ * when the server logs its "castor listening" line, which also tells the bound URL (with
+ * `CASTOR_WORKERS` above 1, the primary's, written once every worker listens).
  *
  * Embedded by default (SQLite and blobs in the data dir). `scaleOut` runs the server on the
  * scale-out backends instead — PostgreSQL, the S3 bucket and signing keys supplied by
@@ -91,6 +92,12 @@ export interface StartServerOptions {
    * dist/ is built from the current sources (`npm run bench` builds first).
    */
   compiled?: boolean;
+  /**
+   * Once ready, stop keeping (and parsing) what the server prints: for benchmarks, whose servers
+   * log a line per request by the ten thousand. `output()` and the log functions then see only
+   * what came before.
+   */
+  discardOutputOnceReady?: boolean;
 }
 
 /**
@@ -203,6 +210,9 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     CASTOR_LISTEN: "127.0.0.1:0",
     CASTOR_LOG_LEVEL: "info",
     CASTOR_RESERVED_SPACE: TEST_RESERVED_SPACE,
+    // One process, as castor ran before `--workers`: tests start many servers at once on two
+    // cores, and only the worker tests (which set it) need more.
+    CASTOR_WORKERS: "1",
     ...scaleOut?.env,
     ...options.env,
   };
@@ -217,9 +227,11 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
 
   let output = "";
   let stdoutRest = "";
+  let discarding = false;
   const lines: Record<string, unknown>[] = [];
   const lineListeners = new Set<(line: Record<string, unknown>) => void>();
   child.stdout!.setEncoding("utf8").on("data", (text: string) => {
+    if (discarding) return;
     output += text;
     const parts = (stdoutRest + text).split("\n");
     stdoutRest = parts.pop()!;
@@ -236,7 +248,7 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     }
   });
   child.stderr!.setEncoding("utf8").on("data", (text: string) => {
-    output += text;
+    if (!discarding) output += text;
   });
   const exited = new Promise<ExitStatus>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
 
@@ -261,6 +273,7 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
     if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
     throw error;
   });
+  discarding = options.discardOutputOnceReady === true;
 
   const requestLog = (from = 0): LoggedRequest[] =>
     lines

@@ -119,10 +119,18 @@ describe("SqliteMetadataStore specifics", () => {
     });
   });
 
-  it("waits for another connection's write lock instead of failing", async () => {
+  it("waits for another process's write lock instead of failing, without holding the event loop", async () => {
     const root = await tempDir();
     const store = await SqliteMetadataStore.open(root);
-    // Another thread (standing in for another process) holds the write lock for a moment.
+    const repo = await store.createRepo("model", "alice/first");
+    const xorb = xorbRecord("waited", 1);
+    await store.putXorb(xorb);
+    const term = { xorbHash: xorb.hash, chunkStart: 0, chunkEnd: 1, unpackedLength: 65_536 };
+    const files = (label: string, count: number): FileRecord[] =>
+      Array.from({ length: count }, (_, f) => ({ hash: hashOf(`${label} ${f}`), size: 65_536, terms: [term], sha256: null }));
+    // Another thread (standing in for another process: a worker, `castor gc`) holds the write
+    // lock for HOLD_MS, far longer than the synchronous spin a write allows itself.
+    const HOLD_MS = 400;
     const worker = new Worker(
       `
       const { parentPort, workerData } = require("node:worker_threads");
@@ -130,20 +138,46 @@ describe("SqliteMetadataStore specifics", () => {
       const db = new Database(workerData.path);
       db.exec("BEGIN IMMEDIATE");
       parentPort.postMessage("locked");
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 300);
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, workerData.holdMs);
       db.exec("COMMIT");
       db.close();
+      parentPort.postMessage("released");
       `,
-      { eval: true, workerData: { driver: createRequire(import.meta.url).resolve("better-sqlite3"), path: store.path } },
+      { eval: true, workerData: { driver: createRequire(import.meta.url).resolve("better-sqlite3"), path: store.path, holdMs: HOLD_MS } },
     );
+    let longestGap = 0;
+    let last = performance.now();
+    const ticker = setInterval(() => {
+      const now = performance.now();
+      longestGap = Math.max(longestGap, now - last);
+      last = now;
+    }, 5);
     try {
-      await new Promise<void>((resolve, reject) => {
-        worker.once("message", () => resolve());
+      const released = new Promise<number>((resolve, reject) => {
+        worker.on("message", (message) => message === "released" && resolve(performance.now()));
         worker.once("error", reject);
       });
-      const repo = await store.createRepo("model", "alice/waited");
-      assert.deepEqual(await store.getRepo("model", "alice/waited"), repo);
+      await new Promise<void>((resolve) => worker.once("message", () => resolve()));
+      last = performance.now();
+      // One write of each kind: single statements, IMMEDIATE transactions, and a large
+      // registration whose transaction spans event-loop turns on a connection of its own.
+      const done = await Promise.all([
+        store.createRepo("model", "alice/waited").then(() => performance.now()),
+        store.putXorb(xorbRecord("waited too", 1)).then(() => performance.now()),
+        store
+          .registerShard({ shardHash: hashOf("waited shard"), repoId: repo.id, files: files("bulk", 2 * ROWS_PER_STEP), dedupEntries: [] })
+          .then(() => performance.now()),
+        store.registerShard({ shardHash: hashOf("small shard"), repoId: repo.id, files: files("small", 3), dedupEntries: [] }).then(() => performance.now()),
+      ]);
+      const releasedAt = await released;
+      for (const at of done) assert.ok(at >= releasedAt - 1, "every write completed after the other process released its lock");
+      assert.ok(await store.getRepo("model", "alice/waited"));
+      assert.equal(await store.isFileInRepo(hashOf("bulk 0"), repo.id), true);
+      assert.equal(await store.isFileInRepo(hashOf("small 2"), repo.id), true);
+      // The waits were asynchronous: timers kept firing while the lock was held.
+      assert.ok(longestGap < HOLD_MS / 2, `the event loop stalled for ${Math.round(longestGap)} ms while the writes waited`);
     } finally {
+      clearInterval(ticker);
       await worker.terminate();
       await store.close();
       await removeTempDir(root);

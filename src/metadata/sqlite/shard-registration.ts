@@ -19,6 +19,7 @@ import { bytesToPlainHex } from "../../format/hash.js";
 import { checkHash, fileRecordOf, packFileRecord, replacesBrokenRecord, type FileRow, type ShardRegistration } from "../cas.js";
 import { NotFoundError } from "../errors.js";
 import { collectedXorb, registrationXorbs } from "../gc.js";
+import { ImmediateBegin } from "./connection.js";
 import { prepareLeaseStatements, type LeaseStatements } from "./gc.js";
 import { BUSY_TIMEOUT_MS, configureConnection } from "./schema.js";
 
@@ -124,14 +125,16 @@ export function* registrationSteps(sql: ShardStatements, registration: ShardRegi
  * keep seeing the last committed state until it commits.
  */
 export class BulkShardWriter {
-  private connection: { db: Database.Database; sql: ShardStatements } | null = null;
+  private connection: { db: Database.Database; sql: ShardStatements; begin: ImmediateBegin } | null = null;
 
   constructor(private readonly path: string) {}
 
   /** Writes the registration in one transaction, yielding to the event loop between steps. */
   async register(registration: ShardRegistration): Promise<boolean> {
-    const { db, sql } = this.open();
-    db.exec("BEGIN IMMEDIATE");
+    const { db, sql, begin } = this.open();
+    // Another process (a worker, an admin command) may hold the write lock: waited for without
+    // blocking the event loop (connection.ts).
+    await begin.run();
     try {
       const steps = registrationSteps(sql, registration);
       for (;;) {
@@ -153,13 +156,13 @@ export class BulkShardWriter {
     this.connection = null;
   }
 
-  private open(): { db: Database.Database; sql: ShardStatements } {
+  private open(): { db: Database.Database; sql: ShardStatements; begin: ImmediateBegin } {
     if (this.connection === null) {
       // The main connection created the file and its schema and set WAL mode (a property of
-      // the database file). Its busy timeout applies: another process may hold the write lock.
+      // the database file).
       const db = new Database(this.path, { timeout: BUSY_TIMEOUT_MS });
       configureConnection(db);
-      this.connection = { db, sql: prepareShardStatements(db) };
+      this.connection = { db, sql: prepareShardStatements(db), begin: new ImmediateBegin(db) };
     }
     return this.connection;
   }
