@@ -298,7 +298,8 @@ async function drill(t: TestContext, service: Service, label: string, probe: (ph
       .logLines()
       .slice(logFrom)
       .filter((line) => Number(line.level) >= 40);
-    for (const line of complaints.slice(-20)) t.diagnostic(JSON.stringify(line));
+    for (const { level, msg, err } of complaints.slice(-20))
+      t.diagnostic(`logged ${level}: ${msg}: ${(err as { message?: string } | undefined)?.message ?? ""}`);
     throw explainedByExit(error);
   }
   t.diagnostic(
@@ -355,6 +356,7 @@ describe("fault drills on the scale-out backends", { timeout: 2 * DRILL_TIMEOUT_
   });
 
   it("Ceph RGW restarted during xorb uploads and downloads: 503s that retries cure, nothing partial", { timeout: DRILL_TIMEOUT_MS }, async (t) => {
+    const hub = { authorization: `Bearer ${castor.hubTokens.read}` };
     const { accessToken } = await castor.casToken("write");
     const cas = { authorization: `Bearer ${accessToken}` };
     const objectStoreDown = /object store/i;
@@ -382,6 +384,7 @@ describe("fault drills on the scale-out backends", { timeout: 2 * DRILL_TIMEOUT_
         phase,
         [
           ["a transfer", () => fetch(entry.url, { headers: range })],
+          ["a file's content through the hub", () => fetch(`${server.url}/${REPO_NAME}/resolve/main/${file.path}`, { headers: hub })],
           ["a xorb upload", () => fetch(`${server.url}/v1/xorbs/default/${hashToHex(xorb.info.hash)}`, { method: "POST", body: xorb.bytes, headers: cas })],
         ],
         async (response, what) => {
