@@ -19,7 +19,8 @@
  * damage (no xorb recorded without its blob, no file without its xorbs).
  *
  * Needs the services, and root to restart them: `eval "$(scripts/services.sh start)"`, then
- * `npm test -- test/scaleout`.
+ * `npm test -- test/scaleout`. Its outages would fail the requests of any other test using the
+ * services meanwhile, so scripts/run-tests.mjs runs this file alone, after the others.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
