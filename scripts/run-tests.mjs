@@ -5,9 +5,14 @@
 // PostgreSQL and an S3 endpoint (`scripts/services.sh start`), so it runs only when named.
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { join, relative, resolve } from "node:path";
 
 const SCALEOUT_DIR = join("test", "scaleout");
+/**
+ * Files that restart the services every other scale-out test shares (the fault drills): they
+ * run after the other files, one at a time, so that no other test meets their outages.
+ */
+const RUN_ALONE = new Set([join(SCALEOUT_DIR, "faults.test.ts")]);
 
 function collect(path, out, explicit) {
   if (statSync(path).isDirectory()) {
@@ -39,7 +44,21 @@ if (files.length === 0) {
   process.exit(1);
 }
 const reporter = process.env.CASTOR_TEST_REPORTER ?? "spec";
-const result = spawnSync(process.execPath, ["--import", "tsx", "--test", `--test-reporter=${reporter}`, "--test-concurrency=2", ...files], {
-  stdio: "inherit",
-});
-process.exit(result.status ?? 1);
+const runsAlone = (file) => RUN_ALONE.has(relative(process.cwd(), resolve(file)));
+const groups = [
+  { files: files.filter((file) => !runsAlone(file)), concurrency: 2 },
+  { files: files.filter(runsAlone), concurrency: 1 },
+].filter((group) => group.files.length > 0);
+let failed = false;
+for (const { files: group, concurrency } of groups) {
+  const result = spawnSync(process.execPath, ["--import", "tsx", "--test", `--test-reporter=${reporter}`, `--test-concurrency=${concurrency}`, ...group], {
+    stdio: "inherit",
+  });
+  failed ||= result.status !== 0;
+}
+if (groups.length > 1) {
+  console.log(
+    `${failed ? "FAILED" : "passed"}: ${files.length - groups[1].files.length} test files together, then ${groups[1].files.length} alone (${[...groups[1].files].join(", ")})`,
+  );
+}
+process.exit(failed ? 1 : 0);

@@ -6,6 +6,8 @@
 #   scripts/services.sh start   # install if needed, start, print `export CASTOR_TEST_…` lines
 #   scripts/services.sh env     # print the exports of the running services again
 #   scripts/services.sh stop    # stop both and remove their state
+#   scripts/services.sh restart postgres|ceph-rgw [--down SECONDS]
+#                               # restart one daemon on its data (fault drills; see the service's script)
 #
 # Use: eval "$(scripts/services.sh start)". State lives under $CASTOR_SERVICES_DIR
 # (default /tmp/castor-services). Progress goes to stderr; stdout carries only the exports.
@@ -38,7 +40,15 @@ case "${1:-}" in
     status=0
     for service in "${services[@]}"; do bash "$here/services/$service.sh" stop || status=$?; done
     exit $status ;;
+  restart)
+    service="${2:-}"
+    case "$service" in
+      postgres | ceph-rgw) exec bash "$here/services/$service.sh" restart "${@:3}" ;;
+      *)
+        echo "usage: $0 restart postgres|ceph-rgw [--down SECONDS]" >&2
+        exit 2 ;;
+    esac ;;
   *)
-    echo "usage: $0 start|env|stop" >&2
+    echo "usage: $0 start|env|stop|restart" >&2
     exit 2 ;;
 esac

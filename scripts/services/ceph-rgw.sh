@@ -7,6 +7,10 @@
 #   scripts/services/ceph-rgw.sh start   # install if needed, start, create the S3 user and bucket, print the exports
 #   scripts/services/ceph-rgw.sh env     # re-print the exports of the running gateway
 #   scripts/services/ceph-rgw.sh stop    # stop the daemons and remove their state
+#   scripts/services/ceph-rgw.sh restart [--down SECONDS]
+#                                        # stop radosgw alone, SECONDS down, start it again on the
+#                                        # same port; the monitor and the OSD (and so every stored
+#                                        # object) stay up; returns once S3 answers (fault drills)
 #
 # Only `export VAR=value` lines go to stdout (so `eval "$(… start)"` works); progress and errors
 # go to stderr. Every command is idempotent. Ports: CASTOR_RGW_PORT (default 7480) for S3,
@@ -101,11 +105,13 @@ is_running() {
   [ "$count" -eq 3 ] && rgw_answers
 }
 
+# Stops the daemons of the pid files given (default: all, gateway first, monitor last, so no
+# daemon spends its shutdown waiting for a dead monitor): SIGTERM, then SIGKILL after 10 s.
 kill_daemons() {
   [ -d "$RUN_DIR" ] || return 0
   local pids=() file pid tries
-  # Gateway first, monitor last, so no daemon spends its shutdown waiting for a dead monitor.
-  for file in "$RUN_DIR"/client.rgw.*.pid "$RUN_DIR"/osd.*.pid "$RUN_DIR"/mon.*.pid; do
+  [ "$#" -gt 0 ] || set -- "$RUN_DIR"/client.rgw.*.pid "$RUN_DIR"/osd.*.pid "$RUN_DIR"/mon.*.pid
+  for file in "$@"; do
     if pid="$(live_daemon_pid "$file")"; then
       kill -TERM "$pid" 2>/dev/null || true
       pids+=("$pid")
@@ -175,6 +181,20 @@ rgw gc processor period = 10
 CONF
 }
 
+# Starts radosgw (it daemonizes) and waits until it answers. On the first start it creates its
+# pools, which needs the OSD up: allow a minute.
+start_gateway() {
+  local tries=0
+  say "starting radosgw on $ENDPOINT"
+  radosgw -c "$CONF" -n client.rgw.a >>"$STATE_DIR/log/startup.log" 2>&1 ||
+    die_showing "$STATE_DIR/log/client.rgw.a.log" "radosgw did not start (its start-up output: $STATE_DIR/log/startup.log)"
+  until rgw_answers; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 240 ] || die_showing "$STATE_DIR/log/client.rgw.a.log" "radosgw does not answer on $ENDPOINT after 60 s"
+    sleep 0.25
+  done
+}
+
 # $1 random bytes as upper-case hex. (Not `tr </dev/urandom | head`: under pipefail the SIGPIPE
 # that stops tr would fail the script.)
 random_hex() {
@@ -205,7 +225,7 @@ start() {
 
   say "creating a single-node cluster in $STATE_DIR"
   mkdir -p "$RUN_DIR" "$STATE_DIR"/{log,mon,osd,rgw}
-  local fsid osd_uuid osd_id access_key secret_key tries
+  local fsid osd_uuid osd_id access_key secret_key
   fsid="$(cat /proc/sys/kernel/random/uuid)"
   write_conf "$fsid"
   ceph-authtool --create-keyring "$STATE_DIR/keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
@@ -227,16 +247,7 @@ start() {
     || die_showing "$startup_log" "ceph-osd --mkfs failed"
   say "starting the OSD"
   ceph-osd -c "$CONF" -i "$osd_id" >>"$startup_log" 2>&1 || die_showing "$STATE_DIR/log/osd.$osd_id.log" "ceph-osd did not start (its start-up output: $startup_log)"
-  say "starting radosgw on $ENDPOINT"
-  radosgw -c "$CONF" -n client.rgw.a >>"$startup_log" 2>&1 || die_showing "$STATE_DIR/log/client.rgw.a.log" "radosgw did not start (its start-up output: $startup_log)"
-
-  # radosgw creates its pools on first start, which needs the OSD up: allow a minute.
-  tries=0
-  until rgw_answers; do
-    tries=$((tries + 1))
-    [ "$tries" -lt 240 ] || die_showing "$STATE_DIR/log/client.rgw.a.log" "radosgw does not answer on $ENDPOINT after 60 s"
-    sleep 0.25
-  done
+  start_gateway
 
   access_key="CASTOR$(random_hex 7)"
   secret_key="$(random_hex 20)"
@@ -268,6 +279,21 @@ stop() {
     kill_daemons
   fi
   rm -rf "$STATE_DIR"
+}
+
+restart() {
+  local down=$1 tries=0
+  is_running || die "no gateway is running from $STATE_DIR: run scripts/services/ceph-rgw.sh start"
+  say "restarting radosgw (down for ${down} s)"
+  kill_daemons "$RUN_DIR"/client.rgw.*.pid
+  # The new gateway binds the same port: wait until the old one has let go of it.
+  while port_in_use "$RGW_PORT"; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 100 ] || die "port $RGW_PORT is still in use 10 s after radosgw stopped"
+    sleep 0.1
+  done
+  sleep "$down"
+  start_gateway
 }
 
 env_cmd() {

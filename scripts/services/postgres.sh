@@ -5,6 +5,10 @@
 #   scripts/services/postgres.sh start   # install if needed, init, start, print the exports
 #   scripts/services/postgres.sh env     # re-print the exports of the running cluster
 #   scripts/services/postgres.sh stop    # stop it and remove its state
+#   scripts/services/postgres.sh restart [--down SECONDS]
+#                                        # fast shutdown (sessions ended, open transactions rolled
+#                                        # back), SECONDS down, start on the same data; returns
+#                                        # once the cluster answers again (fault drills)
 #
 # Only `export VAR=value` lines go to stdout (so `eval "$(… start)"` works); progress and
 # errors go to stderr. Every command is idempotent. The port defaults to 55432
@@ -119,6 +123,18 @@ stop() {
     as_owner "$BIN_DIR/pg_ctl" -D "$DATA_DIR" -m fast -w -t 60 stop >&2
   fi
   rm -rf "$STATE_DIR"
+}
+
+restart() {
+  local down=$1
+  BIN_DIR="$(find_bin_dir || true)"
+  { [ -n "$BIN_DIR" ] && is_running; } || die "no cluster is running in $STATE_DIR: run scripts/services/postgres.sh start"
+  say "restarting PostgreSQL (down for ${down} s)"
+  # Not `pg_ctl restart`: a drill needs the outage to last long enough to be seen.
+  as_owner "$BIN_DIR/pg_ctl" -D "$DATA_DIR" -m fast -w -t 60 stop >&2 || die "pg_ctl stop failed; see $LOG_FILE"
+  sleep "$down"
+  as_owner "$BIN_DIR/pg_ctl" -D "$DATA_DIR" -l "$LOG_FILE" -w -t 60 start >&2 || die "pg_ctl start failed; see $LOG_FILE"
+  wait_until_answering
 }
 
 env_cmd() {

@@ -13,7 +13,8 @@
  *    the next range is always fetched while the current one is written, so the network never
  *    waits for the disk; a range several terms share is fetched once while it stays in that
  *    window. A 403 (expired URL) re-queries the window's reconstruction and retries with the
- *    fresh URL.
+ *    fresh URL; a range whose connection breaks mid-way (an object store restarting behind the
+ *    server) is fetched again, whole.
  * 4. Ranges are parsed chunk by chunk (8-byte headers), each chunk decompressed and hashed as
  *    soon as its bytes are in (while the rest of the range still arrives); terms are written in
  *    order — the first one from `offset_into_first_range`, the output cut at the requested
@@ -317,7 +318,9 @@ export class DownloadRun {
 
   /**
    * Fetches one range into its decoder's buffer, decoding as the bytes arrive; called through
-   * the window, which knows the URLs. "expired" (a 403) delivers no byte to the decoder.
+   * the window, which knows the URLs. "expired" (a 403) delivers no byte to the decoder. A
+   * range fetched again after its connection broke refills the buffer from the front with the
+   * same bytes; the decoder goes on from the first chunk it has not decoded.
    */
   private async fetchDecoded(span: FetchSource, url: string, decoder: ChunkStreamDecoder): Promise<"expired" | "done"> {
     const what = describeSpan(span);

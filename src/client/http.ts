@@ -149,13 +149,19 @@ export class HttpClient {
    * reported to `onProgress`, whose throw aborts the read). A status in `passStatuses` is
    * returned with its body discarded; anything else fails as `request` does.
    *
+   * A body whose connection fails mid-way is asked for again, whole, within the retry policy
+   * (a range cannot be resumed: transfer URLs sign whole ranges only). That is for immutable
+   * bytes, such as a xorb range: the new body overwrites the front of `into` with the bytes it
+   * already holds, and `onProgress` sees the fill level start over from 0. A restarting object
+   * store behind castor ends the transfers it was serving this way.
+   *
    * Plain-HTTP URLs are read by `RawRangeClient` straight from the socket into `into`; its
-   * connection failures before the body are retried like any other. Every other case — a
-   * custom fetch, https, a status or framing it does not read — goes through `request`.
+   * connection failures are retried like any other. Every other case — a custom fetch, https,
+   * a status or framing it does not read — goes through `request`.
    */
   async getInto(request: HttpRequest, into: Uint8Array, onProgress?: (filled: number) => void): Promise<GetIntoResult> {
+    const policy = request.retry === false ? { ...this.policy, maxAttempts: 1 } : resolvePolicy(this.policy, request.retry);
     if (this.rawRanges !== null) {
-      const policy = request.retry === false ? { ...this.policy, maxAttempts: 1 } : resolvePolicy(this.policy, request.retry);
       const url = new URL(request.url);
       const headers = { "user-agent": this.userAgent, ...request.headers };
       for (let attempt = 1, staleRetried = false; ; attempt++) {
@@ -169,7 +175,9 @@ export class HttpClient {
           if (error instanceof RawProtocolError) throw new CastorClientError("protocol", `${request.what}: ${error.message}`, { cause: error });
           if (!(error instanceof RawConnectionError)) throw error;
           if (!error.beforeBody) {
-            throw new CastorClientError("network", `${request.what}: the connection failed mid-body: ${describeNetworkFailure(error)}`, { cause: error });
+            if (attempt >= policy.maxAttempts) throw midBodyError(request.what, error, attempt);
+            await this.sleep(this.backoff(policy, attempt, null));
+            continue;
           }
           // A keep-alive socket the server had just closed: try once more at once, on a new one.
           if (error.reused && !staleRetried) {
@@ -185,13 +193,21 @@ export class HttpClient {
         break;
       }
     }
-    const response = await this.request({ ...request, bulk: true });
-    if (!response.ok) {
-      await discardBody(response);
-      return { status: response.status };
+    for (let attempt = 1; ; attempt++) {
+      const response = await this.request({ ...request, bulk: true });
+      if (!response.ok) {
+        await discardBody(response);
+        return { status: response.status };
+      }
+      try {
+        await readBodyInto(response, into, request.what, onProgress);
+        return { status: response.status };
+      } catch (error) {
+        if (!(error instanceof CastorClientError && error.kind === "network")) throw error;
+        if (attempt >= policy.maxAttempts) throw midBodyError(request.what, error.cause ?? error, attempt);
+        await this.sleep(this.backoff(policy, attempt, null));
+      }
     }
-    await readBodyInto(response, into, request.what, onProgress);
-    return { status: response.status };
   }
 
   /** Exponential backoff with "equal jitter": half fixed, half random, so retries spread out. */
@@ -237,6 +253,11 @@ function networkError(what: string, target: string, error: unknown, attempts: nu
       : "";
   const tries = attempts > 1 ? ` (${attempts} attempts)` : "";
   return new CastorClientError("network", `${what}: cannot reach ${origin}: ${detail}${tries}${advice}`, { cause: error });
+}
+
+function midBodyError(what: string, cause: unknown, attempts: number): CastorClientError {
+  const tries = attempts > 1 ? ` (${attempts} attempts)` : "";
+  return new CastorClientError("network", `${what}: the connection failed mid-body: ${describeNetworkFailure(cause)}${tries}`, { cause });
 }
 
 function statusError(request: HttpRequest, target: string, response: Response, serverMessage: string | null, attempts: number): HttpStatusError {

@@ -8,15 +8,19 @@
  * route chose (a malformed path, a missing object); the errors of the services, stores and
  * transfer URLs are mapped by their codes (`domainErrorAnswer`), so routes just throw or
  * forward them; fastify's own errors and a full storage (507) are recognised in `describeError`.
+ *
+ * A store that cannot be reached right now — the metadata database or the object store
+ * restarting, down, cut off — is answered 503 with Retry-After: nothing is wrong with the
+ * request, no bug in castor, and the clients (hf_xet, huggingface_hub, castor's) retry a 503.
  */
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { TransferUrlError } from "../auth/transfer-url.js";
 import { ReconstructionError, type ReconstructionErrorCode } from "../cas/reconstruction.js";
 import { ShardRejectedError, type ShardRejectionCode } from "../cas/shard-registration.js";
 import { XorbRejectedError } from "../cas/xorb-ingest.js";
-import { BeingCollectedError, MetadataBusyError } from "../metadata/errors.js";
+import { BeingCollectedError, MetadataBusyError, MetadataUnavailableError } from "../metadata/errors.js";
 import { HubError } from "../hub/errors.js";
-import { BlobStoreError, type BlobStoreErrorCode } from "../storage/blob-store.js";
+import { BlobStoreError, isBlobStoreError, type BlobStoreErrorCode } from "../storage/blob-store.js";
 import { storageFullMessage, storageFullOf, type StorageFull } from "../storage/full.js";
 
 /** An error a route means to send as is: status, message and optional extra headers. */
@@ -61,8 +65,11 @@ export function installErrorHandlers(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError | HttpError | Error, request, reply) => {
     const { statusCode, message, headers } = describeError(error, request);
     const full = statusCode === INSUFFICIENT_STORAGE ? storageFullOf(error) : null;
+    const unavailable = unavailableStoreOf(error);
     if (full !== null) {
       logStorageFull(request.log, error, full);
+    } else if (unavailable !== null) {
+      logStoreUnavailable(request.log, error, unavailable);
     } else if (statusCode >= 500 && !(error instanceof HttpError)) {
       // A 5xx a route chose to send (503 from /readyz, 501) is an answer, not an internal error.
       request.log.error({ err: error }, "request failed with an internal error");
@@ -123,6 +130,46 @@ function logStorageFull(log: FastifyBaseLogger, error: unknown, full: StorageFul
   );
 }
 
+/** Which store a request found unreachable. */
+export type UnavailableStore = "metadata" | "objects";
+
+/** Seconds a client is asked to wait before sending a request again that met a store restarting. */
+export const STORE_UNAVAILABLE_RETRY_AFTER_SECONDS = 2;
+
+const STORE_NAMES: Readonly<Record<UnavailableStore, string>> = {
+  metadata: "metadata database",
+  objects: "object store",
+};
+
+/** The store `error` says cannot be reached right now, or null when it is no such failure. */
+export function unavailableStoreOf(error: unknown): UnavailableStore | null {
+  if (error instanceof MetadataUnavailableError) return "metadata";
+  if (isBlobStoreError(error, "unavailable")) return "objects";
+  return null;
+}
+
+/** The sentence a client gets (the store's address and the driver's words stay in the log). */
+export function storeUnavailableMessage(store: UnavailableStore): string {
+  return `castor's ${STORE_NAMES[store]} is unavailable (restarting or unreachable): send the request again in a few seconds, and tell the server's operator if this lasts`;
+}
+
+/**
+ * The answer to a store that cannot be reached, for routes that answer errors themselves (the
+ * `/v2/shards` error frame): its message, or null when `error` is no such failure. Logs it, as
+ * the error handler logs the 503s it sends.
+ */
+export function storeUnavailableAnswer(log: FastifyBaseLogger, error: unknown): string | null {
+  const store = unavailableStoreOf(error);
+  if (store === null) return null;
+  logStoreUnavailable(log, error, store);
+  return storeUnavailableMessage(store);
+}
+
+/** Error level, since an operator must act if it lasts, but not the "internal error" of a bug. */
+function logStoreUnavailable(log: FastifyBaseLogger, error: unknown, store: UnavailableStore): void {
+  log.error({ err: error, store }, `${STORE_NAMES[store]} unavailable: request refused with 503`);
+}
+
 /** How an error is answered. */
 export interface ErrorAnswer {
   statusCode: number;
@@ -164,17 +211,24 @@ const BLOB_STORE_STATUS: Readonly<Record<BlobStoreErrorCode, number>> = {
   invalid_key: INTERNAL,
   bad_range: INTERNAL,
   invalid_state: INTERNAL,
+  // Answered by `unavailableStoreOf` before this table, with a sentence of its own.
+  unavailable: 503,
 };
 
 /**
  * The one map from domain errors to HTTP answers: an uploaded xorb or shard refused (400, or
  * 413 for a shard too large), a reconstruction's range or file (400, 404, 416), a stored object
  * missing or shorter than a range (404, 416), a transfer URL refused (403: clients fetch fresh
- * URLs), a hub refusal (its own status, with the Hub's `X-Error-Code`). Null when `error` is none of these, or stands for a server-side failure (→ 500).
+ * URLs), a hub refusal (its own status, with the Hub's `X-Error-Code`), a store that cannot be
+ * reached (503). Null when `error` is none of these, or stands for a server-side failure (→ 500).
  */
 export function domainErrorAnswer(error: unknown): ErrorAnswer | null {
   if (error instanceof XorbRejectedError) return { statusCode: 400, message: `Xorb rejected: ${error.message}` };
   if (error instanceof ShardRejectedError) return { statusCode: SHARD_REJECTION_STATUS[error.code], message: `Shard rejected: ${error.message}` };
+  const store = unavailableStoreOf(error);
+  if (store !== null) {
+    return { statusCode: 503, message: storeUnavailableMessage(store), headers: { "retry-after": String(STORE_UNAVAILABLE_RETRY_AFTER_SECONDS) } };
+  }
   if (error instanceof ReconstructionError) return answerOf(RECONSTRUCTION_STATUS[error.code], error.message, error.fileSize);
   if (error instanceof BlobStoreError) return answerOf(BLOB_STORE_STATUS[error.code], error.message, error.objectSize);
   if (error instanceof TransferUrlError) return { statusCode: 403, message: error.message };

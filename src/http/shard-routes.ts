@@ -14,7 +14,8 @@
  * heartbeat while it is slow (so clients can keep a read timeout), `{"type":"committing",…}`
  * while storing, and a terminal `{"type":"result","result":0|1}` or
  * `{"type":"error","message":…,"retryable":…}` — retryable only for server-side failures that
- * resending may get past (not a full storage, which is answered like the 507 of `/v1/shards`).
+ * resending may get past (a store restarting, answered like the 503 of `/v1/shards`; not a full
+ * storage, which is answered like the 507).
  * A stream that ends without a terminal frame is an error for the client (xet-core), which is
  * what a crash looks like.
  *
@@ -28,7 +29,7 @@ import { ShardRejectedError, type ShardProgress, type ShardRegistrationService }
 import { hashToHex } from "../format/hash.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { casAccessOf } from "./cas-auth.js";
-import { domainErrorAnswer, ERROR_BODY_SCHEMA, HttpError, storageFullAnswer } from "./errors.js";
+import { domainErrorAnswer, ERROR_BODY_SCHEMA, HttpError, storageFullAnswer, storeUnavailableAnswer } from "./errors.js";
 import { DEFAULT_SPOOL_MEMORY_BYTES, receiveSpooled, type SpoolOptions } from "./body-spool.js";
 import { bodyPieces, settleUnreadBody } from "./raw-body.js";
 
@@ -116,6 +117,12 @@ export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps)
             if (storageFull !== null) {
               // Not retryable: sending the shard again at once only sends it into the same full storage.
               frames.finish({ type: "error", message: storageFull, retryable: false });
+              return;
+            }
+            const unavailable = storeUnavailableAnswer(request.log, error);
+            if (unavailable !== null) {
+              // Registration is idempotent: the same shard sent again once the store is back is registered once.
+              frames.finish({ type: "error", message: unavailable, retryable: true });
               return;
             }
             request.log.error({ err: error }, "shard registration failed with an internal error");

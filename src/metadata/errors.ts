@@ -48,3 +48,13 @@ export class BeingCollectedError extends Error {
 export class MetadataBusyError extends Error {
   override readonly name = "MetadataBusyError";
 }
+
+/**
+ * Thrown when the metadata database cannot be reached right now: it is restarting, down, or the
+ * network to it broke (a connection refused, ended by the server, timed out). Nothing about the
+ * request is wrong and castor has no bug: the same request may succeed a few seconds later. If
+ * it broke during a transaction's COMMIT, whether that transaction was applied is unknown.
+ */
+export class MetadataUnavailableError extends Error {
+  override readonly name = "MetadataUnavailableError";
+}

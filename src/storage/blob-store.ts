@@ -41,7 +41,12 @@ export type BlobStoreErrorCode =
   /** A well-formed range that does not lie inside the object (HTTP 416). */
   | "range_not_satisfiable"
   /** A staged put used out of order (commit twice, commit before the body ended, write after abort). */
-  | "invalid_state";
+  | "invalid_state"
+  /**
+   * The store cannot be reached right now (restarting, overloaded, the network to it broken)
+   * and its own retries did not get through: the same call may succeed a little later.
+   */
+  | "unavailable";
 
 export class BlobStoreError extends Error {
   override readonly name = "BlobStoreError";

@@ -125,17 +125,32 @@ describe("getInto over the raw keep-alive reader", () => {
     assert.ok(Buffer.from(into).equals(BODY.subarray(10, 20)));
   });
 
-  it("fails with a network error when the connection breaks mid-body, without retrying", async () => {
+  it("asks again for a range whose connection breaks mid-body, whole", async () => {
+    let cut = 0;
     handler = (request, response) => {
+      if (cut++ > 0) return serveRange(request, response);
       response.writeHead(206, { "content-length": "1000" });
       // Once the first 400 bytes are handed to the kernel, which still delivers them before the FIN.
       response.write(BODY.subarray(0, 400), () => request.socket.destroy());
     };
+    const { into, progress } = await getRange(client(), 0, 999);
+    assert.ok(Buffer.from(into).equals(BODY.subarray(0, 1000)));
+    assert.equal(requests.length, 2);
+    assert.deepEqual(requests[1].headers.range, "bytes=0-999", "the whole range again: signed ranges cannot be resumed");
+    // The first attempt's 400 bytes were reported, then the second attempt's, up to the whole range.
+    assert.ok(progress.includes(400) && progress.at(-1) === 1000, `fill levels ${progress.join(" ")}`);
+  });
+
+  it("fails with a network error once every attempt broke mid-body", async () => {
+    handler = (request, response) => {
+      response.writeHead(206, { "content-length": "1000" });
+      response.write(BODY.subarray(0, 400), () => request.socket.destroy());
+    };
     await assert.rejects(
       getRange(client(), 0, 999),
-      (error: unknown) => error instanceof CastorClientError && error.kind === "network" && /mid-body/.test(error.message),
+      (error: unknown) => error instanceof CastorClientError && error.kind === "network" && /mid-body: .*\(3 attempts\)$/.test(error.message),
     );
-    assert.equal(requests.length, 1);
+    assert.equal(requests.length, 3);
   });
 
   it("refuses a body announced with another length than the range", async () => {

@@ -8,7 +8,9 @@ import { ShardRejectedError } from "../../src/cas/shard-registration.js";
 import { XorbRejectedError } from "../../src/cas/xorb-ingest.js";
 import { domainErrorAnswer, HttpError } from "../../src/http/errors.js";
 import { createLogger } from "../../src/http/logging.js";
+import { MetadataUnavailableError } from "../../src/metadata/errors.js";
 import { BlobStoreError } from "../../src/storage/blob-store.js";
+import { describeS3Error } from "../../src/storage/s3/client.js";
 
 const logLines: Record<string, unknown>[] = [];
 let app: FastifyInstance;
@@ -41,6 +43,15 @@ before(async () => {
     // As a backend rethrows it: its own message, the filesystem's error as the cause.
     const enospc = Object.assign(new Error("ENOSPC: no space left on device, write"), { code: "ENOSPC", errno: -28, syscall: "write" });
     throw new Error("staging the upload at /srv/castor/blobs/tmp/x.part failed", { cause: enospc });
+  });
+  app.get("/database-down", async () => {
+    // As the PostgreSQL store throws it (src/metadata/postgres/connection.ts).
+    throw new MetadataUnavailableError("the PostgreSQL database 10.1.2.3:5432/castor is unavailable: connect ECONNREFUSED 10.1.2.3:5432");
+  });
+  app.get("/object-store-down", async () => {
+    // As the S3 store throws it once its retries are spent (src/storage/s3/client.ts).
+    const refused = Object.assign(new Error("connect ECONNREFUSED 10.1.2.4:7480"), { code: "ECONNREFUSED" });
+    throw describeS3Error("GetObject", "castor/xorbs/00ff", refused);
   });
   await app.ready();
 });
@@ -150,6 +161,27 @@ describe("error answers", () => {
     assert.doesNotMatch(String(logged[0].msg), /internal error|bug/);
   });
 
+  it("503s a store that cannot be reached, with Retry-After, naming the store but not its address, logged without calling it a bug", async () => {
+    for (const [url, store] of [
+      ["/database-down", "metadata database"],
+      ["/object-store-down", "object store"],
+    ]) {
+      logLines.length = 0;
+      const response = await app.inject({ method: "GET", url });
+      const error = assertJsonError(
+        response,
+        503,
+        new RegExp(`^castor's ${store} is unavailable \\(restarting or unreachable\\): send the request again in a few seconds`),
+      );
+      assert.equal(response.headers["retry-after"], "2");
+      assert.doesNotMatch(error, /10\.1\.2|ECONNREFUSED|xorbs|bug/);
+      const logged = logLines.filter((line) => line.level === 50 && line.reqId === response.headers["x-request-id"]);
+      assert.equal(logged.length, 1, "logged once, at error level");
+      assert.equal(logged[0].msg, `${store} unavailable: request refused with 503`);
+      assert.match(JSON.stringify(logged[0]), /10\.1\.2\.\d:\d+/, "the log names the address for the operator");
+    }
+  });
+
   it("answers a domain error by its code, and a domain error that means damaged records as an internal 500", async () => {
     const response = await app.inject({ method: "GET", url: "/inconsistent" });
     assertJsonError(response, 500, /^Internal server error \(request id [^)]+\): this is a bug in castor/);
@@ -194,7 +226,22 @@ describe("domain errors → HTTP answers (the one map)", () => {
     assert.equal(statusOf(new BlobStoreError("not_found", "…")), 404);
     assert.deepEqual(domainErrorAnswer(new BlobStoreError("range_not_satisfiable", "…", { objectSize: 10 }))?.headers, { "content-range": "bytes */10" });
     for (const code of ["invalid_key", "bad_range", "invalid_state"] as const) assert.equal(domainErrorAnswer(new BlobStoreError(code, "…")), null);
+    assert.deepEqual(domainErrorAnswer(new BlobStoreError("unavailable", "the object store is unavailable: S3 PutObject of … failed")), {
+      statusCode: 503,
+      message:
+        "castor's object store is unavailable (restarting or unreachable): send the request again in a few seconds, and tell the server's operator if this lasts",
+      headers: { "retry-after": "2" },
+    });
     assert.equal(statusOf(new TransferUrlError("expired", "…")), 403);
     assert.equal(domainErrorAnswer(new Error("…")), null);
+  });
+
+  it("the metadata database unavailable: 503 with Retry-After, whatever the driver said", () => {
+    assert.deepEqual(domainErrorAnswer(new MetadataUnavailableError("the PostgreSQL database … is unavailable: Connection terminated unexpectedly")), {
+      statusCode: 503,
+      message:
+        "castor's metadata database is unavailable (restarting or unreachable): send the request again in a few seconds, and tell the server's operator if this lasts",
+      headers: { "retry-after": "2" },
+    });
   });
 });

@@ -11,7 +11,9 @@ import { loadConfig } from "../../src/config.js";
 import { hashToHex } from "../../src/format/hash.js";
 import type { ShardRegistration } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
+import { MetadataUnavailableError } from "../../src/metadata/errors.js";
 import { MIGRATIONS, PostgresConnectionError, PostgresMetadataStore, PostgresSchemaError } from "../../src/metadata/postgres.js";
+import { PostgresConnection } from "../../src/metadata/postgres/connection.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
 import { PRE_HISTORY_ROWS, checkUpgradedFromBeforeHistories } from "../contract/schema-upgrade.js";
@@ -361,6 +363,37 @@ describe("PostgresMetadataStore specifics", () => {
           assert.equal((await store.listRepos()).length, 30);
         } finally {
           await store.close();
+        }
+      });
+    });
+  });
+
+  describe("sessions the server ends (a restart, pg_terminate_backend)", () => {
+    it("fails a transaction whose session ends between two statements as unavailable, without ending the process; the pool carries on", {
+      timeout: 20_000,
+    }, async () => {
+      await withDatabase(async (database, sql) => {
+        const connection = await PostgresConnection.open(database.url);
+        try {
+          const transaction = connection.inTransaction(async (client) => {
+            const { rows } = await client.query<{ pid: number }>("SELECT pg_backend_pid() AS pid");
+            // Not events.once, which would listen to 'error' itself.
+            const ended = new Promise((resolve) => client.once("end", resolve));
+            await sql.query("SELECT pg_terminate_backend($1)", [rows[0].pid]);
+            // No statement runs when the session ends, as while a registration waits on the blob
+            // store: pg reports it as an 'error' event of the connection, which must not go unheard.
+            await ended;
+            await connection.queryOn(client, "afterTerminate", "SELECT 1", []);
+          });
+          await assert.rejects(transaction, (err: unknown) => {
+            assert.ok(err instanceof MetadataUnavailableError, String(err));
+            assert.ok(err.message.startsWith("the PostgreSQL database ") && err.message.includes(`/${database.name} is unavailable: `), err.message);
+            return true;
+          });
+          const { rows } = await connection.query<{ one: number }>("afterReconnect", "SELECT 1 AS one", []);
+          assert.equal(rows[0].one, 1, "a new connection serves the next statement");
+        } finally {
+          await connection.close();
         }
       });
     });

@@ -6,10 +6,15 @@
  *
  * `pg` returns bigint columns as strings; the pool parses them into numbers and refuses any
  * stored value beyond Number.MAX_SAFE_INTEGER with CorruptRecordError instead of rounding it.
+ *
+ * A server that restarts or goes away fails the statements in flight and the connections that
+ * open meanwhile; those failures become MetadataUnavailableError (HTTP 503, clients retry). The
+ * pool drops the broken connections and opens new ones once the server answers again: nothing
+ * needs a restart of castor.
  */
 import pg from "pg";
 import type { PoolClient, QueryResultRow } from "pg";
-import { CorruptRecordError } from "../errors.js";
+import { CorruptRecordError, MetadataUnavailableError } from "../errors.js";
 import { inTransaction, migrate, PostgresSchemaError } from "./schema.js";
 
 const { Pool, DatabaseError, TypeOverrides, types } = pg;
@@ -92,7 +97,7 @@ export class PostgresConnection {
           )
         : err;
     }
-    return new PostgresConnection(pool, poolSize);
+    return new PostgresConnection(pool, poolSize, describeDatabase(databaseUrl));
   }
 
   private closed = false;
@@ -101,16 +106,18 @@ export class PostgresConnection {
     private readonly pool: pg.Pool,
     /** Most connections this store holds at once. */
     readonly poolSize: number,
+    /** host:port/database, for messages. */
+    private readonly database: string,
   ) {}
 
   /** Runs the statement `text` under `name` on any pooled connection. */
   query<R extends QueryResultRow>(name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.pool.query<R>({ name, text, values });
+    return this.pool.query<R>({ name, text, values }).catch((err: unknown) => this.failed(err));
   }
 
   /** Runs the statement `text` under `name` on `client` (inside `inTransaction`). */
   queryOn<R extends QueryResultRow>(client: PoolClient, name: string, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
-    return client.query<R>({ name, text, values });
+    return client.query<R>({ name, text, values }).catch((err: unknown) => this.failed(err));
   }
 
   /** A record family's table of named statements, run on this connection. */
@@ -120,7 +127,14 @@ export class PostgresConnection {
 
   /** Runs `work` in a transaction on one pooled connection; any error rolls everything back. */
   inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
-    return inTransaction(this.pool, work);
+    // Also covers opening the connection, BEGIN and COMMIT, which `work` does not run.
+    return inTransaction(this.pool, work).catch((err: unknown) => this.failed(err));
+  }
+
+  /** Rethrows `err`, as MetadataUnavailableError when it says the server cannot be reached. */
+  private failed(err: unknown): never {
+    if (err instanceof MetadataUnavailableError || !isUnavailable(err)) throw err;
+    throw new MetadataUnavailableError(`the PostgreSQL database ${this.database} is unavailable: ${(err as Error).message}`, { cause: err });
   }
 
   async close(): Promise<void> {
@@ -153,6 +167,46 @@ function isConnectionFailure(err: unknown): boolean {
     return code.startsWith("08") || code.startsWith("28") || ["3D000", "57P03", "42501"].includes(code);
   }
   return err instanceof Error && !(err instanceof PostgresSchemaError);
+}
+
+/**
+ * SQLSTATEs of a server that cannot serve the session now: class 08 (connection exception),
+ * 53300 (too many connections), 57P01/57P02 (the session ended by a fast or crash shutdown),
+ * 57P03 (starting up or shutting down).
+ */
+const UNAVAILABLE_STATES = new Set(["53300", "57P01", "57P02", "57P03"]);
+/** Socket errors on the way to the server. */
+const UNAVAILABLE_SOCKET_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENETDOWN",
+  "EAI_AGAIN",
+  "ENOTFOUND",
+]);
+/**
+ * pg's own errors for a connection that broke or never opened, which carry no code: "Connection
+ * terminated unexpectedly" (and "… due to connection timeout"), the pool's "timeout exceeded when
+ * trying to connect", a client "not queryable" after its connection failed.
+ */
+const UNAVAILABLE_MESSAGE = /^Connection terminated\b|^timeout exceeded when trying to connect$|is not queryable$/;
+
+/** Whether `err` says the database cannot be reached right now, rather than that a statement failed. */
+export function isUnavailable(err: unknown): boolean {
+  if (err instanceof MetadataUnavailableError) return true;
+  if (err instanceof DatabaseError) {
+    const code = err.code ?? "";
+    return code.startsWith("08") || UNAVAILABLE_STATES.has(code);
+  }
+  if (!(err instanceof Error)) return false;
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code !== undefined && UNAVAILABLE_SOCKET_CODES.has(code)) return true;
+  // Several addresses tried (localhost as ::1 and 127.0.0.1): every one failed.
+  if (err instanceof AggregateError) return err.errors.length > 0 && err.errors.every(isUnavailable);
+  return UNAVAILABLE_MESSAGE.test(err.message);
 }
 
 export function isViolation(err: unknown, code: string): boolean {

@@ -259,6 +259,13 @@ export async function migrate(pool: pg.Pool, database: string): Promise<void> {
 export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
+  // A checked-out connection has no 'error' listener of the pool's: a server that ends the
+  // session between two statements (a restart, pg_terminate_backend) would emit one unheard,
+  // which ends the process. The next statement fails on its own; the connection is dropped.
+  const onError = (error: Error) => {
+    broken ??= error;
+  };
+  client.on("error", onError);
   try {
     await client.query("BEGIN");
     const result = await work(client);
@@ -271,6 +278,7 @@ export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClie
     });
     throw err;
   } finally {
+    client.off("error", onError);
     client.release(broken);
   }
 }

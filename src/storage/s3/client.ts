@@ -141,12 +141,18 @@ export function isTransientS3Error(err: unknown): boolean {
   return Boolean((err as { $retryable?: unknown }).$retryable);
 }
 
-/** Adds the operation and key to an SDK error so a log line says what failed; the original stays as `cause`. */
+/**
+ * Adds the operation and key to an SDK error so a log line says what failed; the original stays
+ * as `cause`. A transient failure (the store down or overloaded, after the retries) becomes a
+ * BlobStoreError `unavailable`, which castor answers with 503 rather than as a bug of its own.
+ */
 export function describeS3Error(operation: string, objectKey: string, err: unknown): Error {
   if (err instanceof BlobStoreError) return err;
   const status = httpStatusOf(err);
   const reason = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-  return new Error(`S3 ${operation} of ${objectKey} failed${status ? ` (HTTP ${status})` : ""}: ${reason}`, { cause: err });
+  const message = `S3 ${operation} of ${objectKey} failed${status ? ` (HTTP ${status})` : ""}: ${reason}`;
+  if (isTransientS3Error(err)) return new BlobStoreError("unavailable", `the object store is unavailable: ${message}`, { cause: err });
+  return new Error(message, { cause: err });
 }
 
 /**
