@@ -30,7 +30,7 @@ import { HubClient, type CommitRequest, type CommitResult, type FileStorage, typ
 import type { ProgressListener } from "./progress.js";
 import { commitMessageOf, commitOperationsFor, downloadInlineFile, repoPathsFor } from "./repo-files.js";
 import { TokenProvider, parseRepoRef, type RepoRef, type TokenAccess } from "./token.js";
-import { UploadRun, type UploadedFile, type UploadResult, type UploadRunOptions } from "./upload.js";
+import { StaleCacheError, UploadRun, type UploadedFile, type UploadResult, type UploadRunOptions } from "./upload.js";
 
 export { CastorClientError, HttpStatusError, isClientError, type ClientErrorKind } from "./errors.js";
 export { formatBytes, ProgressRenderer, type ProgressEvent, type ProgressListener, type ProgressOutput } from "./progress.js";
@@ -51,6 +51,7 @@ export { commitMessageOf, commitOperationsFor, repoPathsFor } from "./repo-files
 export { repoPathProblem } from "../format/repo.js";
 export type { RepoType } from "../format/repo.js";
 export type { UploadResult, UploadedFile, UploadRunOptions } from "./upload.js";
+export { DEFAULT_CACHE_MAX_BYTES, defaultCacheDir } from "./shard-cache.js";
 export type { ByteRangeRequest, DownloadResult, DownloadRunOptions } from "./download.js";
 export type { FetchFunction, RetryPolicy } from "./http.js";
 
@@ -93,8 +94,20 @@ export class CastorClient {
   }
 
   /** Uploads files and registers them in the repository; see upload.ts. */
-  upload(files: readonly string[], options: UploadRunOptions = {}): Promise<UploadResult> {
-    return new UploadRun(this.casFor("write"), options).run(files);
+  async upload(files: readonly string[], options: UploadRunOptions = {}): Promise<UploadResult> {
+    const cas = this.casFor("write");
+    try {
+      return await new UploadRun(cas, options).run(files);
+    } catch (error) {
+      if (!(error instanceof StaleCacheError)) throw error;
+      // The server lost xorbs the cache named (e.g. castor gc): forget this server's cache
+      // and upload again; what the first attempt stored is found by global dedup or resent.
+      await error.cache.clear();
+      const result = await new UploadRun(cas, options).run(files);
+      result.cache.retriedAfterStale = true;
+      result.xorbs.bytesSent += error.bytesSent;
+      return result;
+    }
   }
 
   /** Downloads a file (or a byte range of it) by hash; see download.ts. */

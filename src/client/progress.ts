@@ -7,10 +7,11 @@
 export interface ProgressEvent {
   operation: "upload" | "download";
   /**
-   * upload: "reading" (chunking, deduplicating, sending xorbs as they fill), "uploading" (the
+   * upload: "checking" (hashing a file whose first chunk is stored, to ask whether the whole
+   * file is), "reading" (chunking, deduplicating, sending xorbs as they fill), "uploading" (the
    * last xorbs), "registering" (the shard); download: "downloading".
    */
-  phase: "reading" | "uploading" | "registering" | "downloading";
+  phase: "checking" | "reading" | "uploading" | "registering" | "downloading";
   /** Input bytes processed (upload) or output bytes written (download). */
   bytesDone: number;
   /** What `bytesDone` runs up to; null when unknown (a whole-file download before its end). */

@@ -172,7 +172,12 @@ describe("castor upload / repo files / download with repositories", () => {
 
   it("commits a single file at --path with -m, deduplicated against the first upload", async () => {
     const up = assertOk(await client(["upload", "--repo", REPO, "in/a.bin", "--path", "weights/model.bin", "-m", "Add weights\n\nSame bytes, new place."]));
-    assert.match(up.stdout, /^[0-9a-f]{64} {2}weights\/model\.bin {2}\(3\.0 MiB, 0 B new \/ 3\.0 MiB deduplicated\)\n/);
+    // The repository has the file whole: asked with HEAD /v1/files/…, nothing is sent or registered.
+    assert.match(up.stdout, /^[0-9a-f]{64} {2}weights\/model\.bin {2}\(3\.0 MiB, already stored, nothing sent\)\n/);
+    assert.match(
+      up.stderr,
+      /: 0 B sent, 3\.0 MiB deduplicated \(100\.0% not sent\); 0 xorbs \(0 B\) sent; 0 shards registered; 1 file already in the repository\./,
+    );
     assert.deepEqual((await commitTitles()).slice(0, 2), ["Add weights", "Upload 3 files with castor"]);
     const rows = rowsOf(await client(["repo", "files", REPO], { token: tokens.read }));
     assert.deepEqual(
