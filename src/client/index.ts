@@ -33,6 +33,7 @@ import { TokenProvider, parseRepoRef, type RepoRef, type TokenAccess } from "./t
 import { StaleCacheError, UploadRun, type UploadedFile, type UploadResult, type UploadRunOptions } from "./upload.js";
 
 export { CastorClientError, HttpStatusError, isClientError, type ClientErrorKind } from "./errors.js";
+export { removePartialOutputsSync } from "./download-output.js";
 export { formatBytes, ProgressRenderer, type ProgressEvent, type ProgressListener, type ProgressOutput } from "./progress.js";
 export { parseRepoRef, formatRepoRef, type RepoRef } from "./token.js";
 export {
@@ -163,11 +164,11 @@ export class CastorClient {
     const base = { path, commit: info.commit, size: info.size, storage: info.storage, etag: info.etag };
     if (info.xetHash !== null) {
       const { path: _path, ...rest } = options;
-      const result = await this.download({ ...rest, fileHash: info.xetHash });
-      return { ...base, fileHash: info.xetHash, bytesWritten: result.bytesWritten, verified: result.verified };
+      const result = await this.download({ ...rest, fileHash: info.xetHash, expectedSize: options.range === undefined ? info.size : undefined });
+      return { ...base, fileHash: info.xetHash, bytesWritten: result.bytesWritten, verified: result.verified, resumedBytes: result.resumedBytes };
     }
     const result = await downloadInlineFile(this.hub, info, options);
-    return { ...base, fileHash: null, ...result };
+    return { ...base, fileHash: null, resumedBytes: 0, ...result };
   }
 
   /** How many CAS tokens were requested from the hub so far, by access. */
@@ -251,6 +252,8 @@ export interface FileDownloadRunOptions {
   onProgress?: ProgressListener;
   /** End a stream output when done (default true; false for stdout). */
   endOutput?: boolean;
+  /** Xet-stored files: resume from a partial file an interrupted run left (default true). */
+  resume?: boolean;
   /** Xet-stored files: see `DownloadRunOptions`. */
   windowBytes?: number;
   concurrency?: number;
@@ -269,6 +272,8 @@ export interface FileDownloadResult {
   /** Xet-stored files: the file hash. */
   fileHash: string | null;
   bytesWritten: number;
+  /** Bytes kept from the partial file an interrupted run left (Xet-stored files, whole-file downloads). */
+  resumedBytes: number;
   /**
    * `file-hash` (Xet, whole file) or `git-blob-id` (inline): the content checked out;
    * `chunks`: a range of a Xet-stored file, every chunk decoded to its declared size;

@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { basename } from "node:path";
 import type { Writable } from "node:stream";
 import { repoPathProblem } from "../format/repo.js";
-import { fileSink, streamSink } from "./download-output.js";
+import { fileSink, partialPathOf, streamSink } from "./download-output.js";
 import { CastorClientError } from "./errors.js";
 import type { CommitOperation, HubClient, RepoFileInfo } from "./hub.js";
 import type { ProgressListener } from "./progress.js";
@@ -105,7 +105,10 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
       throw new CastorClientError("usage", `the range starts at byte ${start}, past the end of the file (${size} bytes)`);
   }
   const checkable = GIT_BLOB_ID.test(info.etag);
-  const sink = typeof options.output === "string" ? await fileSink(options.output) : streamSink(options.output, options.endOutput ?? true);
+  const sink =
+    typeof options.output === "string"
+      ? await fileSink(options.output, partialPathOf(options.output, info.etag))
+      : streamSink(options.output, options.endOutput ?? true);
   const what = `downloading ${JSON.stringify(info.path)} at ${info.commit}`;
   try {
     // Pinned to the commit the HEAD named: the branch may move in between.

@@ -69,6 +69,8 @@ describe("re-uploads with the local shard cache", () => {
     assert.equal(first.cache.enabled, true);
     assert.ok((await readdir(join(cacheDir, "shards-v1"))).length === 1, "one server folder");
 
+    // The server logs a request just after answering it: wait for the shard's line before counting from here.
+    await server.waitForRequests(0, (list) => list.some((r) => r.method === "POST" && r.path === "/v1/shards"));
     const from = server.logLines().length;
     for (const dir of [cacheDir, null]) {
       const again = await client(server, hubToken).upload([join(work, "original.bin")], { cacheDir: dir });
