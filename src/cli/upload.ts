@@ -5,6 +5,7 @@ import {
   defaultCacheDir,
   commitMessageOf,
   commitOperationsFor,
+  expandDirectories,
   formatBytes,
   formatRepoRef,
   repoPathsFor,
@@ -14,7 +15,7 @@ import {
 import { EXIT_OK, UsageError, parseCommandLine, runCommand } from "./args.js";
 import { asUsageError, createClient, parsePositiveInt, TRANSFER_FLAGS } from "./client.js";
 
-const USAGE = `Usage: castor upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE…
+const USAGE = `Usage: castor upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE|DIR…
 
 Uploads files through Xet, sending only chunks the server does not have yet, then commits them
 to a branch of the repository in one commit. Prints one line per file on stdout (and nothing
@@ -25,7 +26,8 @@ file the repository had whole), then the commit,
   commit <commit id>  <commit URL>
 and a summary on stderr. 'castor download --repo … PATH' takes the path ('--hash' the file
 hash); 'castor repo files' lists the branch. Non-empty files are stored through Xet (listed as
-"xet"); an empty file travels inside the commit ("inline").
+"xet"); an empty file travels inside the commit ("inline"). A DIR is uploaded recursively, its
+files at DIR/<path inside it> (as 'cp -r DIR DEST/' names them; --path is then the folder DEST).
 
   --repo TYPE:NS/NAME   the repository, e.g. model:alice/bert
   --path IN_REPO        where the files go in the repository: for one FILE its path (a folder
@@ -79,9 +81,12 @@ export function run(argv: string[]): Promise<number> {
     // Checked before anything is read: a bad --path should not wait for 10 GB of chunking.
     let paths: string[];
     let message: { summary: string; description: string };
+    let files: string[];
     try {
-      paths = commit ? repoPathsFor(positionals, values.path) : positionals;
-      message = commitMessageOf(values.message, positionals.length);
+      const expanded = await expandDirectories(positionals);
+      files = expanded.files;
+      paths = commit ? repoPathsFor(files, values.path, expanded.names ?? undefined) : files;
+      message = commitMessageOf(values.message, files.length);
     } catch (error) {
       throw asUsageError(error);
     }
@@ -90,7 +95,7 @@ export function run(argv: string[]): Promise<number> {
     let result: UploadResult;
     try {
       const cacheDir = values["no-cache"] === true ? null : defaultCacheDir();
-      result = await client.upload(positionals, { onProgress: progress.update, concurrency, cacheDir });
+      result = await client.upload(files, { onProgress: progress.update, concurrency, cacheDir });
       progress.finish();
     } catch (error) {
       progress.clear();

@@ -28,7 +28,7 @@ import { CastorClientError } from "./errors.js";
 import { HttpClient, type FetchFunction, type RetryPolicy } from "./http.js";
 import { HubClient, type CommitRequest, type CommitResult, type FileStorage, type RepoFileEntry, type RepoFileInfo } from "./hub.js";
 import type { ProgressListener } from "./progress.js";
-import { commitMessageOf, commitOperationsFor, downloadInlineFile, repoPathsFor } from "./repo-files.js";
+import { commitMessageOf, commitOperationsFor, downloadInlineFile, expandDirectories, repoPathsFor } from "./repo-files.js";
 import { TokenProvider, parseRepoRef, type RepoRef, type TokenAccess } from "./token.js";
 import { StaleCacheError, UploadRun, type UploadedFile, type UploadResult, type UploadRunOptions } from "./upload.js";
 
@@ -48,7 +48,7 @@ export {
   type RepoFolderEntry,
   type RepoTreeEntry,
 } from "./hub.js";
-export { commitMessageOf, commitOperationsFor, repoPathsFor } from "./repo-files.js";
+export { commitMessageOf, commitOperationsFor, expandDirectories, repoPathsFor } from "./repo-files.js";
 export { repoPathProblem } from "../format/repo.js";
 export type { RepoType } from "../format/repo.js";
 export type { UploadResult, UploadedFile, UploadRunOptions } from "./upload.js";
@@ -135,10 +135,11 @@ export class CastorClient {
    */
   async uploadToRepo(files: readonly string[], options: RepoUploadRunOptions = {}): Promise<RepoUploadResult> {
     if (files.length === 0) throw new CastorClientError("usage", "no files to upload");
-    const paths = repoPathsFor(files, options.pathInRepo);
-    const uploaded = await this.upload(files, options);
+    const expanded = await expandDirectories(files);
+    const paths = repoPathsFor(expanded.files, options.pathInRepo, expanded.names ?? undefined);
+    const uploaded = await this.upload(expanded.files, options);
     const placed = uploaded.files.map((file, i) => ({ ...file, pathInRepo: paths[i] }));
-    const { summary, description } = commitMessageOf(options.message, files.length);
+    const { summary, description } = commitMessageOf(options.message, expanded.files.length);
     const commit = await this.commit({ summary, description, parentCommit: options.parentCommit, operations: commitOperationsFor(placed) });
     return { ...uploaded, files: placed, commit };
   }

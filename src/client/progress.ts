@@ -34,7 +34,8 @@ export function formatBytes(bytes: number): string {
     value /= 1024;
     unit++;
   }
-  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${UNITS[unit]}`;
+  // Rates are fractional: below 1 KiB they are rounded to whole bytes too.
+  return unit === 0 ? `${Math.round(bytes)} B` : `${value.toFixed(1)} ${UNITS[unit]}`;
 }
 
 /** The part of a stream the renderer needs (process.stderr fits). */

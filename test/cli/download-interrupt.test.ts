@@ -108,6 +108,8 @@ describe("castor download, interrupted", () => {
     assert.ok(resumed, again.stderr);
     assert.ok(Number(resumed[1]) * MiB > kept - 256 * 1024, `kept ${resumed[1]} MiB of ${kept} bytes`);
     assert.ok((await readFile(join(work, "resumed.bin"))).equals(data));
+    // The total is known from the start (the hub's HEAD), so progress shows it with a percentage.
+    assert.match(again.stderr, /^download downloading: [\d.]+ MiB \/ 96\.0 MiB \(\d+%\), [\d.]+ [KMG]?i?B\/s$/m);
     assert.deepEqual(await partials(), []);
   });
 

@@ -231,6 +231,25 @@ describe("castor upload / repo files / download with repositories", () => {
     assert.equal(await headOfMain(), firstCommit);
   });
 
+  it("uploads directories recursively, keeping their in-repo paths, next to plain files", async () => {
+    await mkdir(join(work, "tree", "sub"), { recursive: true });
+    await writeFile(join(work, "tree", "x.bin"), randomBytes(40_000));
+    await writeFile(join(work, "tree", "sub", "y.txt"), "why\n");
+    const up = assertOk(await client(["upload", "--repo", REPO, "tree", "in/b.txt", "--path", "up", "-m", "A folder"]));
+    const lines = up.stdout.trimEnd().split("\n");
+    assert.deepEqual(
+      lines.slice(0, 3).map((line) => line.split(/\s{2}/)[1]),
+      ["up/tree/sub/y.txt", "up/tree/x.bin", "up/b.txt"],
+    );
+    const rows = rowsOf(await client(["repo", "files", REPO, "--path", "up"], { token: tokens.read }));
+    assert.deepEqual(
+      rows.slice(1).map((row) => row[0]),
+      ["up/b.txt", "up/tree/sub/y.txt", "up/tree/x.bin"],
+    );
+    assertOk(await client(["download", "--repo", REPO, "up/tree/sub/y.txt", "-o", "y-copy.txt"], { token: tokens.read }));
+    assert.equal(await readFile(join(work, "y-copy.txt"), "utf8"), "why\n");
+  });
+
   it("shows the new commands in the help texts", async () => {
     const [top, repo, files, upload, download] = await Promise.all([
       runCastor(["--help"]),

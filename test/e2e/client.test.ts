@@ -327,6 +327,7 @@ describe("castor upload / castor download commands", () => {
 
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, new RegExp(`answered 404 Not Found: No file ${unknown}`));
+    assert.equal(missing.stderr.match(/this token is for|the token is for/g)?.length, 1, `said once: ${missing.stderr}`);
     await assert.rejects(stat(join(work, "nothing")));
 
     assert.equal(noFile.code, 1);
