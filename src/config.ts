@@ -191,7 +191,9 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
   };
 
   const dataDir = resolve(get("CASTOR_DATA_DIR") ?? "./castor-data");
-  const { host: listenHost, port: listenPort } = parseListen(get("CASTOR_LISTEN") ?? "127.0.0.1:8080");
+  /** How the user spelled a setting, for messages: the flag when one was given, else the variable. */
+  const sourceOf = (name: SettingName): string => (flags[flagNameOf(name)] !== undefined ? `--${flagNameOf(name)}` : name);
+  const { host: listenHost, port: listenPort } = parseListen(get("CASTOR_LISTEN") ?? "127.0.0.1:8080", sourceOf("CASTOR_LISTEN"));
 
   const explicitPublicUrl = get("CASTOR_PUBLIC_URL");
   let publicUrl: string | null;
@@ -304,13 +306,13 @@ function isWildcardHost(host: string): boolean {
   return host === "0.0.0.0" || host === "::" || host === "[::]" || host === "::0";
 }
 
-function parseListen(value: string): { host: string; port: number } {
+function parseListen(value: string, source: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(value);
   const port = m ? Number(m[3]) : NaN;
   const bracketedIsNotIPv6 = m !== null && m[1] !== undefined && isIP(m[1]) !== 6;
   if (!m || port > 65535 || bracketedIsNotIPv6) {
     throw new ConfigError(
-      `CASTOR_LISTEN must be host:port with a port from 0 to 65535 (e.g. 127.0.0.1:8080, [::1]:8080, or 127.0.0.1:0 for any free port), got ${JSON.stringify(value)}`,
+      `${source} must be host:port with a port from 0 to 65535 (e.g. 127.0.0.1:8080, [::1]:8080, or 127.0.0.1:0 for any free port), got ${JSON.stringify(value)}`,
     );
   }
   return { host: m[1] ?? m[2], port };

@@ -102,6 +102,11 @@ describe("loadConfig", () => {
       it(`rejects CASTOR_LISTEN=${JSON.stringify(bad)}`, () => rejects({ CASTOR_LISTEN: bad }, /^CASTOR_LISTEN must be host:port/));
     }
 
+    it("names the flag, not the variable, when --listen was given", () => {
+      rejects({}, /^--listen must be host:port/, { listen: "nonsense" });
+      rejects({ CASTOR_LISTEN: "127.0.0.1:1" }, /^--listen must be host:port/, { listen: "nonsense" });
+    });
+
     for (const [bad, pattern] of [
       ["not a url", /absolute http\(s\) URL/],
       ["ftp://example.com", /http or https/],

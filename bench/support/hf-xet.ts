@@ -42,22 +42,23 @@ export class TimedHfXet {
     private readonly scratch: string,
   ) {}
 
-  upload(source: XetTokenSource, paths: string[]): Promise<TimedRun<HfXetUpload>> {
-    return this.run(source, "write", { op: "upload", paths, repoType: "model" });
+  /** `home`: an HF_HOME / HF_XET_CACHE folder kept between runs (its shard cache then persists); default a fresh one. */
+  upload(source: XetTokenSource, paths: string[], home?: string): Promise<TimedRun<HfXetUpload>> {
+    return this.run(source, "write", { op: "upload", paths, repoType: "model" }, home);
   }
 
   download(source: XetTokenSource, files: { hash: string; size: number; path: string }[]): Promise<TimedRun<string>> {
     return this.run(source, "read", { op: "download", files });
   }
 
-  private async run<T>(source: XetTokenSource, access: "read" | "write", request: Record<string, unknown>): Promise<TimedRun<T>> {
+  private async run<T>(source: XetTokenSource, access: "read" | "write", request: Record<string, unknown>, keptHome?: string): Promise<TimedRun<T>> {
     const tokenUrl = source.tokenUrl(access);
     const hubToken = source.hubToken(access);
     const answer = await fetch(tokenUrl, { headers: { authorization: `Bearer ${hubToken}` } });
     if (answer.status !== 200) throw new Error(`the token operation ${tokenUrl} answered ${answer.status}: ${await answer.text()}`);
     const token = (await answer.json()) as { accessToken: string; exp: number; casUrl: string };
 
-    const home = await mkdtemp(join(this.scratch, "hf-xet-home-"));
+    const home = keptHome ?? (await mkdtemp(join(this.scratch, "hf-xet-home-")));
     try {
       const cache = join(home, "xet-cache");
       const input = JSON.stringify({ ...request, casUrl: token.casUrl, accessToken: token.accessToken, exp: token.exp, tokenUrl, hubToken });
@@ -70,7 +71,7 @@ export class TimedHfXet {
       }
       return JSON.parse(stdout) as TimedRun<T>;
     } finally {
-      await rm(home, { recursive: true, force: true });
+      if (keptHome === undefined) await rm(home, { recursive: true, force: true });
     }
   }
 }

@@ -100,10 +100,7 @@ export class ReconstructionService {
         "file_not_found",
         `No file ${fileHex} in the repository ${repo.type}:${repo.id} this token is for: check the file id, or use a token of the repository the file was uploaded to`,
       );
-    const repoRecord = await this.store.getRepo(repo.type, repo.id);
-    if (repoRecord === null || !(await this.store.isFileInRepo(fileHash, repoRecord.id))) throw notFound();
-
-    const file = await this.records.file(fileHash, fileHex);
+    const file = await this.fileInRepo(repo, fileHash, fileHex);
     if (file === null) throw notFound();
     const range = resolveFileRange(query.range, file.size);
     const key = `${version}${fileHex}${range.start}-${range.end}`;
@@ -115,6 +112,21 @@ export class ReconstructionService {
     // Encoded once here (sent as a string, it would be measured for Content-Length and then
     // encoded again by the socket); the renderers produce pure ASCII, so Latin-1 is exact.
     return this.answers.put(key, latin1Bytes(body), plan.terms.length);
+  }
+
+  /**
+   * The size of a file registered in the repository (`HEAD /v1/files/{file_id}`: clients ask
+   * before uploading it again); null when it is not, exactly as for a file that does not exist.
+   */
+  async fileSize(repo: ReconstructionQuery["repo"], fileHash: Hash, fileHex: string): Promise<number | null> {
+    return (await this.fileInRepo(repo, fileHash, fileHex))?.size ?? null;
+  }
+
+  /** The file's prepared record if the repository has it; checked on every call, never cached. */
+  private async fileInRepo(repo: ReconstructionQuery["repo"], fileHash: Hash, fileHex: string) {
+    const repoRecord = await this.store.getRepo(repo.type, repo.id);
+    if (repoRecord === null || !(await this.store.isFileInRepo(fileHash, repoRecord.id))) return null;
+    return this.records.file(fileHash, fileHex);
   }
 
   /** The answer's body gzipped, compressed once and kept with the answer. */

@@ -3,7 +3,7 @@
  * `backupDataDir` (src/ops/backup.ts); progress on stderr, a summary on stdout.
  */
 import { formatBytes } from "../client/progress.js";
-import { loadConfig } from "../config.js";
+import { loadAdminConfig } from "./stores.js";
 import { KEY_FILES, backupDataDir, requireEmbedded, type BackupManifest } from "../ops/backup.js";
 import type { FsCopyCounts } from "../storage/fs-copy.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, interruptSignal, parseCommandLine, parseCount, runCommand } from "./args.js";
@@ -46,7 +46,7 @@ export function run(argv: string[]): Promise<number> {
     }
     const [dest] = expectPositionals(args.positionals, ["DEST"]);
     const progressEveryBlobs = parseCount("progress-every", args.values["progress-every"], "blobs");
-    const config = loadConfig(process.env, args.configFlags);
+    const config = loadAdminConfig(args.configFlags);
     requireEmbedded(config, "backup");
 
     const say = (line: string) => process.stderr.write(`castor backup: ${line}\n`);

@@ -1,6 +1,7 @@
 /** `castor download`: a thin shell over `CastorClient.downloadFile` and `CastorClient.download` (src/client). */
+import { stat } from "node:fs/promises";
 import { basename } from "node:path";
-import { DEFAULT_ENDPOINT, ProgressRenderer, formatBytes, type ByteRangeRequest, type FileDownloadResult } from "../client/index.js";
+import { DEFAULT_ENDPOINT, ProgressRenderer, formatBytes, removePartialOutputsSync, type ByteRangeRequest, type FileDownloadResult } from "../client/index.js";
 import { EXIT_OK, UsageError, parseCommandLine, runCommand } from "./args.js";
 import { asUsageError, createClient, parsePositiveInt, TRANSFER_FLAGS } from "./client.js";
 
@@ -11,7 +12,10 @@ Downloads the file at PATH in the repository (as 'castor repo files' lists it) i
 default PATH's base name in the current folder. A file stored through Xet is reconstructed
 from its chunks and checked against its file hash; an inline file is fetched whole and
 checked against its git blob id (the ETag). OUT appears only once the content checked out: a
-failed download leaves no OUT behind. Prints
+failed or interrupted (Ctrl-C, SIGTERM) download leaves no OUT behind, and no partial file. An
+existing OUT is refused unless --force. A download killed outright (SIGKILL, a crash) leaves
+OUT.castor-partial-…; running the same download again resumes from it (its whole chunks are
+kept, and the result is still checked against the file hash). Prints
   <path>  <OUT>  (<size>, xet|inline, <what was verified>, commit <id>)
 
 With --hash, downloads the file with that file hash (as 'castor upload' printed it) instead,
@@ -23,9 +27,11 @@ castor always did; write ./PATH for a file whose path looks like a hash.
   --hash HASH           download by file hash instead of by path
   -o, --output OUT      the file to write, or - for stdout (required with a hash)
   --range A-B           only bytes A to B, counted from 0, B included ("A-" runs to the
-                        end); a part of a Xet-stored file cannot be checked against the file
-                        hash, but every chunk is decoded and checked for its length (an inline
-                        file is still read whole and checked)
+                        end; a B past the end stops at the end, and says so); a part of a
+                        Xet-stored file cannot be checked against the file hash, but every
+                        chunk is decoded and checked for its length (an inline file is still
+                        read whole and checked)
+  -f, --force           overwrite OUT if it exists
   --endpoint URL        the castor server, its public URL (default: $CASTOR_ENDPOINT, else
                         ${DEFAULT_ENDPOINT})
   --hub-token TOKEN     a hub token with read access (default: $CASTOR_HUB_TOKEN)
@@ -44,6 +50,7 @@ export function run(argv: string[]): Promise<number> {
       hash: { type: "string" },
       output: { type: "string", short: "o" },
       range: { type: "string" },
+      force: { type: "boolean", short: "f" },
     });
     if (args.help) {
       process.stdout.write(USAGE);
@@ -68,22 +75,51 @@ export function run(argv: string[]): Promise<number> {
     const toStdout = outputName === "-";
     const output = toStdout ? process.stdout : outputName;
     const shown = toStdout ? "(stdout)" : outputName;
+    if (!toStdout && values.force !== true) {
+      const existing = await stat(outputName).catch(() => null);
+      if (existing !== null && !existing.isDirectory()) throw new UsageError(`${outputName} exists: pass --force to overwrite it, or give another -o OUT`);
+    }
 
     const progress = new ProgressRenderer(process.stderr);
+    // Interrupted: no partial file stays behind (the process exits at once, so synchronously).
+    const interrupted = (signal: NodeJS.Signals) => {
+      progress.clear();
+      removePartialOutputsSync();
+      process.stderr.write(`castor download: interrupted (${signal}); nothing written\n`);
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    };
+    process.once("SIGINT", interrupted);
+    process.once("SIGTERM", interrupted);
     let line: string;
+    let written: number;
+    let resumed = 0;
     try {
       if (hash !== undefined) {
         const result = await client.download({ fileHash: hash, output, endOutput: !toStdout, range, concurrency, onProgress: progress.update });
         const checked = result.verified === "file-hash" ? "file hash verified" : "chunks verified";
         line = `${result.fileHash}  ${shown}  (${formatBytes(result.bytesWritten)}, ${checked})\n`;
+        written = result.bytesWritten;
+        resumed = result.resumedBytes;
       } else {
         const result = await client.downloadFile({ path: path!, output, endOutput: !toStdout, range, concurrency, onProgress: progress.update });
         line = `${result.path}  ${shown}  (${formatBytes(result.bytesWritten)}, ${result.storage}, ${describeCheck(result)}, commit ${result.commit})\n`;
+        written = result.bytesWritten;
+        resumed = result.resumedBytes;
       }
       progress.finish();
     } catch (error) {
       progress.clear();
       throw asUsageError(error);
+    } finally {
+      process.removeListener("SIGINT", interrupted);
+      process.removeListener("SIGTERM", interrupted);
+    }
+    if (resumed > 0) process.stderr.write(`Resumed from the partial file an interrupted run left: kept ${formatBytes(resumed)}.\n`);
+    if (range !== undefined && range.end !== Number.MAX_SAFE_INTEGER && written < range.end - range.start + 1) {
+      const size = range.start + written;
+      process.stderr.write(
+        `The file has ${size} bytes: wrote bytes ${range.start}-${size - 1}, not ${range.start}-${range.end} (the range was clamped at the end of the file).\n`,
+      );
     }
     (toStdout ? process.stderr : process.stdout).write(line);
     return EXIT_OK;

@@ -4,9 +4,8 @@
  * every problem on stdout, exit code 1 when damage was found (or, after repairs, remains).
  */
 import { fsckStores, type FsckReport } from "../ops/fsck.js";
-import { loadConfig } from "../config.js";
 import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseCount, runCommand } from "./args.js";
-import { withStores } from "./stores.js";
+import { withStores, loadAdminConfig } from "./stores.js";
 import { reserveOf, withReserveReleased } from "../storage/reserve.js";
 
 const USAGE = `Usage: castor fsck [--repair] [--progress-every N]
@@ -48,7 +47,7 @@ export function run(argv: string[]): Promise<number> {
     expectPositionals(args.positionals, []);
     const progressEveryXorbs = parseCount("progress-every", args.values["progress-every"], "xorbs");
     const repair = args.values.repair ?? false;
-    const config = loadConfig(process.env, args.configFlags);
+    const config = loadAdminConfig(args.configFlags);
     const say = (line: string) => process.stderr.write(`castor fsck: ${line}\n`);
     // Repairs write, and may be wanted on a full disk; a check only reads.
     const report = await withReserveReleased(repair ? reserveOf(config) : null, say, () =>

@@ -4,9 +4,9 @@
  */
 import { durationMs } from "../duration.js";
 import { collectGarbage, DEFAULT_GC_BATCH, type GcReport } from "../ops/gc.js";
-import { DEFAULT_GC_GRACE, loadConfig } from "../config.js";
+import { DEFAULT_GC_GRACE } from "../config.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, parseCommandLine, parseCount, runCommand, UsageError } from "./args.js";
-import { withStores } from "./stores.js";
+import { withStores, loadAdminConfig } from "./stores.js";
 import { reserveOf, withReserveReleased } from "../storage/reserve.js";
 
 const USAGE = `Usage: castor gc [--dry-run] [--grace D] [--batch N] [--json]
@@ -49,7 +49,7 @@ export function run(argv: string[]): Promise<number> {
     if (graceFlag === null) throw new UsageError(`--grace must be a duration such as 24h, 30d, 45m, 90s or 0, got ${JSON.stringify(graceText)}`);
     const batchSize = parseCount("batch", args.values.batch, "objects") ?? DEFAULT_GC_BATCH;
 
-    const config = loadConfig(process.env, args.configFlags);
+    const config = loadAdminConfig(args.configFlags);
     const graceMs = graceFlag ?? config.gc.graceMs;
     const say = (line: string) => process.stderr.write(`castor gc: ${line}\n`);
     const dryRun = args.values["dry-run"] ?? false;

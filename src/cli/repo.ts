@@ -3,7 +3,7 @@
  * data dir or database; `castor repo files TYPE:NS/NAME`, a client command through the hub.
  */
 import { DEFAULT_ENDPOINT } from "../client/index.js";
-import { loadConfig } from "../config.js";
+import { loadAdminConfig } from "./stores.js";
 import { formatRepoRef, requireRepoName, requireRepoType } from "../hub/names.js";
 import { withHub } from "../hub/open.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, formatTime, parseCommandLine, runCommand, runSubcommand } from "./args.js";
@@ -70,7 +70,7 @@ function create(argv: string[]): Promise<number> {
     // Checked before the database is opened, so a typo creates no data folder.
     requireRepoType(type);
     requireRepoName(name);
-    const config = loadConfig(process.env, args.configFlags);
+    const config = loadAdminConfig(args.configFlags);
     const repo = await withHub(config, (hub) => hub.createRepo(type, name, { private: args.values.public !== true }));
     process.stdout.write(`Created ${repo.private ? "private" : "public"} repository ${formatRepoRef(repo)} with branch main.\n`);
     return EXIT_OK;
@@ -82,7 +82,7 @@ function list(argv: string[]): Promise<number> {
     const args = parseCommandLine(argv, {});
     if (args.help) return help(LIST_USAGE);
     expectPositionals(args.positionals, []);
-    const repos = await withHub(loadConfig(process.env, args.configFlags), (hub) => hub.listRepos());
+    const repos = await withHub(loadAdminConfig(args.configFlags), (hub) => hub.listRepos());
     if (repos.length === 0) {
       process.stderr.write("No repositories yet: create one with 'castor repo create TYPE NAMESPACE/NAME'.\n");
       return EXIT_OK;

@@ -1,5 +1,5 @@
 /** `castor revision create TYPE:NS/NAME NAME [--tag]`. */
-import { loadConfig } from "../config.js";
+import { loadAdminConfig } from "./stores.js";
 import { parseRepoRef, requireRevisionName } from "../hub/names.js";
 import { withHub } from "../hub/open.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, parseCommandLine, runCommand, runSubcommand } from "./args.js";
@@ -37,7 +37,7 @@ function create(argv: string[]): Promise<number> {
     parseRepoRef(repoRef);
     requireRevisionName(name);
     const kind = args.values.tag === true ? "tag" : "branch";
-    const config = loadConfig(process.env, args.configFlags);
+    const config = loadAdminConfig(args.configFlags);
     const revision = await withHub(config, (hub) => hub.createRevision(repoRef, name, kind));
     // createRevision accepted repoRef, so it is a valid TYPE:NAMESPACE/NAME worth echoing.
     process.stdout.write(`Created ${revision.kind} ${revision.name} in ${repoRef}.\n`);

@@ -14,7 +14,8 @@ import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, parseComma
 const USAGE = `Usage: castor serve [--listen HOST:PORT] [--data-dir DIR] [--public-url URL] […]
 
 Starts the CAS server and the hub token operation; stops gracefully on SIGINT or SIGTERM.
-Logs go to stdout as JSON lines, one per request.
+Logs go to stdout as JSON lines, one per request; on a terminal a short banner (URL, data
+dir, the next commands) comes first.
 
   --listen HOST:PORT     address to bind (CASTOR_LISTEN, default 127.0.0.1:8080; port 0 = any free port)
   --data-dir DIR         embedded data folder (CASTOR_DATA_DIR, default ./castor-data)
@@ -46,6 +47,7 @@ export async function run(argv: string[]): Promise<number> {
     if (config.workers > 1) return (await import("../cluster/primary.js")).runPrimary(config);
 
     const server = await startServer(config);
+    if (process.stdout.isTTY) process.stdout.write(banner(server.publicUrl, config.databaseUrl === null ? config.dataDir : null));
 
     const signal = await nextShutdownSignal();
     for (const name of SHUTDOWN_SIGNALS) {
@@ -58,6 +60,20 @@ export async function run(argv: string[]): Promise<number> {
     await server.close();
     return EXIT_OK;
   });
+}
+
+/** What a person starting the server on a terminal needs next; logs (JSON lines) follow it. */
+export function banner(publicUrl: string, dataDir: string | null): string {
+  const where = dataDir === null ? "metadata in PostgreSQL" : `data dir ${dataDir}`;
+  const dirFlag = dataDir === null ? "" : ` --data-dir ${dataDir}`;
+  return [
+    `castor is serving ${publicUrl} (${where}). Stop it with Ctrl-C.`,
+    "Next, in another terminal:",
+    `  npx castor token create${dirFlag} --user alice --namespace alice --access write   # a hub token`,
+    `  export HF_ENDPOINT=${publicUrl} HF_TOKEN=<that token>   # for hf / huggingface_hub; CASTOR_ENDPOINT, CASTOR_HUB_TOKEN for castor upload`,
+    "Request logs follow as JSON lines.",
+    "",
+  ].join("\n");
 }
 
 function nextShutdownSignal(): Promise<NodeJS.Signals> {

@@ -4,7 +4,7 @@
  * computation of a UTC day is kept as its sample. `--history` lists the samples instead.
  */
 import { formatBytes } from "../client/progress.js";
-import { loadConfig } from "../config.js";
+import { loadAdminConfig } from "./stores.js";
 import { dedupRatio, historyJson, StorageStatsService, storageStatsJson, unreferencedXorbBytes } from "../hub/stats.js";
 import { formatRepoRef } from "../hub/names.js";
 import { openMetadataStore } from "../metadata/open.js";
@@ -44,7 +44,7 @@ export function run(argv: string[]): Promise<number> {
     }
     expectPositionals(args.positionals, []);
     const json = args.values.json === true;
-    const store = await openMetadataStore(loadConfig(process.env, args.configFlags));
+    const store = await openMetadataStore(loadAdminConfig(args.configFlags));
     try {
       const service = new StorageStatsService(store);
       if (args.values.history === true) {

@@ -1,5 +1,5 @@
 /** `castor token create|list|revoke`: hub tokens, the credentials clients trade for CAS tokens. */
-import { loadConfig } from "../config.js";
+import { loadAdminConfig } from "./stores.js";
 import { parseExpires } from "../hub/expires.js";
 import { formatRepoRef, parseRepoRef } from "../hub/names.js";
 import { withHub } from "../hub/open.js";
@@ -102,7 +102,7 @@ function create(argv: string[]): Promise<number> {
     const access: Access = values.access;
     const expiresAt = values.expires === undefined ? null : parseExpires(values.expires, new Date());
 
-    const config = loadConfig(process.env, args.configFlags);
+    const config = loadAdminConfig(args.configFlags);
     const { secret, token } = await withHub(config, (hub) =>
       hub.createToken({ repos: allRepos ? "all" : refs, namespaces, owner: values.user ?? null, access, expiresAt }),
     );
@@ -120,7 +120,7 @@ function list(argv: string[]): Promise<number> {
     const args = parseCommandLine(argv, {});
     if (args.help) return help(LIST_USAGE);
     expectPositionals(args.positionals, []);
-    const { tokens, repos } = await withHub(loadConfig(process.env, args.configFlags), async (hub) => ({
+    const { tokens, repos } = await withHub(loadAdminConfig(args.configFlags), async (hub) => ({
       tokens: await hub.listTokens(),
       repos: await hub.listRepos(),
     }));
@@ -155,7 +155,7 @@ function revoke(argv: string[]): Promise<number> {
     const args = parseCommandLine(argv, {});
     if (args.help) return help(REVOKE_USAGE);
     const [id] = expectPositionals(args.positionals, ["ID"]);
-    const revoked = await withHub(loadConfig(process.env, args.configFlags), (hub) => hub.revokeToken(id));
+    const revoked = await withHub(loadAdminConfig(args.configFlags), (hub) => hub.revokeToken(id));
     if (!revoked) {
       process.stderr.write(`castor token revoke: no hub token has the id ${JSON.stringify(id)}; see 'castor token list'.\n`);
       return EXIT_FAILURE;

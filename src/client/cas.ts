@@ -4,6 +4,7 @@
  * client and server) is answered once by fetching a fresh token and retrying; xet-core fails
  * instead, but a retry costs nothing and saves a long upload.
  */
+import { hashToHex, type Hash } from "../format/index.js";
 import { discardBody, type HttpClient, type HttpRequest } from "./http.js";
 import type { TokenProvider } from "./token.js";
 
@@ -36,6 +37,30 @@ export class CasClient {
         continue;
       }
       return response;
+    }
+  }
+
+  /**
+   * The size of file `fileHash` when the token's repository has it registered
+   * (`HEAD /v1/files/{file_id}`); null when it does not, or when the server cannot say (an
+   * older server without the route, any failure): the caller then simply uploads.
+   */
+  async fileSize(fileHash: Hash): Promise<number | null> {
+    const hex = hashToHex(fileHash);
+    try {
+      const response = await this.request({
+        what: `asking whether file ${hex} is stored`,
+        method: "HEAD",
+        path: `/v1/files/${hex}`,
+        passStatuses: [404],
+        retry: { maxAttempts: 2 },
+      });
+      await discardBody(response);
+      if (response.status !== 200) return null;
+      const size = Number(response.headers.get("content-length"));
+      return Number.isSafeInteger(size) && size >= 0 ? size : null;
+    } catch {
+      return null;
     }
   }
 }

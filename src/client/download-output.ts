@@ -1,9 +1,15 @@
 /**
- * Where a download's bytes go: a file, written to a temporary name beside it, flushed to disk
- * as the download goes and renamed into place on success (removed on failure), or a stream.
+ * Where a download's bytes go: a file, written to a partial file beside it
+ * (`OUT.castor-partial-<start of the file hash>`), flushed to disk as the download goes and
+ * renamed into place on success (removed on failure), or a stream.
+ *
+ * The partial file's name depends only on the output and the file, so a run killed outright
+ * (SIGKILL, a crash, a power cut) leaves one that the next run of the same download finds and
+ * resumes from (download.ts keeps its prefix of whole chunks). A command that is interrupted
+ * by a signal removes its partial files itself (`removePartialOutputsSync`).
  */
-import { randomBytes } from "node:crypto";
 import { once } from "node:events";
+import { unlinkSync } from "node:fs";
 import { open, rename, stat, unlink, type FileHandle } from "node:fs/promises";
 import type { Writable } from "node:stream";
 import { finished } from "node:stream/promises";
@@ -24,17 +30,43 @@ export interface Sink {
   abandon(): Promise<void>;
 }
 
-export async function fileSink(path: string): Promise<Sink> {
+/** Partial files being written by this process: what a signal handler removes. */
+const activePartials = new Set<string>();
+
+/** Removes the partial files of downloads in progress; for SIGINT / SIGTERM handlers, which cannot wait. */
+export function removePartialOutputsSync(): void {
+  for (const path of activePartials) {
+    try {
+      unlinkSync(path);
+    } catch {
+      // Already gone (renamed into place or removed): nothing to clean.
+    }
+  }
+  activePartials.clear();
+}
+
+/** The partial file a download of `fileHex` into `path` writes (and a later run resumes). */
+export function partialPathOf(path: string, fileHex: string): string {
+  return `${path}.castor-partial-${fileHex.slice(0, 16)}`;
+}
+
+/**
+ * Writes `partial`, renamed to `path` on commit. With `resumeAt`, the partial file exists and
+ * its first `resumeAt` bytes are kept: writing continues after them.
+ */
+export async function fileSink(path: string, partial: string, resumeAt = 0): Promise<Sink> {
   // Refused before anything is fetched: the final rename would fail only after the download.
   const existing = await stat(path).catch(() => null);
   if (existing?.isDirectory()) throw new CastorClientError("usage", `cannot write ${path}: it is a directory; give a file name`);
-  const temporary = `${path}.castor-partial-${randomBytes(4).toString("hex")}`;
   let handle: FileHandle;
   try {
-    handle = await open(temporary, "w");
+    handle = await open(partial, resumeAt > 0 ? "r+" : "w");
+    if (resumeAt > 0) await handle.truncate(resumeAt);
   } catch (error) {
     throw new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
   }
+  activePartials.add(partial);
+  let position = resumeAt;
   let closed = false;
   const close = async () => {
     if (!closed) {
@@ -56,16 +88,22 @@ export async function fileSink(path: string): Promise<Sink> {
         const group = parts.slice(i, i + MAX_WRITE_PARTS);
         let expected = 0;
         for (const part of group) expected += part.length;
-        const { bytesWritten } = await handle.writev(group);
+        const at = position;
+        position += expected;
+        const { bytesWritten } = await handle.writev(group, at);
         if (bytesWritten !== expected) {
           // writev may write less on some filesystems; finish what is left part by part.
+          let offset = at;
           let skip = bytesWritten;
           for (const part of group) {
             if (skip >= part.length) {
               skip -= part.length;
+              offset += part.length;
               continue;
             }
-            await handle.write(part.subarray(skip));
+            const rest = part.subarray(skip);
+            await writeFully(handle, rest, offset + skip);
+            offset += part.length;
             skip = 0;
           }
         }
@@ -86,7 +124,8 @@ export async function fileSink(path: string): Promise<Sink> {
         if (syncFailure !== null) throw syncFailure;
         await handle.sync();
         await close();
-        await rename(temporary, path);
+        await rename(partial, path);
+        activePartials.delete(partial);
       } catch (error) {
         throw new CastorClientError("io", `cannot write ${path}: ${(error as Error).message}`, { cause: error });
       }
@@ -94,9 +133,17 @@ export async function fileSink(path: string): Promise<Sink> {
     async abandon() {
       await syncing;
       await close().catch(() => undefined);
-      await unlink(temporary).catch(() => undefined);
+      await unlink(partial).catch(() => undefined);
+      activePartials.delete(partial);
     },
   };
+}
+
+async function writeFully(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {
+  for (let done = 0; done < bytes.length; ) {
+    const { bytesWritten } = await handle.write(bytes, done, bytes.length - done, position + done);
+    done += bytesWritten;
+  }
 }
 
 export function streamSink(stream: Writable, endOutput: boolean): Sink {

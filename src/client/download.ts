@@ -22,6 +22,13 @@
  *    removed on failure; its range buffers are reused once written, since a fresh multi-MiB
  *    buffer costs more in page faults than filling it from the network.
  *
+ * Resuming: a whole-file download into a path first looks for the partial file an earlier run
+ * of the same download left (download-output.ts; only a killed run leaves one). Its bytes are
+ * chunked as any upload chunks them — content-defined cuts found in a prefix are the file's
+ * own cuts — and every whole chunk but the last is kept: their hashes join the file hash
+ * check, and the download continues at the byte after them. A prefix that was damaged makes
+ * that check fail, which removes the partial file: the next run starts afresh.
+ *
  * What is verified: every chunk decodes to its declared length and every term to its
  * `unpacked_length`. When the download covers the whole file, the file hash is recomputed
  * from the chunk hashes (each chunk counted once, though windows overlap at a chunk) and must
@@ -33,12 +40,25 @@
  * reconstruction API (step 2, and the fresh URLs of step 3) is reconstruction-query.ts, the
  * output file or stream download-output.ts.
  */
+import { stat } from "node:fs/promises";
 import type { Writable } from "node:stream";
-import { fileHash, hashEquals, hashFromHex, isHashHex, isZeroHash, xorbHash, type FetchSource, type Hash, type MerkleEntry } from "../format/index.js";
+import {
+  HASH_BYTES,
+  fileHash,
+  hashEquals,
+  hashFromHex,
+  isHashHex,
+  isZeroHash,
+  xorbHash,
+  type FetchSource,
+  type Hash,
+  type MerkleEntry,
+} from "../format/index.js";
 import type { CasClient } from "./cas.js";
 import { ChunkStreamDecoder } from "./chunk-stream.js";
 import { Limiter } from "./concurrency.js";
-import { fileSink, streamSink, type Sink } from "./download-output.js";
+import { fileSink, partialPathOf, streamSink, type Sink } from "./download-output.js";
+import { ScanError, scanFile } from "./file-scan.js";
 import { CastorClientError } from "./errors.js";
 import type { ProgressListener } from "./progress.js";
 import { ReconstructionQueries, ReconstructionWindow, spanKey, type Reconstruction } from "./reconstruction-query.js";
@@ -65,6 +85,10 @@ export interface DownloadRunOptions {
   bufferBytes?: number;
   /** End a stream output when done (default true; false for stdout). */
   endOutput?: boolean;
+  /** The file's size when the caller knows it (progress shows a total from the start); else asked with HEAD /v1/files. */
+  expectedSize?: number;
+  /** Resume from a partial file an interrupted run left (default true; whole-file downloads into a path only). */
+  resume?: boolean;
 }
 
 export interface DownloadResult {
@@ -80,6 +104,8 @@ export interface DownloadResult {
   reconstructionVersion: 1 | 2;
   rangesFetched: number;
   bytesFetched: number;
+  /** Bytes kept from the partial file of an interrupted run (0: downloaded from the start). */
+  resumedBytes: number;
 }
 
 export const DEFAULT_WINDOW_BYTES = 256 * 1024 * 1024;
@@ -125,10 +151,20 @@ export class DownloadRun {
     // Check credentials before creating any output.
     if (!isZeroHash(expected)) await this.cas.tokens.get();
 
-    const sink = typeof output === "string" ? await fileSink(output) : streamSink(output, this.options.endOutput ?? true);
+    if (range === undefined && !isZeroHash(expected)) this.bytesTotal = this.options.expectedSize ?? (await this.cas.fileSize(expected));
+    let resume: ResumePoint | null = null;
+    let sink: Sink;
+    if (typeof output === "string") {
+      const partial = partialPathOf(output, hex);
+      if (range === undefined && !isZeroHash(expected) && this.options.resume !== false) resume = await resumePoint(partial, this.bytesTotal);
+      sink = await fileSink(output, partial, resume?.offset ?? 0);
+    } else {
+      sink = streamSink(output, this.options.endOutput ?? true);
+    }
+    this.bytesWritten = resume?.offset ?? 0;
     this.buffers = new RangeBufferPool(sink.releasesWrittenBuffers);
     try {
-      const verified = await this.transfer(hex, expected, sink);
+      const verified = await this.transfer(hex, expected, sink, resume);
       await sink.commit();
       return {
         fileHash: hex,
@@ -138,6 +174,7 @@ export class DownloadRun {
         reconstructionVersion: this.queries.version,
         rangesFetched: this.rangesFetched,
         bytesFetched: this.bytesFetched,
+        resumedBytes: resume?.offset ?? 0,
       };
     } catch (error) {
       await sink.abandon();
@@ -145,9 +182,9 @@ export class DownloadRun {
     }
   }
 
-  private async transfer(hex: string, expected: Hash, sink: Sink): Promise<"file-hash" | "chunks"> {
+  private async transfer(hex: string, expected: Hash, sink: Sink, resume: ResumePoint | null): Promise<"file-hash" | "chunks"> {
     const range = this.options.range;
-    const first = range?.start ?? 0;
+    const first = range?.start ?? resume?.offset ?? 0;
     const last = range?.end ?? Number.MAX_SAFE_INTEGER;
     // The empty file has no reconstruction to ask for (hf.js does not ask either).
     if (isZeroHash(expected)) {
@@ -155,8 +192,8 @@ export class DownloadRun {
       return "file-hash";
     }
     // Leaves of the file hash, when the download starts at byte 0 and may reach the end.
-    const leaves: MerkleEntry[] | null = first === 0 ? [] : null;
-    let leafBytes = 0;
+    const leaves: MerkleEntry[] | null = resume !== null ? resume.leaves : first === 0 ? [] : null;
+    let leafBytes = resume?.offset ?? 0;
     let reachedEnd = false;
 
     if (range !== undefined) this.bytesTotal = range.end - range.start + 1;
@@ -200,7 +237,10 @@ export class DownloadRun {
     if (leaves !== null && reachedEnd) {
       const actual = fileHash(leaves);
       if (!hashEquals(actual, expected)) {
-        const output = typeof this.options.output === "string" ? "the output file was not kept" : "discard what was written to the output stream";
+        const output =
+          typeof this.options.output === "string"
+            ? `the output file was not kept${resume === null ? "" : " (nor the partial file it resumed, which may have been the damaged part: run again)"}`
+            : "discard what was written to the output stream";
         throw new CastorClientError("integrity", `the downloaded content does not hash to ${hex}: the server sent wrong data; ${output}`);
       }
       return "file-hash";
@@ -351,6 +391,39 @@ export class DownloadRun {
       transferredBytes: this.bytesFetched,
     });
   }
+}
+
+/** Where a download resumes: the bytes kept and the hashes of their chunks. */
+interface ResumePoint {
+  offset: number;
+  leaves: MerkleEntry[];
+}
+
+/**
+ * The whole chunks of a partial file, the last one left out (it may have been cut short);
+ * null when there is no partial file, nothing to keep, or it is longer than the file.
+ */
+async function resumePoint(partial: string, fileSize: number | null): Promise<ResumePoint | null> {
+  const info = await stat(partial).catch(() => null);
+  if (info === null || !info.isFile() || info.size === 0 || (fileSize !== null && info.size > fileSize)) return null;
+  const leaves: MerkleEntry[] = [];
+  const scan = scanFile(partial, 0);
+  try {
+    for await (const batch of scan) {
+      let start = 0;
+      for (let i = 0; i < batch.ends.length; i++) {
+        leaves.push({ hash: batch.hashes.slice(i * HASH_BYTES, (i + 1) * HASH_BYTES), size: batch.ends[i] - start });
+        start = batch.ends[i];
+      }
+      scan.release(batch);
+    }
+  } catch (error) {
+    if (error instanceof ScanError) return null;
+    throw error;
+  }
+  leaves.pop();
+  const offset = leaves.reduce((sum, leaf) => sum + leaf.size, 0);
+  return offset === 0 ? null : { offset, leaves };
 }
 
 /** A range being fetched for a window: its buffer, decoded progressively, and how many terms still need it. */

@@ -28,11 +28,12 @@ import { CastorClientError } from "./errors.js";
 import { HttpClient, type FetchFunction, type RetryPolicy } from "./http.js";
 import { HubClient, type CommitRequest, type CommitResult, type FileStorage, type RepoFileEntry, type RepoFileInfo } from "./hub.js";
 import type { ProgressListener } from "./progress.js";
-import { commitMessageOf, commitOperationsFor, downloadInlineFile, repoPathsFor } from "./repo-files.js";
+import { commitMessageOf, commitOperationsFor, downloadInlineFile, expandDirectories, repoPathsFor } from "./repo-files.js";
 import { TokenProvider, parseRepoRef, type RepoRef, type TokenAccess } from "./token.js";
-import { UploadRun, type UploadedFile, type UploadResult, type UploadRunOptions } from "./upload.js";
+import { StaleCacheError, UploadRun, type UploadedFile, type UploadResult, type UploadRunOptions } from "./upload.js";
 
 export { CastorClientError, HttpStatusError, isClientError, type ClientErrorKind } from "./errors.js";
+export { removePartialOutputsSync } from "./download-output.js";
 export { formatBytes, ProgressRenderer, type ProgressEvent, type ProgressListener, type ProgressOutput } from "./progress.js";
 export { parseRepoRef, formatRepoRef, type RepoRef } from "./token.js";
 export {
@@ -47,10 +48,11 @@ export {
   type RepoFolderEntry,
   type RepoTreeEntry,
 } from "./hub.js";
-export { commitMessageOf, commitOperationsFor, repoPathsFor } from "./repo-files.js";
+export { commitMessageOf, commitOperationsFor, expandDirectories, repoPathsFor } from "./repo-files.js";
 export { repoPathProblem } from "../format/repo.js";
 export type { RepoType } from "../format/repo.js";
 export type { UploadResult, UploadedFile, UploadRunOptions } from "./upload.js";
+export { DEFAULT_CACHE_MAX_BYTES, defaultCacheDir } from "./shard-cache.js";
 export type { ByteRangeRequest, DownloadResult, DownloadRunOptions } from "./download.js";
 export type { FetchFunction, RetryPolicy } from "./http.js";
 
@@ -93,8 +95,20 @@ export class CastorClient {
   }
 
   /** Uploads files and registers them in the repository; see upload.ts. */
-  upload(files: readonly string[], options: UploadRunOptions = {}): Promise<UploadResult> {
-    return new UploadRun(this.casFor("write"), options).run(files);
+  async upload(files: readonly string[], options: UploadRunOptions = {}): Promise<UploadResult> {
+    const cas = this.casFor("write");
+    try {
+      return await new UploadRun(cas, options).run(files);
+    } catch (error) {
+      if (!(error instanceof StaleCacheError)) throw error;
+      // The server lost xorbs the cache named (e.g. castor gc): forget this server's cache
+      // and upload again; what the first attempt stored is found by global dedup or resent.
+      await error.cache.clear();
+      const result = await new UploadRun(cas, options).run(files);
+      result.cache.retriedAfterStale = true;
+      result.xorbs.bytesSent += error.bytesSent;
+      return result;
+    }
   }
 
   /** Downloads a file (or a byte range of it) by hash; see download.ts. */
@@ -121,10 +135,11 @@ export class CastorClient {
    */
   async uploadToRepo(files: readonly string[], options: RepoUploadRunOptions = {}): Promise<RepoUploadResult> {
     if (files.length === 0) throw new CastorClientError("usage", "no files to upload");
-    const paths = repoPathsFor(files, options.pathInRepo);
-    const uploaded = await this.upload(files, options);
+    const expanded = await expandDirectories(files);
+    const paths = repoPathsFor(expanded.files, options.pathInRepo, expanded.names ?? undefined);
+    const uploaded = await this.upload(expanded.files, options);
     const placed = uploaded.files.map((file, i) => ({ ...file, pathInRepo: paths[i] }));
-    const { summary, description } = commitMessageOf(options.message, files.length);
+    const { summary, description } = commitMessageOf(options.message, expanded.files.length);
     const commit = await this.commit({ summary, description, parentCommit: options.parentCommit, operations: commitOperationsFor(placed) });
     return { ...uploaded, files: placed, commit };
   }
@@ -150,11 +165,11 @@ export class CastorClient {
     const base = { path, commit: info.commit, size: info.size, storage: info.storage, etag: info.etag };
     if (info.xetHash !== null) {
       const { path: _path, ...rest } = options;
-      const result = await this.download({ ...rest, fileHash: info.xetHash });
-      return { ...base, fileHash: info.xetHash, bytesWritten: result.bytesWritten, verified: result.verified };
+      const result = await this.download({ ...rest, fileHash: info.xetHash, expectedSize: options.range === undefined ? info.size : undefined });
+      return { ...base, fileHash: info.xetHash, bytesWritten: result.bytesWritten, verified: result.verified, resumedBytes: result.resumedBytes };
     }
     const result = await downloadInlineFile(this.hub, info, options);
-    return { ...base, fileHash: null, ...result };
+    return { ...base, fileHash: null, resumedBytes: 0, ...result };
   }
 
   /** How many CAS tokens were requested from the hub so far, by access. */
@@ -238,6 +253,8 @@ export interface FileDownloadRunOptions {
   onProgress?: ProgressListener;
   /** End a stream output when done (default true; false for stdout). */
   endOutput?: boolean;
+  /** Xet-stored files: resume from a partial file an interrupted run left (default true). */
+  resume?: boolean;
   /** Xet-stored files: see `DownloadRunOptions`. */
   windowBytes?: number;
   concurrency?: number;
@@ -256,6 +273,8 @@ export interface FileDownloadResult {
   /** Xet-stored files: the file hash. */
   fileHash: string | null;
   bytesWritten: number;
+  /** Bytes kept from the partial file an interrupted run left (Xet-stored files, whole-file downloads). */
+  resumedBytes: number;
   /**
    * `file-hash` (Xet, whole file) or `git-blob-id` (inline): the content checked out;
    * `chunks`: a range of a Xet-stored file, every chunk decoded to its declared size;

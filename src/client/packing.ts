@@ -55,6 +55,8 @@ export class XorbHandle {
      */
     readonly chunkHashes: Hash[],
     readonly keyer: ChunkKeyer | null,
+    /** A server xorb known from the local shard cache (which may be stale), not from the server itself. */
+    readonly fromCache = false,
   ) {
     this.sealedHash = hash;
   }
@@ -117,7 +119,7 @@ export class ChunkIndex {
    * Imports the xorbs of a global-dedup answer (a complete shard); returns how many were new.
    * A zero footer key means the hashes are raw (§3.7): they then join the session's map.
    */
-  importDedupShard(shard: ParsedFullShard): number {
+  importDedupShard(shard: ParsedFullShard, options: { fromCache?: boolean } = {}): number {
     const key = shard.footer.hmacKey;
     let keyer: ChunkKeyer | null = null;
     if (!isZeroHash(key)) {
@@ -136,7 +138,7 @@ export class ChunkIndex {
       imported++;
       // Copies: the parsed hashes are views into the whole answer, which would stay in memory.
       const hashes = block.chunks.map((chunk) => chunk.hash.slice());
-      const xorb = new XorbHandle("server", block.xorbHash.slice(), hashes, keyer);
+      const xorb = new XorbHandle("server", block.xorbHash.slice(), hashes, keyer, options.fromCache ?? false);
       const map = keyer === null ? this.sessionChunks : keyer.byKeyedHash;
       hashes.forEach((hash, index) => {
         const mapKey = hashMapKey(hash);

@@ -7,10 +7,11 @@
 export interface ProgressEvent {
   operation: "upload" | "download";
   /**
-   * upload: "reading" (chunking, deduplicating, sending xorbs as they fill), "uploading" (the
+   * upload: "checking" (hashing a file whose first chunk is stored, to ask whether the whole
+   * file is), "reading" (chunking, deduplicating, sending xorbs as they fill), "uploading" (the
    * last xorbs), "registering" (the shard); download: "downloading".
    */
-  phase: "reading" | "uploading" | "registering" | "downloading";
+  phase: "checking" | "reading" | "uploading" | "registering" | "downloading";
   /** Input bytes processed (upload) or output bytes written (download). */
   bytesDone: number;
   /** What `bytesDone` runs up to; null when unknown (a whole-file download before its end). */
@@ -33,7 +34,8 @@ export function formatBytes(bytes: number): string {
     value /= 1024;
     unit++;
   }
-  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${UNITS[unit]}`;
+  // Rates are fractional: below 1 KiB they are rounded to whole bytes too.
+  return unit === 0 ? `${Math.round(bytes)} B` : `${value.toFixed(1)} ${UNITS[unit]}`;
 }
 
 /** The part of a stream the renderer needs (process.stderr fits). */

@@ -113,9 +113,9 @@ export class ReconstructionQueries {
     const { hex } = this;
     const headers = { range: `bytes=${start}-${end}` };
     const what = `asking for the reconstruction of file ${hex} (bytes ${start}-${end})`;
-    const hints = { 404: "no file with this hash is registered in the repository the token is for" };
+    // No 404 hint: the server's message already says the file is not in the token's repository.
     if (!this.useV1) {
-      const response = await this.cas.request({ what, path: `/v2/reconstructions/${hex}`, headers, passStatuses: [404, 416, 501], hints });
+      const response = await this.cas.request({ what, path: `/v2/reconstructions/${hex}`, headers, passStatuses: [404, 416, 501] });
       if (response.status === 404 || response.status === 501) {
         // xet-core's rule: V2 unknown here (or the file is missing, which V1 will confirm).
         await discardBody(response);
@@ -124,7 +124,7 @@ export class ReconstructionQueries {
         return this.read(response, 2, what);
       }
     }
-    const response = await this.cas.request({ what, path: `/v1/reconstructions/${hex}`, headers, passStatuses: [416], hints });
+    const response = await this.cas.request({ what, path: `/v1/reconstructions/${hex}`, headers, passStatuses: [416] });
     return this.read(response, 1, what);
   }
 

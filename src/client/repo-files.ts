@@ -10,15 +10,51 @@
  *   renamed into place only once the content checked out.
  */
 import { createHash } from "node:crypto";
-import { basename } from "node:path";
+import { readdir, stat } from "node:fs/promises";
+import { basename, join, relative } from "node:path";
 import type { Writable } from "node:stream";
 import { repoPathProblem } from "../format/repo.js";
-import { fileSink, streamSink } from "./download-output.js";
+import { fileSink, partialPathOf, streamSink } from "./download-output.js";
 import { CastorClientError } from "./errors.js";
 import type { CommitOperation, HubClient, RepoFileInfo } from "./hub.js";
 import type { ProgressListener } from "./progress.js";
 
 const GIT_BLOB_ID = /^[0-9a-f]{40}$/;
+
+/**
+ * The files to upload for command-line arguments that may name directories: a file as it is
+ * (named by its base name), a directory as every regular file below it, recursively and in
+ * name order, named `<directory's base name>/<path inside it>` — as `cp -r DIR DEST/` would.
+ * `names` is null when no argument was a directory. Symbolic links to files are followed,
+ * to directories are not (a link cycle would never end).
+ */
+export async function expandDirectories(paths: readonly string[]): Promise<{ files: string[]; names: string[] | null }> {
+  const files: string[] = [];
+  const names: string[] = [];
+  let sawDirectory = false;
+  for (const path of paths) {
+    const info = await stat(path).catch(() => null);
+    if (info?.isDirectory()) {
+      sawDirectory = true;
+      const top = basename(path.replace(/\/+$/, "")) || ".";
+      const entries = (await readdir(path, { recursive: true, withFileTypes: true }))
+        .filter((entry) => entry.isFile() || entry.isSymbolicLink())
+        .map((entry) => join(entry.parentPath ?? entry.path, entry.name))
+        .sort();
+      for (const file of entries) {
+        if (!(await stat(file).catch(() => null))?.isFile()) continue;
+        files.push(file);
+        names.push(top === "." ? relative(path, file) : `${top}/${relative(path, file)}`);
+      }
+      if (entries.length === 0) throw new CastorClientError("usage", `${path} is an empty directory: nothing to upload from it`);
+    } else {
+      // Missing files and other non-files are reported by the upload, with its wording.
+      files.push(path);
+      names.push(basename(path));
+    }
+  }
+  return { files, names: sawDirectory ? names.map((name) => name.split("\\").join("/")) : null };
+}
 
 function requireRepoPath(path: string): string {
   const problem = repoPathProblem(path);
@@ -32,18 +68,20 @@ function requireRepoPath(path: string): string {
  * - one file: `pathInRepo` is its path, unless it ends with `/` (a folder: `pathInRepo/<base name>`);
  * - several files: `pathInRepo` is a folder, `pathInRepo/<base name>` each.
  * A leading `./` or `/` is dropped; `.` or `/` alone is the root. Two files may not land on one path.
+ * `names` replaces the base names (`expandDirectories` gives a directory's files as
+ * `DIR/sub/file`); `pathInRepo` is then always a folder.
  */
-export function repoPathsFor(localPaths: readonly string[], pathInRepo?: string): string[] {
+export function repoPathsFor(localPaths: readonly string[], pathInRepo?: string, names?: readonly string[]): string[] {
   let folder = "";
   let single: string | null = null;
   if (pathInRepo !== undefined) {
     const trimmed = pathInRepo.replace(/^(\.\/)+/, "").replace(/^\/+/, "");
-    const isFolder = trimmed === "" || trimmed === "." || trimmed.endsWith("/") || localPaths.length > 1;
+    const isFolder = trimmed === "" || trimmed === "." || trimmed.endsWith("/") || localPaths.length > 1 || names !== undefined;
     const cleaned = trimmed === "." ? "" : trimmed.replace(/\/+$/, "");
     if (isFolder) folder = cleaned === "" ? "" : `${requireRepoPath(cleaned)}/`;
     else single = requireRepoPath(cleaned);
   }
-  const paths = localPaths.map((local) => (single !== null ? single : requireRepoPath(`${folder}${basename(local)}`)));
+  const paths = localPaths.map((local, i) => (single !== null ? single : requireRepoPath(`${folder}${names?.[i] ?? basename(local)}`)));
   const seen = new Map<string, string>();
   paths.forEach((path, i) => {
     const earlier = seen.get(path);
@@ -105,7 +143,10 @@ export async function downloadInlineFile(hub: HubClient, info: RepoFileInfo, opt
       throw new CastorClientError("usage", `the range starts at byte ${start}, past the end of the file (${size} bytes)`);
   }
   const checkable = GIT_BLOB_ID.test(info.etag);
-  const sink = typeof options.output === "string" ? await fileSink(options.output) : streamSink(options.output, options.endOutput ?? true);
+  const sink =
+    typeof options.output === "string"
+      ? await fileSink(options.output, partialPathOf(options.output, info.etag))
+      : streamSink(options.output, options.endOutput ?? true);
   const what = `downloading ${JSON.stringify(info.path)} at ${info.commit}`;
   try {
     // Pinned to the commit the HEAD named: the branch may move in between.

@@ -21,6 +21,19 @@
  * 5. When every file is read and every xorb acknowledged, ONE shard (more only past 64 MiB of
  *    records) registers all files — terms, one verification hash per term, the SHA-256 — and
  *    lists the new xorbs: `POST /v1/shards`.
+ *
+ * What the client already knows saves most of that (shard-cache.ts, `cacheDir`):
+ *
+ * - Every chunk not known yet is looked up in the local shard cache first (an in-memory set of
+ *   indexed chunks; a hit loads one shard from disk); only a miss that is a first or
+ *   1-in-1024 chunk then goes to global dedup. Each acknowledged xorb and each dedup answer is
+ *   written to the cache, so a re-run after an interruption skips the xorbs already stored.
+ * - A file whose first chunk turns out to be stored is first hashed whole (no compression, no
+ *   sending) and asked about with `HEAD /v1/files/{file_id}`: when the token's repository
+ *   has it already, nothing is sent for it and the shard leaves it out.
+ * - A cache can be stale (the server lost a xorb since: `castor gc`). The server then refuses
+ *   the shard (400, missing xorb); `StaleCacheError` tells the caller to clear the cache and
+ *   upload again (`CastorClient.upload` does).
  */
 import { stat } from "node:fs/promises";
 import {
@@ -28,20 +41,23 @@ import {
   MAX_XORB_CHUNKS,
   MAX_XORB_UNCOMPRESSED_BYTES,
   compressChunkBestAsync,
+  fileHash as computeFileHash,
   hashToHex,
   isGlobalDedupEligible,
   parseFullShard,
   serializeUploadShard,
   shardSha256FromDigest,
   type Hash,
+  type MerkleEntry,
 } from "../format/index.js";
 import type { CasClient } from "./cas.js";
 import { Limiter, TaskPool } from "./concurrency.js";
-import { CastorClientError } from "./errors.js";
+import { CastorClientError, HttpStatusError } from "./errors.js";
 import { ScanError, batchChunkBytes, scanFile, type ScannedBatch } from "./file-scan.js";
 import { readBodyBounded, readJson } from "./http.js";
 import { ChunkIndex, FileBuilder, XorbBuilder, hashMapKey, planShards, toShardFile, type BuiltFile, type SealedXorb } from "./packing.js";
 import type { ProgressListener } from "./progress.js";
+import { DEFAULT_CACHE_MAX_BYTES, ShardCache } from "./shard-cache.js";
 
 export interface UploadedFile {
   path: string;
@@ -50,10 +66,15 @@ export interface UploadedFile {
   size: number;
   /** Standard lowercase SHA-256 hex of the content. */
   sha256: string;
-  /** Bytes of chunks this upload stored for the first time. */
+  /**
+   * Bytes of this file's chunks that were sent (uncompressed size; packed into xorbs this
+   * upload sent). The server may still have had some of them: see `xorbs.alreadyStored`.
+   */
   newBytes: number;
-  /** Bytes of chunks found already stored (earlier in this upload or on the server). */
+  /** Bytes of chunks not sent: known stored on the server, or sent earlier in this upload. */
   dedupedBytes: number;
+  /** The repository had the whole file already (`HEAD /v1/files/…`): nothing was sent or registered for it. */
+  alreadyStored: boolean;
 }
 
 export interface UploadResult {
@@ -71,12 +92,37 @@ export interface UploadResult {
   };
   shards: { sent: number; registered: number };
   globalDedup: { queries: number; hits: number; failures: number };
+  /** The local shard cache: shards loaded from it, and whether a stale one forced a second attempt. */
+  cache: { enabled: boolean; hits: number; retriedAfterStale: boolean };
 }
 
 export interface UploadRunOptions {
   onProgress?: ProgressListener;
   /** Xorbs uploaded at once (each holds up to 64 MiB in memory); default 4. */
   concurrency?: number;
+  /**
+   * The local shard cache's folder (shard-cache.ts; `defaultCacheDir()` is where the CLI keeps
+   * it); absent or null: no cache, only global dedup.
+   */
+  cacheDir?: string | null;
+  /** Bound of the cache, bytes of shards across all servers; default 256 MiB. */
+  cacheMaxBytes?: number;
+}
+
+/**
+ * The server refused the shard while it named xorbs known only from the local cache: the
+ * cache is stale. Clear it (`cache.clear()`) and upload again.
+ */
+export class StaleCacheError extends CastorClientError {
+  override readonly name: string = "StaleCacheError";
+  constructor(
+    readonly cache: ShardCache,
+    /** Serialized bytes this attempt sent, for the caller's report. */
+    readonly bytesSent: number,
+    cause: HttpStatusError,
+  ) {
+    super("http", `${cause.message} (the local shard cache named xorbs this server no longer has)`, { cause });
+  }
 }
 
 /** The smallest xorb `newBuilder` plans for the end of an upload. */
@@ -107,7 +153,13 @@ export class UploadRun {
   private readonly xorbBlocks: SealedXorb["block"][] = [];
   private readonly pool: TaskPool;
   private readonly dedupLimiter = new Limiter(DEDUP_QUERY_CONCURRENCY);
+  /** Chunks already looked up (cache, then global dedup): never twice in a run. */
   private readonly queried = new Set<string>();
+  private cache: ShardCache | null = null;
+  /** Whether any chunk was resolved from the cache (then a refused shard means a stale cache). */
+  private usedCache = false;
+  /** Chunks at which a file starts: indexed in the cache with their xorb. */
+  private readonly fileStarts = new Set<string>();
   private readonly result: UploadResult = {
     files: [],
     totalBytes: 0,
@@ -116,6 +168,7 @@ export class UploadRun {
     xorbs: { inserted: 0, alreadyStored: 0, bytesSent: 0 },
     shards: { sent: 0, registered: 0 },
     globalDedup: { queries: 0, hits: 0, failures: 0 },
+    cache: { enabled: false, hits: 0, retriedAfterStale: false },
   };
   private bytesTotal = 0;
   private bytesDone = 0;
@@ -134,18 +187,27 @@ export class UploadRun {
     this.bytesTotal = sizes.reduce((sum, size) => sum + size, 0);
     this.builder = this.newBuilder();
     // Credentials are checked before any reading: a wrong token should not wait for 10 GB of chunking.
-    await this.cas.tokens.get();
+    const { casUrl } = await this.cas.tokens.get();
+    if (this.options.cacheDir != null) {
+      this.cache = await ShardCache.open(this.options.cacheDir, casUrl, this.options.cacheMaxBytes ?? DEFAULT_CACHE_MAX_BYTES);
+      this.result.cache.enabled = true;
+    }
     try {
-      const built: { path: string; file: BuiltFile; newBytes: number }[] = [];
-      for (const [i, path] of paths.entries()) built.push({ path, ...(await this.readFile(path, sizes[i])) });
+      const built: { path: string; file: BuiltFile | StoredFile; newBytes: number }[] = [];
+      for (const [i, path] of paths.entries()) {
+        const stored = await this.storedFile(path, sizes[i]);
+        built.push(stored !== null ? { path, file: stored, newBytes: 0 } : { path, ...(await this.readFile(path, sizes[i])) });
+      }
       if (this.builder.chunkCount > 0) await this.sealAndSend();
       this.progress("uploading");
       await this.pool.drain();
 
       this.progress("registering");
-      const shardFiles = built.map(({ file }) => toShardFile(file));
-      for (const content of planShards({ files: shardFiles, xorbs: this.xorbBlocks })) {
-        await this.sendShard(serializeUploadShard(content, { kind: "xet-core" }));
+      const shardFiles = built.flatMap(({ file }) => ("terms" in file ? [toShardFile(file)] : []));
+      if (shardFiles.length > 0 || this.xorbBlocks.length > 0) {
+        for (const content of planShards({ files: shardFiles, xorbs: this.xorbBlocks })) {
+          await this.sendShard(serializeUploadShard(content, { kind: "xet-core" }));
+        }
       }
       for (const { path, file, newBytes } of built) {
         this.result.files.push({
@@ -155,17 +217,63 @@ export class UploadRun {
           sha256: hashToHex(file.sha256),
           newBytes,
           dedupedBytes: file.size - newBytes,
+          alreadyStored: !("terms" in file),
         });
         this.result.totalBytes += file.size;
         this.result.newBytes += newBytes;
       }
       this.result.dedupedBytes = this.result.totalBytes - this.result.newBytes;
+      await this.cache?.evict();
       return this.result;
     } catch (error) {
       // Let uploads in flight end before reporting, so no request outlives the call.
       await this.pool.settle();
+      await this.cache?.flush();
       throw error;
     }
+  }
+
+  /**
+   * A file the repository already has, asked about before anything of it is sent: only when
+   * its first chunk is stored (else the file cannot be) is it hashed whole — chunk hashes and
+   * SHA-256, no compression — and its file hash asked about with `HEAD /v1/files/{id}`.
+   */
+  private async storedFile(path: string, size: number): Promise<StoredFile | null> {
+    if (size === 0) return null;
+    const first = await firstChunkHash(path);
+    if (first === null) return null;
+    if (!this.index.has(first)) {
+      const key = hashMapKey(first);
+      if (!this.queried.has(key)) {
+        this.queried.add(key);
+        await this.lookUp(first, true);
+      }
+      if (!this.index.has(first)) return null;
+    }
+    const doneBefore = this.bytesDone;
+    const leaves: MerkleEntry[] = [];
+    const scan = scanFile(path, size);
+    try {
+      for await (const batch of scan) {
+        let start = 0;
+        for (let i = 0; i < batch.ends.length; i++) {
+          leaves.push({ hash: batch.hashes.slice(i * HASH_BYTES, (i + 1) * HASH_BYTES), size: batch.ends[i] - start });
+          start = batch.ends[i];
+        }
+        this.bytesDone += batchChunkBytes(batch);
+        scan.release(batch);
+        this.progress("checking", path);
+      }
+      const fileHash = computeFileHash(leaves);
+      const sha256 = shardSha256FromDigest(await scan.sha256());
+      if ((await this.cas.fileSize(fileHash)) === size) return { fileHash, size, sha256 };
+    } catch (error) {
+      if (error instanceof ScanError) throw ioError(path, error);
+      throw error;
+    }
+    // Not stored as a whole: the file is read again, this time for upload.
+    this.bytesDone = doneBefore;
+    return null;
   }
 
   private async readFile(path: string, size: number): Promise<{ file: BuiltFile; newBytes: number }> {
@@ -179,12 +287,17 @@ export class UploadRun {
 
     const admit = (data: Uint8Array, hash: Hash) => {
       const firstOfFile = file.chunkCount === 0 && window.length === 0;
-      if ((firstOfFile || isGlobalDedupEligible(hash)) && !this.queried.has(hashMapKey(hash)) && !this.index.has(hash)) {
-        this.queried.add(hashMapKey(hash));
-        queries.push(this.queryGlobalDedup(hash));
+      const known = this.index.has(hash);
+      if (!known) {
+        const key = hashMapKey(hash);
+        const askServer = firstOfFile || isGlobalDedupEligible(hash);
+        if (!this.queried.has(key) && (askServer || this.cache?.has(hash))) {
+          this.queried.add(key);
+          queries.push(this.lookUp(hash, askServer));
+        }
       }
       let compressed: Promise<Compressed> | null = null;
-      if (!this.index.has(hash)) {
+      if (!known) {
         compressed = compressChunkBestAsync(data);
         // Awaited when the chunk is packed; one that turns out known is simply dropped.
         compressed.catch(() => undefined);
@@ -203,6 +316,9 @@ export class UploadRun {
           location = { xorb: this.builder.handle, index: this.builder.add(data, hash, payload) };
           this.index.addSessionChunk(hash, location);
           newBytes += data.length;
+          if (file.chunkCount === 0) this.fileStarts.add(hashMapKey(hash));
+        } else if (location.xorb.origin === "server") {
+          this.usedCache ||= location.xorb.fromCache;
         }
         file.addChunk(location, hash, data.length);
       }
@@ -240,6 +356,22 @@ export class UploadRun {
     }
   }
 
+  /**
+   * What is known about `hash`: the local cache's shard for it, then (if `askServer`: a first
+   * or 1-in-1024 chunk, and the cache did not tell) global dedup.
+   */
+  private async lookUp(hash: Hash, askServer: boolean): Promise<void> {
+    if (this.cache?.has(hash)) {
+      const shard = await this.cache.load(hash);
+      if (shard !== null) {
+        this.index.importDedupShard(shard, { fromCache: true });
+        this.result.cache.hits++;
+      }
+      if (this.index.has(hash)) return;
+    }
+    if (askServer) await this.queryGlobalDedup(hash);
+  }
+
   /** Asks the server whether it stores `hash`; a hit adds the answer's xorbs to the index. */
   private queryGlobalDedup(hash: Hash): Promise<void> {
     const hex = hashToHex(hash);
@@ -257,9 +389,13 @@ export class UploadRun {
           await response.body?.cancel();
           return;
         }
-        const shard = parseFullShard(await readBodyBounded(response, MAX_DEDUP_ANSWER_BYTES, `global dedup answer for ${hex}`));
+        const bytes = await readBodyBounded(response, MAX_DEDUP_ANSWER_BYTES, `global dedup answer for ${hex}`);
+        const shard = parseFullShard(bytes);
         this.index.importDedupShard(shard);
-        if (shard.xorbs.length > 0) this.result.globalDedup.hits++;
+        if (shard.xorbs.length > 0) {
+          this.result.globalDedup.hits++;
+          this.cache?.putAnswer(bytes, hash);
+        }
       } catch {
         // Dedup is an optimisation: without an answer the chunk is simply uploaded.
         this.result.globalDedup.failures++;
@@ -273,6 +409,8 @@ export class UploadRun {
     this.xorbBlocks.push(sealed.block);
     await this.pool.submit(async () => {
       await this.sendXorb(sealed);
+      // Stored: a re-run (after Ctrl-C, or of a near-duplicate) finds it in the cache.
+      this.cache?.putXorb(sealed.block, (hash) => this.fileStarts.has(hashMapKey(hash)));
       // The request is answered: nothing reads the body any more.
       if (this.spareBodies.length < MAX_SPARE_BODIES) this.spareBodies.push(new Uint8Array(sealed.bytes.buffer));
     });
@@ -307,7 +445,16 @@ export class UploadRun {
 
   private async sendShard(bytes: Uint8Array): Promise<void> {
     const what = "registering the files (shard upload)";
-    const response = await this.cas.request({ what, method: "POST", path: "/v1/shards", body: bytes });
+    let response: Response;
+    try {
+      response = await this.cas.request({ what, method: "POST", path: "/v1/shards", body: bytes });
+    } catch (error) {
+      // Any other 400 would be a bug of this client; retrying without the cache shows it anyway.
+      if (error instanceof HttpStatusError && error.status === 400 && this.usedCache && this.cache !== null) {
+        throw new StaleCacheError(this.cache, this.result.xorbs.bytesSent, error);
+      }
+      throw error;
+    }
     const body = await readJson(response, MAX_SMALL_JSON_BYTES, what);
     const result = (body as { result?: unknown } | null)?.result;
     if (result !== 0 && result !== 1) throw new CastorClientError("protocol", `${what}: the answer's result is not 0 or 1`);
@@ -315,7 +462,7 @@ export class UploadRun {
     if (result === 1) this.result.shards.registered++;
   }
 
-  private progress(phase: "reading" | "uploading" | "registering", file?: string): void {
+  private progress(phase: "checking" | "reading" | "uploading" | "registering", file?: string): void {
     this.options.onProgress?.({
       operation: "upload",
       phase,
@@ -325,6 +472,29 @@ export class UploadRun {
       ...(file === undefined ? {} : { file }),
     });
   }
+}
+
+/** A file the repository has already: what the result reports about it. */
+interface StoredFile {
+  fileHash: Hash;
+  size: number;
+  sha256: Hash;
+}
+
+/** The hash of the file's first chunk (read from its first batch only); null for an empty file. */
+async function firstChunkHash(path: string): Promise<Hash | null> {
+  // Size 0: a peek needs no SHA-256 worker.
+  const scan = scanFile(path, 0);
+  try {
+    for await (const batch of scan) {
+      // A batch without a cut (a file shorter than one chunk): its one chunk comes with the next.
+      if (batch.ends.length > 0) return batch.hashes.slice(0, HASH_BYTES);
+    }
+  } catch (error) {
+    if (error instanceof ScanError) throw ioError(path, error);
+    throw error;
+  }
+  return null;
 }
 
 async function regularFileSize(path: string): Promise<number> {

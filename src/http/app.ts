@@ -287,6 +287,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
             return answer;
           },
           gzipped: (answer) => reconstructions.gzipped(answer),
+          fileSize: (repo, fileHash, fileHex) => reconstructions.fileSize(repo, fileHash, fileHex),
         },
         v2Reconstruction: deps.v2Reconstruction,
       });

@@ -4,6 +4,10 @@
  *     GET /v2/reconstructions/{file_id}   read scope   optional Range → 200 V2 JSON
  *     GET /v1/reconstructions/{file_id}   read scope   optional Range → 200 V1 JSON
  *     GET /reconstructions/{file_id}      the V1 answer (hf_xet of 2025-09…11)
+ *     HEAD /v1/files/{file_id}            read scope   200 + Content-Length: file size / 404
+ *
+ * The HEAD route (spec-listed, docs/protocol.md §8.8) lets a client ask, before sending
+ * anything, whether the token's repository has a file already (castor's own client does).
  *
  * 400 malformed file id or Range header; 404 when the file is not registered in the token's
  * repository — the same answer as for a file that does not exist at all, so a token learns
@@ -30,7 +34,7 @@ import { casAccessOf } from "./cas-auth.js";
 import { HttpError } from "./errors.js";
 
 export interface ReconstructionRouteDeps {
-  reconstructions: Pick<ReconstructionService, "reconstruct" | "gzipped">;
+  reconstructions: Pick<ReconstructionService, "reconstruct" | "gzipped" | "fileSize">;
   /** `config.v2Reconstruction`: "501" makes the V2 route answer 501. */
   v2Reconstruction: "on" | "501";
 }
@@ -55,10 +59,7 @@ export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> =
 
   const handler = (version: Version) => async (request: FastifyRequest<{ Params: FileParams }>, reply: FastifyReply) => {
     reply.header("vary", "Accept-Encoding").header("cache-control", "no-store").type(JSON_CONTENT_TYPE);
-    const hex = request.params.fileId;
-    if (!isHashHex(hex)) {
-      throw new HttpError(400, `Malformed file id ${JSON.stringify(hex.slice(0, 80))}: it must be exactly 64 lowercase hexadecimal characters (the file hash)`);
-    }
+    const hex = parseFileId(request.params.fileId);
     const range = parseRangeHeader(request.headers.range);
     const answer = await reconstructions.reconstruct({ repo: casAccessOf(request).repo, fileHash: hashFromHex(hex), fileHex: hex, range, version });
     if (answer.body.length >= GZIP_MIN_BODY_BYTES && acceptsGzip(request.headers["accept-encoding"])) {
@@ -75,7 +76,22 @@ export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> =
     return v2(request, reply);
   });
   for (const path of V1_PATHS) app.get<{ Params: FileParams }>(path, options, handler(1));
+
+  app.head<{ Params: FileParams }>("/v1/files/:fileId", options, async (request, reply) => {
+    const hex = parseFileId(request.params.fileId);
+    const size = await reconstructions.fileSize(casAccessOf(request).repo, hashFromHex(hex), hex);
+    // Only the status speaks (a HEAD answer has no body): the same 404 as for any file the repository lacks.
+    if (size === null) return reply.code(404).header("cache-control", "no-store").send();
+    return reply.header("cache-control", "no-store").header("content-length", String(size)).send();
+  });
 };
+
+function parseFileId(hex: string): string {
+  if (!isHashHex(hex)) {
+    throw new HttpError(400, `Malformed file id ${JSON.stringify(hex.slice(0, 80))}: it must be exactly 64 lowercase hexadecimal characters (the file hash)`);
+  }
+  return hex;
+}
 
 /**
  * Whether an Accept-Encoding value (RFC 9110 §12.5.3) accepts gzip: listed as `gzip` or

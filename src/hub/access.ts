@@ -25,8 +25,16 @@ export const ANONYMOUS: Caller = { token: null };
 export async function callerOf(store: Pick<MetadataStore, "findHubTokenBySecretHash">, secret: string | undefined, now: Date): Promise<Caller> {
   if (secret === undefined || secret === "") return ANONYMOUS;
   const token = isPlausibleHubTokenSecret(secret) ? await store.findHubTokenBySecretHash(hashHubTokenSecret(secret)) : null;
-  if (token === null || hubTokenState(token, now) !== "active") {
-    throw new HubError(401, "the hub token is invalid or expired (or revoked): create a new one with `castor token create`");
+  // The holder of a revoked or expired token learns only what it could tell from its own token's history.
+  const state = token === null ? "unknown" : hubTokenState(token, now);
+  if (state !== "active") {
+    const why =
+      state === "revoked"
+        ? "was revoked (castor token revoke)"
+        : state === "expired"
+          ? "has expired"
+          : "is invalid or expired: this server does not know it (a token made with 'castor token create' on another data dir is unknown here)";
+    throw new HubError(401, `the hub token ${why}: create a new one with \`castor token create\` on this server's data dir`);
   }
   return { token };
 }

@@ -1,7 +1,7 @@
 import { describe, it, beforeEach, afterEach } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { HubService } from "../../src/hub/index.js";
@@ -182,17 +182,38 @@ describe("castor repo / revision / token (child processes)", () => {
     assert.match(tokens.stderr, /No hub tokens yet/);
   });
 
-  it("takes configuration from flags over the environment, defaulting to ./castor-data", async () => {
+  it("takes configuration from flags over the environment, defaulting to an existing ./castor-data", async () => {
     const flagDir = join(root, "from-flag");
-    const [fromFlag, fromDefault] = await Promise.all([
-      castor("repo", "create", "model", "alice/bert", "--data-dir", flagDir),
-      runCastor(["repo", "create", "model", "alice/bert"], { cwd: root }),
-    ]);
-    assertOk(fromFlag);
-    assertOk(fromDefault);
+    assertOk(await castor("repo", "create", "model", "alice/bert", "--data-dir", flagDir));
     assert.ok(existsSync(join(flagDir, "metadata.sqlite")));
     assert.ok(!existsSync(dataDir), "the flag wins over CASTOR_DATA_DIR");
-    assert.ok(existsSync(join(root, "castor-data", "metadata.sqlite")));
+
+    // Made by a server (here: a named data dir at the default place), ./castor-data is used without being named.
+    assertOk(await runCastor(["repo", "create", "model", "alice/bert", "--data-dir", "castor-data"], { cwd: root }));
+    const listed = assertOk(await runCastor(["repo", "list"], { cwd: root }));
+    assert.match(listed.stdout, /alice\/bert/);
+  });
+
+  it("refuses to create ./castor-data implicitly, naming the folder it looked for and how to point at the server's", async () => {
+    const elsewhere = join(root, "elsewhere");
+    await mkdir(elsewhere);
+    for (const args of [
+      ["token", "create", "--user", "alice", "--namespace", "alice", "--access", "write"],
+      ["token", "list"],
+      ["repo", "create", "model", "alice/bert"],
+      ["repo", "list"],
+      ["gc", "--dry-run"],
+      ["fsck"],
+      ["stats"],
+    ]) {
+      const result = await runCastor(args, { cwd: elsewhere });
+      assertFails(
+        result,
+        2,
+        new RegExp(`no castor data dir at ${elsewhere.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}/castor-data .*--data-dir DIR or CASTOR_DATA_DIR=DIR`),
+      );
+    }
+    assert.deepEqual(await readdir(elsewhere), [], "nothing was created");
   });
 
   it("shows help for each command on stdout", async () => {

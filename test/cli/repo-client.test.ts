@@ -172,7 +172,12 @@ describe("castor upload / repo files / download with repositories", () => {
 
   it("commits a single file at --path with -m, deduplicated against the first upload", async () => {
     const up = assertOk(await client(["upload", "--repo", REPO, "in/a.bin", "--path", "weights/model.bin", "-m", "Add weights\n\nSame bytes, new place."]));
-    assert.match(up.stdout, /^[0-9a-f]{64} {2}weights\/model\.bin {2}\(3\.0 MiB, 0 B new \/ 3\.0 MiB deduplicated\)\n/);
+    // The repository has the file whole: asked with HEAD /v1/files/…, nothing is sent or registered.
+    assert.match(up.stdout, /^[0-9a-f]{64} {2}weights\/model\.bin {2}\(3\.0 MiB, already stored, nothing sent\)\n/);
+    assert.match(
+      up.stderr,
+      /: 0 B sent, 3\.0 MiB deduplicated \(100\.0% not sent\); 0 xorbs \(0 B\) sent; 0 shards registered; 1 file already in the repository\./,
+    );
     assert.deepEqual((await commitTitles()).slice(0, 2), ["Add weights", "Upload 3 files with castor"]);
     const rows = rowsOf(await client(["repo", "files", REPO], { token: tokens.read }));
     assert.deepEqual(
@@ -224,6 +229,25 @@ describe("castor upload / repo files / download with repositories", () => {
       assert.match(result.stderr, /--help' for usage/);
     });
     assert.equal(await headOfMain(), firstCommit);
+  });
+
+  it("uploads directories recursively, keeping their in-repo paths, next to plain files", async () => {
+    await mkdir(join(work, "tree", "sub"), { recursive: true });
+    await writeFile(join(work, "tree", "x.bin"), randomBytes(40_000));
+    await writeFile(join(work, "tree", "sub", "y.txt"), "why\n");
+    const up = assertOk(await client(["upload", "--repo", REPO, "tree", "in/b.txt", "--path", "up", "-m", "A folder"]));
+    const lines = up.stdout.trimEnd().split("\n");
+    assert.deepEqual(
+      lines.slice(0, 3).map((line) => line.split(/\s{2}/)[1]),
+      ["up/tree/sub/y.txt", "up/tree/x.bin", "up/b.txt"],
+    );
+    const rows = rowsOf(await client(["repo", "files", REPO, "--path", "up"], { token: tokens.read }));
+    assert.deepEqual(
+      rows.slice(1).map((row) => row[0]),
+      ["up/b.txt", "up/tree/sub/y.txt", "up/tree/x.bin"],
+    );
+    assertOk(await client(["download", "--repo", REPO, "up/tree/sub/y.txt", "-o", "y-copy.txt"], { token: tokens.read }));
+    assert.equal(await readFile(join(work, "y-copy.txt"), "utf8"), "why\n");
   });
 
   it("shows the new commands in the help texts", async () => {

@@ -284,6 +284,7 @@ describe("CastorClient.downloadFile of an inline file", () => {
       storage: "inline",
       etag: gitBlobId(content),
       fileHash: null,
+      resumedBytes: 0,
       bytesWritten: content.length,
       verified: "git-blob-id",
     });

@@ -24,6 +24,11 @@ describe("formatBytes", () => {
       "3.0 GiB",
     ]);
   });
+
+  it("rounds fractional counts (rates) to whole bytes below 1 KiB", () => {
+    assert.equal(formatBytes(238.8059701492537), "239 B");
+    assert.equal(formatBytes(0.4), "0 B");
+  });
 });
 
 describe("ProgressRenderer", () => {

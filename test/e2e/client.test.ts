@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
 import { CastorClient, CastorClientError, upload, type UploadResult } from "../../src/client/index.js";
-import { runCastor } from "../helpers/cli.js";
+import { TEST_CACHE_DIR, runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
 
 const MiB = 1024 * 1024;
@@ -77,7 +77,7 @@ function runClientCli(command: "upload" | "download", args: string[], env: Recor
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
   const code = `import { run } from ${JSON.stringify(CLI_MODULES[command])}; process.exitCode = await run(process.argv.slice(1));`;
   const child = spawn(process.execPath, ["--import", TSX, "--input-type=module", "-e", code, "--", ...args], {
-    env: { ...inherited, ...env },
+    env: { ...inherited, CASTOR_CACHE_DIR: TEST_CACHE_DIR, ...env },
     stdio: ["ignore", "pipe", "pipe"],
     timeout: 30_000,
   });
@@ -280,7 +280,7 @@ describe("castor upload / castor download commands", () => {
     assert.equal(up.code, 0, up.stderr);
     const lines = up.stdout.trimEnd().split("\n");
     assert.equal(lines.length, 3, up.stdout);
-    const line = /^([0-9a-f]{64}) {2}(.+) {2}\((\S+ \S+), (\S+ \S+) new \/ (\S+ \S+) deduplicated\)$/;
+    const line = /^([0-9a-f]{64}) {2}(.+) {2}\((\S+ \S+), (\S+ \S+) sent \/ (\S+ \S+) deduplicated\)$/;
     const [, hashA, pathA, sizeA, newA] = line.exec(lines[0]) ?? [];
     // Committed at the root under their base names, which the lines show.
     assert.equal(pathA, "cli-a", lines[0]);
@@ -291,7 +291,7 @@ describe("castor upload / castor download commands", () => {
     assert.match(lines[2], new RegExp(`^commit [0-9a-f]{40}  ${server.publicUrl}/alice/bert/commit/[0-9a-f]{40}$`));
     assert.equal(sizeB, "293.0 KiB");
     assert.notEqual(dedupB, "0 B", "the second file repeats the first");
-    assert.match(up.stderr, /^Uploaded 2 files, 439\.5 KiB: .* new, .* deduplicated \(\d+\.\d% saved\); 1 xorb \(.*\) sent, 1 shard registered\.$/m);
+    assert.match(up.stderr, /^Uploaded 2 files, 439\.5 KiB: .* sent, .* deduplicated \(\d+\.\d% not sent\); 1 xorb \(.*\) sent; 1 shard registered\.$/m);
     assert.match(up.stderr, /^upload reading: /m, "plain progress lines when stderr is not a terminal");
 
     const out = join(work, "cli-b.out");
@@ -327,6 +327,7 @@ describe("castor upload / castor download commands", () => {
 
     assert.equal(missing.code, 1);
     assert.match(missing.stderr, new RegExp(`answered 404 Not Found: No file ${unknown}`));
+    assert.equal(missing.stderr.match(/this token is for|the token is for/g)?.length, 1, `said once: ${missing.stderr}`);
     await assert.rejects(stat(join(work, "nothing")));
 
     assert.equal(noFile.code, 1);

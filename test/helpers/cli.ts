@@ -3,6 +3,9 @@
  * tests see exactly what a user sees: stdout, stderr and the exit code.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
@@ -34,11 +37,18 @@ export interface CliOptions {
  */
 export const TEST_RESERVED_SPACE = String(1024 * 1024);
 
+/**
+ * CASTOR_CACHE_DIR for the client commands tests run, unless a test sets it: one shard cache per
+ * test process (as one user has one), never the home folder's; removed when the process exits.
+ */
+export const TEST_CACHE_DIR = join(tmpdir(), `castor-test-cache-${process.pid}`);
+process.once("exit", () => rmSync(TEST_CACHE_DIR, { recursive: true, force: true }));
+
 export function runCastor(args: string[], options: CliOptions = {}): Promise<CliResult> {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
   const child = spawn(process.execPath, ["--import", TSX, ENTRY, ...args], {
     cwd: options.cwd,
-    env: { ...inherited, CASTOR_RESERVED_SPACE: TEST_RESERVED_SPACE, ...options.env },
+    env: { ...inherited, CASTOR_RESERVED_SPACE: TEST_RESERVED_SPACE, CASTOR_CACHE_DIR: TEST_CACHE_DIR, ...options.env },
     stdio: ["ignore", "pipe", "pipe"],
     timeout: options.timeoutMs ?? 20_000,
   });

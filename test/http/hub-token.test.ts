@@ -146,7 +146,7 @@ describe("hub token operation", () => {
     assertDenied(missing, 401, /hub token is required/);
     assert.equal(missing.headers["www-authenticate"], 'Bearer realm="castor"');
     assertDenied(await get("/api/models/alice/bert/xet-read-token/main", `hf_${"A".repeat(43)}`), 401, /invalid or expired/);
-    assertDenied(await get("/api/models/alice/bert/xet-read-token/main", secrets.revoked), 401, /invalid or expired/);
+    assertDenied(await get("/api/models/alice/bert/xet-read-token/main", secrets.revoked), 401, /hub token was revoked/);
     const basic = await app.inject({ method: "GET", url: "/api/models/alice/bert/xet-read-token/main", headers: { authorization: `Basic ${secrets.read}` } });
     assertDenied(basic, 401, /hub token is required/);
   });

@@ -235,6 +235,31 @@ describe("reconstruction errors", () => {
   });
 });
 
+describe("HEAD /v1/files/{file_id}", () => {
+  const head = (path: string, token: string | null = bertRead) =>
+    app.inject({ method: "HEAD", url: path, headers: token === null ? {} : { authorization: `Bearer ${token}` } });
+
+  it("answers 200 with the file size, without a body, to read and write tokens of the file's repository", async () => {
+    for (const token of [bertRead, bertWrite]) {
+      const response = await head(`/v1/files/${bigFileHex}`, token);
+      assert.equal(response.statusCode, 200);
+      assert.equal(response.headers["content-length"], String(60 * 2000));
+      assert.equal(response.body, "");
+    }
+    const empty = await head(`/v1/files/${"0".repeat(64)}`);
+    assert.equal(empty.statusCode, 200);
+    assert.equal(empty.headers["content-length"], "0");
+  });
+
+  it("answers 404 alike for a file of another repository and one that does not exist; 400 for a malformed id; 401 without a token", async () => {
+    assert.equal((await head(`/v1/files/${bigFileHex}`, corpusRead)).statusCode, 404);
+    assert.equal((await head(`/v1/files/${bigFileHex}`, ghostRead)).statusCode, 404);
+    assert.equal((await head(`/v1/files/${"ab".repeat(32)}`)).statusCode, 404);
+    assert.equal((await head("/v1/files/XYZ")).statusCode, 400);
+    assert.equal((await head(`/v1/files/${bigFileHex}`, null)).statusCode, 401);
+  });
+});
+
 describe("the empty file", () => {
   const EMPTY = hashToHex(ZERO_HASH);
   it("answers 200 with no terms and an empty map without a Range or from byte 0, 416 past it", async () => {
