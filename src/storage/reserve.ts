@@ -13,6 +13,7 @@
  * next start.
  */
 import { randomFillSync } from "node:crypto";
+import { existsSync } from "node:fs";
 import { open, readdir, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { CastorConfig } from "../config.js";
@@ -112,7 +113,8 @@ export async function withReserveReleased<T>(reserve: Reserve | null, say: (line
   try {
     return await work();
   } finally {
-    const outcome = await ensureReserve(reserve).catch(() => "no room" as const);
+    // A command that failed before it made the data dir leaves nothing to reserve space in.
+    const outcome = !existsSync(reserve.dataDir) ? "off" : await ensureReserve(reserve).catch(() => "no room" as const);
     if (outcome === "created") say(`reserved ${reserve.bytes} bytes for maintenance again (CASTOR_RESERVED_SPACE)`);
     if (outcome === "no room") say(`no room to reserve ${reserve.bytes} bytes for maintenance yet (CASTOR_RESERVED_SPACE): free more space`);
   }
