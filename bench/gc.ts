@@ -23,20 +23,18 @@
  * same store while still empty gives the command's own baseline.
  */
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
-import { mkdtemp, rename, rm } from "node:fs/promises";
-import { loadavg, tmpdir } from "node:os";
+import { rename, rm } from "node:fs/promises";
+import { loadavg } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { gitTreeId } from "../src/format/git.js";
 import { hashToHex, type Hash } from "../src/format/hash.js";
 import { buildCommit, initialCommit, xetFileEntry } from "../src/hub/history.js";
-import type { DatedXorb, FileRecord, FileTerm, MetadataStore, ShardRegistration, StoredChunk, TreeEntry, TreeRecord } from "../src/metadata/store.js";
-import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
+import type { FileRecord, FileTerm, MetadataStore, ShardRegistration, TreeEntry, TreeRecord } from "../src/metadata/store.js";
 import type { GcPhases } from "../src/ops/gc.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
 import { benchRow, type BenchRow } from "./lib.js";
+import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, treeOf } from "./support/synthetic-metadata.js";
 
 const GROUP = "gc";
 const XORBS = 100_000;
@@ -63,50 +61,11 @@ type Say = (line: string) => void;
 
 export async function run(): Promise<BenchRow[]> {
   const say: Say = (line) => process.stderr.write(`\n  gc: ${line}`);
-  const scratch = await mkdtemp(join(tmpdir(), "castor-bench-gc-"));
-  try {
-    const data = new SyntheticStore();
-    const sqliteDir = join(scratch, "sqlite");
-    const rows = await benchBackend("sqlite", data, { dataDir: sqliteDir, env: {}, open: () => SqliteMetadataStore.open(sqliteDir) }, say);
-
-    const adminUrl = process.env.CASTOR_TEST_DATABASE_URL;
-    if (adminUrl === undefined || adminUrl === "") {
-      rows.push(
-        benchRow(GROUP, "postgres", 0, "skipped", {
-          note: 'not measured: CASTOR_TEST_DATABASE_URL is not set (eval "$(scripts/services.sh start)" first)',
-        }),
-      );
-      return rows;
-    }
-    // Loaded only here: without PostgreSQL the group needs neither the driver nor the helper.
-    const [{ createTestDatabase }, { PostgresMetadataStore }] = await Promise.all([
-      import("../test/helpers/scaleout-postgres.js"),
-      import("../src/metadata/postgres.js"),
-    ]);
-    const database = await createTestDatabase(adminUrl);
-    try {
-      const postgresDir = join(scratch, "postgres");
-      rows.push(
-        ...(await benchBackend(
-          "postgres",
-          data,
-          {
-            dataDir: postgresDir,
-            env: { CASTOR_DATABASE_URL: database.url },
-            open: () => PostgresMetadataStore.open(database.url),
-            // The live half of the blobs SQLite's run kept: only the garbage half is written again.
-            blobsFrom: join(sqliteDir, "blobs"),
-          },
-          say,
-        )),
-      );
-    } finally {
-      await database.drop();
-    }
-    return rows;
-  } finally {
-    await rm(scratch, { recursive: true, force: true });
-  }
+  const data = new SyntheticStore();
+  return onEachMetadataBackend(GROUP, (backend, previous) =>
+    // After SQLite's run, the live half of the blobs it kept is moved over: only the garbage half is written again.
+    benchBackend(backend.name, data, { ...backend, blobsFrom: previous === null ? undefined : join(previous.dataDir, "blobs") }, say),
+  );
 }
 
 interface Backend {
@@ -236,21 +195,12 @@ interface FillTimes {
   dedupEntries: number;
 }
 
-function labelHash(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
-}
-
 /** A well-mixed 32-bit number per integer (murmur3's finalizer), for reproducible variety. */
 function mix(i: number): number {
   let h = Math.imul(i ^ 0x9e3779b9, 0x85ebca6b);
   h ^= h >>> 13;
   h = Math.imul(h, 0xc2b2ae35);
   return (h ^ (h >>> 16)) >>> 0;
-}
-
-/** Uncompressed bytes of chunk `c`: 8 to 64 KiB, as content-defined chunks are. */
-function chunkLength(c: number): number {
-  return 8_192 + ((c * 7_919) % 57_345);
 }
 
 /** First chunk of file `i`: every fourth boundary falls 1 to 9 chunks into a xorb. */
@@ -264,10 +214,6 @@ function folderName(shard: number): string {
   return `shard-${String(shard).padStart(2, "0")}`;
 }
 
-function treeOf(entries: TreeEntry[]): TreeRecord {
-  return { oid: gitTreeId(entries), entries };
-}
-
 class SyntheticStore {
   private readonly xorbHashes: Hash[] = Array.from({ length: XORBS }, (_, x) => labelHash(`gc-bench xorb ${x}`));
 
@@ -275,7 +221,11 @@ class SyntheticStore {
     const started = performance.now();
     const createdAt = new Date();
     for (let first = 0; first < XORBS; first += XORBS_PER_IMPORT) {
-      await store.importXorbs(Array.from({ length: Math.min(XORBS_PER_IMPORT, XORBS - first) }, (_, k) => this.xorb(first + k, createdAt)));
+      await store.importXorbs(
+        Array.from({ length: Math.min(XORBS_PER_IMPORT, XORBS - first) }, (_, k) =>
+          syntheticXorb(this.xorbHashes[first + k], (first + k) * CHUNKS_PER_XORB, CHUNKS_PER_XORB, chunkHash, createdAt),
+        ),
+      );
       if ((first + XORBS_PER_IMPORT) % 20_000 === 0) say(`${first + XORBS_PER_IMPORT} xorb records`);
     }
     const xorbsDone = performance.now();
@@ -329,20 +279,6 @@ class SyntheticStore {
       commits,
       dedupEntries,
     };
-  }
-
-  private xorb(x: number, createdAt: Date): DatedXorb {
-    const chunks: StoredChunk[] = [];
-    let serializedEnd = 0;
-    let uncompressedLength = 0;
-    for (let c = x * CHUNKS_PER_XORB; c < (x + 1) * CHUNKS_PER_XORB; c++) {
-      const length = chunkLength(c);
-      // An 8-byte chunk header, and LZ4 saving a fifth.
-      serializedEnd += 8 + Math.floor((length * 4) / 5);
-      uncompressedLength += length;
-      chunks.push({ hash: chunkHash(c), uncompressedLength: length, serializedEnd });
-    }
-    return { hash: this.xorbHashes[x], serializedLength: serializedEnd, uncompressedLength, chunks, createdAt };
   }
 
   private file(i: number): FileRecord {

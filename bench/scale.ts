@@ -24,20 +24,16 @@
  * reconstruction p99 < 5 ms at full size. `CASTOR_BENCH_SCALE=0.1` runs everything at a tenth of
  * the size (for trying the group out; the figures are then not the issue's).
  */
-import { createHash } from "node:crypto";
-import { mkdtemp, rm, stat } from "node:fs/promises";
-import { loadavg, tmpdir } from "node:os";
-import { join } from "node:path";
-import { gitTreeId } from "../src/format/git.js";
+import { loadavg } from "node:os";
 import { fileHash, hashToHex, isGlobalDedupEligible, verificationHash, type Hash } from "../src/format/hash.js";
 import type { ShardFile } from "../src/format/shard.js";
 import { serializeUploadShard } from "../src/format/shard-writer.js";
 import { buildCommit, initialCommit, xetFileEntry } from "../src/hub/history.js";
 import { HubService } from "../src/hub/service.js";
-import type { DatedXorb, FileRecord, FileTerm, MetadataStore, ShardRegistration, StoredChunk, TreeEntry, TreeRecord } from "../src/metadata/store.js";
-import { METADATA_FILE_NAME, SqliteMetadataStore } from "../src/metadata/sqlite.js";
+import type { DatedXorb, FileRecord, FileTerm, MetadataStore, ShardRegistration, TreeEntry } from "../src/metadata/store.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { benchRow, type BenchRow } from "./lib.js";
+import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, treeOf, type MetadataBackend } from "./support/synthetic-metadata.js";
 
 const GROUP = "scale";
 const SCALE = Number(process.env.CASTOR_BENCH_SCALE ?? "1");
@@ -65,69 +61,7 @@ type Say = (line: string) => void;
 export async function run(): Promise<BenchRow[]> {
   if (!(SCALE > 0 && SCALE <= 1)) throw new Error(`CASTOR_BENCH_SCALE must be in (0, 1], got ${process.env.CASTOR_BENCH_SCALE}`);
   const say: Say = (line) => process.stderr.write(`\n  scale: ${line}`);
-  const scratch = await mkdtemp(join(tmpdir(), "castor-bench-scale-"));
-  try {
-    const sqliteDir = join(scratch, "sqlite");
-    const rows = await benchBackend(
-      "sqlite",
-      {
-        dataDir: sqliteDir,
-        env: {},
-        open: () => SqliteMetadataStore.open(sqliteDir),
-        databaseBytes: async () => sumSizes([METADATA_FILE_NAME, `${METADATA_FILE_NAME}-wal`].map((name) => join(sqliteDir, name))),
-      },
-      say,
-    );
-    const adminUrl = process.env.CASTOR_TEST_DATABASE_URL;
-    if (adminUrl === undefined || adminUrl === "") {
-      rows.push(
-        benchRow(GROUP, "postgres", 0, "skipped", { note: 'not measured: CASTOR_TEST_DATABASE_URL is not set (eval "$(scripts/services.sh start)" first)' }),
-      );
-      return rows;
-    }
-    // Loaded only here: without PostgreSQL the group needs neither the driver nor the helper.
-    const [{ createTestDatabase }, { PostgresMetadataStore }, { default: pg }] = await Promise.all([
-      import("../test/helpers/scaleout-postgres.js"),
-      import("../src/metadata/postgres.js"),
-      import("pg"),
-    ]);
-    const database = await createTestDatabase(adminUrl);
-    try {
-      const databaseBytes = async () => {
-        const client = new pg.Client({ connectionString: database.url });
-        await client.connect();
-        try {
-          return Number((await client.query<{ size: string }>("SELECT pg_database_size(current_database()) AS size")).rows[0].size);
-        } finally {
-          await client.end();
-        }
-      };
-      rows.push(
-        ...(await benchBackend(
-          "postgres",
-          {
-            dataDir: join(scratch, "postgres"),
-            env: { CASTOR_DATABASE_URL: database.url },
-            open: () => PostgresMetadataStore.open(database.url),
-            databaseBytes,
-          },
-          say,
-        )),
-      );
-    } finally {
-      await database.drop();
-    }
-    return rows;
-  } finally {
-    await rm(scratch, { recursive: true, force: true });
-  }
-}
-
-interface Backend {
-  dataDir: string;
-  env: Record<string, string>;
-  open(): Promise<MetadataStore>;
-  databaseBytes(): Promise<number>;
+  return onEachMetadataBackend(GROUP, (backend) => benchBackend(backend, say));
 }
 
 /** One measurement of a stage. */
@@ -145,7 +79,8 @@ interface StageFigures {
   chunks: number;
 }
 
-async function benchBackend(name: string, backend: Backend, say: Say): Promise<BenchRow[]> {
+async function benchBackend(backend: MetadataBackend, say: Say): Promise<BenchRow[]> {
+  const { name } = backend;
   const data = new SyntheticMetadata();
   const figures: { stage: string; figures: StageFigures; fillSeconds: number }[] = [];
   const store = await backend.open();
@@ -209,7 +144,7 @@ async function expectStatus(response: Response, status: number, what: string): P
   if (response.status !== status) throw new Error(`${what}: HTTP ${response.status}, expected ${status}: ${Buffer.from(body).toString("utf8").slice(0, 300)}`);
 }
 
-async function measure(backend: Backend, data: SyntheticMetadata, repos: number, adminToken: string, say: Say): Promise<StageFigures> {
+async function measure(backend: MetadataBackend, data: SyntheticMetadata, repos: number, adminToken: string, say: Say): Promise<StageFigures> {
   const started = performance.now();
   const server: ServerProcess = await startCastorServer({ compiled: true, dataDir: backend.dataDir, env: backend.env, readyTimeoutMs: 600_000 });
   const startupMs = performance.now() - started;
@@ -355,21 +290,12 @@ function report(name: string, stages: { stage: string; figures: StageFigures; fi
 // ---------------------------------------------------------------------------------------------
 // The synthetic metadata. Every hash is the SHA-256 of a label, so both backends get the same data.
 
-function labelHash(label: string): Hash {
-  return new Uint8Array(createHash("sha256").update(label).digest());
-}
-
 function chunkHash(c: number): Hash {
   return labelHash(`scale chunk ${c}`);
 }
 
 function xorbHash(x: number): Hash {
   return labelHash(`scale xorb ${x}`);
-}
-
-/** Uncompressed bytes of chunk `c`: 8 to 64 KiB, as content-defined chunks are. */
-function chunkLength(c: number): number {
-  return 8_192 + ((c * 7_919) % 57_345);
 }
 
 /** First chunk of file `i`: the files lie end to end over the chunk stream, ~10 chunks each, boundaries anywhere in a xorb. */
@@ -413,7 +339,8 @@ class SyntheticMetadata {
     const xorbsNeeded = Math.ceil(fileStart(firstFile + FILES_PER_REPO) / CHUNKS_PER_XORB);
     const createdAt = new Date();
     const xorbs: DatedXorb[] = [];
-    for (; this.xorbsRecorded < xorbsNeeded; this.xorbsRecorded++) xorbs.push(this.xorb(this.xorbsRecorded, createdAt));
+    for (; this.xorbsRecorded < xorbsNeeded; this.xorbsRecorded++)
+      xorbs.push(syntheticXorb(xorbHash(this.xorbsRecorded), this.xorbsRecorded * CHUNKS_PER_XORB, CHUNKS_PER_XORB, chunkHash, createdAt));
     if (xorbs.length > 0) await store.importXorbs(xorbs);
 
     const files = Array.from({ length: FILES_PER_REPO }, (_, k) => this.fileRecord(firstFile + k));
@@ -447,20 +374,6 @@ class SyntheticMetadata {
       if (outcome !== "advanced") throw new Error(`advancing main of ${repoName(r)}: ${outcome}`);
       head = commit.oid;
     }
-  }
-
-  private xorb(x: number, createdAt: Date): DatedXorb {
-    const chunks: StoredChunk[] = [];
-    let serializedEnd = 0;
-    let uncompressedLength = 0;
-    for (let c = x * CHUNKS_PER_XORB; c < (x + 1) * CHUNKS_PER_XORB; c++) {
-      const length = chunkLength(c);
-      // An 8-byte chunk header, and LZ4 saving a fifth.
-      serializedEnd += 8 + Math.floor((length * 4) / 5);
-      uncompressedLength += length;
-      chunks.push({ hash: chunkHash(c), uncompressedLength: length, serializedEnd });
-    }
-    return { hash: xorbHash(x), serializedLength: serializedEnd, uncompressedLength, chunks, createdAt };
   }
 
   /** File `i`: a term per xorb its chunks fall in. Its hash is a label: the stores do not recompute it. */
@@ -499,18 +412,4 @@ class SyntheticMetadata {
       };
     });
   }
-}
-
-function treeOf(entries: TreeEntry[]): TreeRecord {
-  return { oid: gitTreeId(entries), entries };
-}
-
-async function sumSizes(paths: string[]): Promise<number> {
-  let total = 0;
-  for (const path of paths)
-    total += await stat(path).then(
-      (s) => s.size,
-      () => 0,
-    );
-  return total;
 }

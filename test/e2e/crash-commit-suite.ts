@@ -1,6 +1,6 @@
 /**
  * Crash during a hub commit: a real `castor serve` is SIGKILLed while it applies a commit of
- * 2,000 inline files in nested folders that also deletes files of the previous commit. The
+ * inline files (2,000 embedded, 400 on PostgreSQL + S3, where each is a PUT) in nested folders that also deletes files of the previous commit. The
  * kill lands at three points of the commit's run (20 %, 50 % and 80 % of the time a whole
  * commit of the same shape took). After each restart on the same data dir the branch must show
  * either the old commit or the new one, whole: every file of the one it shows downloads
@@ -17,7 +17,6 @@ import { createScaleOutBackend, startCastorServer, type ScaleOutBackend, type Se
 import { makeTempDir, removeTempDir } from "../helpers/temp-dir.js";
 
 const REPO = "alice/crash";
-const FILES_PER_COMMIT = 2000;
 const BASE_FILES = 200;
 const DELETED_PER_COMMIT = 20;
 const KILL_POINTS = [0.2, 0.5, 0.8];
@@ -107,7 +106,8 @@ function newFiles(round: string, count: number): Files {
   return files;
 }
 
-export function runCommitCrashSuite(backendName: string, options: { scaleOut: boolean }): void {
+export function runCommitCrashSuite(backendName: string, options: { scaleOut: boolean; filesPerCommit: number }): void {
+  const FILES_PER_COMMIT = options.filesPerCommit;
   describe(`SIGKILL during a hub commit (${backendName})`, () => {
     let current: Files;
     let killedCommitsLanded = 0;

@@ -5,4 +5,4 @@ import { scaleOutUnavailable } from "../helpers/server.js";
 const unavailable = scaleOutUnavailable();
 if (unavailable !== null) throw new Error(`the scale-out commit-crash tests need PostgreSQL and S3: ${unavailable}`);
 
-runCommitCrashSuite("PostgreSQL + S3", { scaleOut: true });
+runCommitCrashSuite("PostgreSQL + S3", { scaleOut: true, filesPerCommit: 400 });
