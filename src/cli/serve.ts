@@ -44,10 +44,13 @@ export async function run(argv: string[]): Promise<number> {
     if (workerId !== null && Number.isSafeInteger(workerId) && workerId >= 1) {
       return (await import("../cluster/worker.js")).runWorker(config, workerId);
     }
-    if (config.workers > 1) return (await import("../cluster/primary.js")).runPrimary(config);
+    const printBanner = (publicUrl: string) => {
+      if (process.stdout.isTTY) process.stdout.write(banner(publicUrl, config.databaseUrl === null ? config.dataDir : null));
+    };
+    if (config.workers > 1) return (await import("../cluster/primary.js")).runPrimary(config, printBanner);
 
     const server = await startServer(config);
-    if (process.stdout.isTTY) process.stdout.write(banner(server.publicUrl, config.databaseUrl === null ? config.dataDir : null));
+    printBanner(server.publicUrl);
 
     const signal = await nextShutdownSignal();
     for (const name of SHUTDOWN_SIGNALS) {

@@ -68,8 +68,11 @@ interface Slot {
   restartTimer: NodeJS.Timeout | null;
 }
 
-/** Runs the primary until its workers have stopped; returns the exit status. */
-export async function runPrimary(config: CastorConfig): Promise<number> {
+/**
+ * Runs the primary until its workers have stopped; returns the exit status. `onServing` hears
+ * the public URL once every worker serves (`castor serve` prints its terminal banner then).
+ */
+export async function runPrimary(config: CastorConfig, onServing: (publicUrl: string) => void = () => undefined): Promise<number> {
   const logger = createLogger(config.logLevel, undefined, PRIMARY_LOG_ID);
   // Once, before any worker: folder, schema, keys, staging leftovers. Closed again, since
   // the primary serves nothing itself.
@@ -77,7 +80,7 @@ export async function runPrimary(config: CastorConfig): Promise<number> {
   opened.blobs.close?.();
   await opened.store.close();
   logger.info({ workers: config.workers, perWorker: workerShares(config) }, `starting ${config.workers} workers; each takes its share of the node's limits`);
-  return new Primary(config, logger).run();
+  return new Primary(config, logger, onServing).run();
 }
 
 class Primary {
@@ -94,6 +97,7 @@ class Primary {
   constructor(
     private readonly config: CastorConfig,
     private readonly logger: Logger,
+    private readonly onServing: (publicUrl: string) => void,
   ) {
     this.slots = Array.from({ length: config.workers }, (_, i) => ({
       id: i + 1,
@@ -182,6 +186,7 @@ class Primary {
               { listenUrl, publicUrl, dataDir: this.config.dataDir, workers: this.slots.length },
               `castor listening on ${listenUrl} with ${this.slots.length} workers`,
             );
+            this.onServing(publicUrl);
           }
         } else {
           this.logger.info({ replacedWorker: slot.id, workerPid: worker.process.pid }, `worker ${slot.id} replaced and serving (pid ${worker.process.pid})`);
