@@ -28,6 +28,8 @@ export interface Sink {
   commit(): Promise<void>;
   /** Removes a partial output file; leaves a stream as it is. */
   abandon(): Promise<void>;
+  /** Closes a partial output file and leaves it for a later run to resume; its path (null for a stream). */
+  keep(): Promise<string | null>;
 }
 
 /** Partial files being written by this process: what a signal handler removes. */
@@ -136,6 +138,12 @@ export async function fileSink(path: string, partial: string, resumeAt = 0): Pro
       await unlink(partial).catch(() => undefined);
       activePartials.delete(partial);
     },
+    async keep() {
+      await syncing;
+      await close().catch(() => undefined);
+      activePartials.delete(partial);
+      return partial;
+    },
   };
 }
 
@@ -161,5 +169,8 @@ export function streamSink(stream: Writable, endOutput: boolean): Sink {
       }
     },
     async abandon() {},
+    async keep() {
+      return null;
+    },
   };
 }

@@ -59,7 +59,7 @@ import { ChunkStreamDecoder } from "./chunk-stream.js";
 import { Limiter } from "./concurrency.js";
 import { fileSink, partialPathOf, streamSink, type Sink } from "./download-output.js";
 import { ScanError, scanFile } from "./file-scan.js";
-import { CastorClientError } from "./errors.js";
+import { CastorClientError, HttpStatusError } from "./errors.js";
 import type { ProgressListener } from "./progress.js";
 import { ReconstructionQueries, ReconstructionWindow, spanKey, type Reconstruction } from "./reconstruction-query.js";
 
@@ -177,7 +177,15 @@ export class DownloadRun {
         resumedBytes: resume?.offset ?? 0,
       };
     } catch (error) {
-      await sink.abandon();
+      // The server or the network failed, not the data: what arrived is kept for the next run to resume (its whole chunks, checked against the file hash at the end).
+      const resumable = typeof output === "string" && range === undefined && !isZeroHash(expected) && this.options.resume !== false;
+      const transient = error instanceof HttpStatusError ? error.status >= 500 : error instanceof CastorClientError && error.kind === "network";
+      const kept = resumable && transient && this.bytesWritten > 0 ? await sink.keep() : null;
+      if (kept === null) {
+        await sink.abandon();
+      } else if (error instanceof Error) {
+        error.message += `; the ${this.bytesWritten} bytes received so far are kept in ${kept}: run the same download again to resume`;
+      }
       throw error;
     }
   }

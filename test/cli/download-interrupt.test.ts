@@ -1,7 +1,7 @@
 /**
  * `castor download` interrupted and run again, against a real `castor serve`: SIGINT and
- * SIGTERM remove the partial file; a SIGKILL leaves it, and the next run resumes from its
- * whole chunks, byte-exact; a damaged partial file fails the file-hash check and is removed.
+ * SIGTERM remove the partial file; a SIGKILL leaves it, and so does a server lost mid-download,
+ * and the next run resumes from its whole chunks, byte-exact; a damaged partial file fails the file-hash check and is removed.
  * Also the small behaviours around the output: an existing OUT needs --force, a range past
  * the end says what was clamped.
  */
@@ -126,6 +126,54 @@ describe("castor download, interrupted", () => {
     assert.equal(again.code, 0, again.stderr);
     assert.doesNotMatch(again.stderr, /Resumed/);
     assert.ok((await readFile(join(work, "damaged.bin"))).equals(data));
+  });
+});
+
+describe("castor download, the server lost mid-download", () => {
+  it("keeps the partial file when the server goes away, and the next run, against the server back, resumes it", async () => {
+    // A server of its own on a data dir that outlives it: this one is killed, then started again.
+    const dataDir = await mkdtemp(join(tmpdir(), "castor-download-lost-"));
+    let lost: ServerProcess | null = await startCastorServer({ dataDir });
+    try {
+      const admin = (...args: string[]) => runCastor(args, { env: lost!.settings, timeoutMs: TIMEOUT_MS });
+      assert.equal((await admin("repo", "create", "model", "alice/big")).code, 0);
+      const lostToken = (await admin("token", "create", "--repo", REPO, "--access", "write")).stdout.trim();
+      await new CastorClient({ endpoint: lost.url, hubToken: lostToken, repo: REPO }).uploadToRepo([join(work, "big.bin")]);
+      const run = (endpoint: string) =>
+        runCastor(["download", "--repo", REPO, "big.bin", "-o", "lost.bin"], {
+          env: { CASTOR_ENDPOINT: endpoint, CASTOR_HUB_TOKEN: lostToken },
+          cwd: work,
+          timeoutMs: TIMEOUT_MS,
+        });
+      const partial = join(work, `lost.bin.castor-partial-${fileHash.slice(0, 16)}`);
+      const watcher = setInterval(async () => {
+        if (lost !== null && ((await stat(partial).catch(() => null))?.size ?? 0) >= 16 * MiB) {
+          const dying = lost;
+          lost = null;
+          await dying.stop("SIGKILL");
+        }
+      }, 2);
+      let failed: CliResult;
+      try {
+        failed = await run(lost.url);
+      } finally {
+        clearInterval(watcher);
+      }
+      assert.equal(failed.code, 1, failed.stderr);
+      assert.match(failed.stderr, /bytes received so far are kept in .*lost\.bin\.castor-partial-[0-9a-f]{16}: run the same download again to resume/);
+      const kept = (await stat(partial)).size;
+      assert.ok(kept >= 16 * MiB && kept < data.length, `${kept} bytes kept`);
+
+      lost = await startCastorServer({ dataDir });
+      const again = await run(lost.url);
+      assert.equal(again.code, 0, again.stderr);
+      assert.match(again.stderr, /Resumed from the partial file an interrupted run left/);
+      assert.ok((await readFile(join(work, "lost.bin"))).equals(data));
+      assert.deepEqual(await partials(), []);
+    } finally {
+      await lost?.stop();
+      await rm(dataDir, { recursive: true, force: true });
+    }
   });
 });
 
