@@ -29,12 +29,12 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { hashToHex, type Hash } from "../src/format/hash.js";
 import { buildCommit, initialCommit, xetFileEntry } from "../src/hub/history.js";
-import type { FileRecord, FileTerm, MetadataStore, ShardRegistration, TreeEntry, TreeRecord } from "../src/metadata/store.js";
+import type { FileRecord, MetadataStore, ShardRegistration, TreeEntry, TreeRecord } from "../src/metadata/store.js";
 import type { GcPhases } from "../src/ops/gc.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
 import { benchRow, type BenchRow } from "./lib.js";
-import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, treeOf } from "./support/synthetic-metadata.js";
+import { labelHash, onEachMetadataBackend, syntheticXorb, termsOver, treeOf } from "./support/synthetic-metadata.js";
 
 const GROUP = "gc";
 const XORBS = 100_000;
@@ -282,17 +282,7 @@ class SyntheticStore {
   }
 
   private file(i: number): FileRecord {
-    const start = fileStart(i);
-    const end = fileStart(i + 1);
-    const terms: FileTerm[] = [];
-    for (let x = Math.floor(start / CHUNKS_PER_XORB); x * CHUNKS_PER_XORB < end; x++) {
-      const from = Math.max(start, x * CHUNKS_PER_XORB);
-      const to = Math.min(end, (x + 1) * CHUNKS_PER_XORB);
-      let unpackedLength = 0;
-      for (let c = from; c < to; c++) unpackedLength += chunkLength(c);
-      terms.push({ xorbHash: this.xorbHashes[x], chunkStart: from - x * CHUNKS_PER_XORB, chunkEnd: to - x * CHUNKS_PER_XORB, unpackedLength });
-    }
-    const size = terms.reduce((sum, term) => sum + term.unpackedLength, 0);
+    const { terms, size } = termsOver(fileStart(i), fileStart(i + 1), CHUNKS_PER_XORB, (x) => this.xorbHashes[x]);
     return { hash: labelHash(`gc-bench file ${i}`), size, terms, sha256: labelHash(`gc-bench content ${i}`) };
   }
 

@@ -30,10 +30,10 @@ import type { ShardFile } from "../src/format/shard.js";
 import { serializeUploadShard } from "../src/format/shard-writer.js";
 import { buildCommit, initialCommit, xetFileEntry } from "../src/hub/history.js";
 import { HubService } from "../src/hub/service.js";
-import type { DatedXorb, FileRecord, FileTerm, MetadataStore, ShardRegistration, TreeEntry } from "../src/metadata/store.js";
+import type { DatedXorb, FileRecord, MetadataStore, ShardRegistration, TreeEntry } from "../src/metadata/store.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { benchRow, type BenchRow } from "./lib.js";
-import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, treeOf, type MetadataBackend } from "./support/synthetic-metadata.js";
+import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, termsOver, treeOf, type MetadataBackend } from "./support/synthetic-metadata.js";
 
 const GROUP = "scale";
 const SCALE = Number(process.env.CASTOR_BENCH_SCALE ?? "1");
@@ -378,17 +378,7 @@ class SyntheticMetadata {
 
   /** File `i`: a term per xorb its chunks fall in. Its hash is a label: the stores do not recompute it. */
   fileRecord(i: number): FileRecord {
-    const start = fileStart(i);
-    const end = fileStart(i + 1);
-    const terms: FileTerm[] = [];
-    for (let x = Math.floor(start / CHUNKS_PER_XORB); x * CHUNKS_PER_XORB < end; x++) {
-      const from = Math.max(start, x * CHUNKS_PER_XORB);
-      const to = Math.min(end, (x + 1) * CHUNKS_PER_XORB);
-      let unpackedLength = 0;
-      for (let c = from; c < to; c++) unpackedLength += chunkLength(c);
-      terms.push({ xorbHash: xorbHash(x), chunkStart: from - x * CHUNKS_PER_XORB, chunkEnd: to - x * CHUNKS_PER_XORB, unpackedLength });
-    }
-    const size = terms.reduce((sum, term) => sum + term.unpackedLength, 0);
+    const { terms, size } = termsOver(fileStart(i), fileStart(i + 1), CHUNKS_PER_XORB, xorbHash);
     return { hash: labelHash(`scale file ${i}`), size, terms, sha256: labelHash(`scale content ${i}`) };
   }
 

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gitTreeId } from "../../src/format/git.js";
 import type { Hash } from "../../src/format/hash.js";
-import type { DatedXorb, MetadataStore, StoredChunk, TreeEntry, TreeRecord } from "../../src/metadata/store.js";
+import type { DatedXorb, FileTerm, MetadataStore, StoredChunk, TreeEntry, TreeRecord } from "../../src/metadata/store.js";
 import { METADATA_FILE_NAME, SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { benchRow, type BenchRow } from "../lib.js";
 
@@ -34,6 +34,24 @@ export function syntheticXorb(hash: Hash, first: number, count: number, chunkHas
     chunks.push({ hash: chunkHash(c), uncompressedLength: length, serializedEnd });
   }
   return { hash, serializedLength: serializedEnd, uncompressedLength, chunks, createdAt };
+}
+
+/**
+ * The terms of a file over chunks `start` … `end - 1` of a stream cut into xorbs of
+ * `chunksPerXorb`: one per xorb the range falls in. Returns them with the file's size.
+ */
+export function termsOver(start: number, end: number, chunksPerXorb: number, xorbHash: (x: number) => Hash): { terms: FileTerm[]; size: number } {
+  const terms: FileTerm[] = [];
+  let size = 0;
+  for (let x = Math.floor(start / chunksPerXorb); x * chunksPerXorb < end; x++) {
+    const from = Math.max(start, x * chunksPerXorb);
+    const to = Math.min(end, (x + 1) * chunksPerXorb);
+    let unpackedLength = 0;
+    for (let c = from; c < to; c++) unpackedLength += chunkLength(c);
+    terms.push({ xorbHash: xorbHash(x), chunkStart: from - x * chunksPerXorb, chunkEnd: to - x * chunksPerXorb, unpackedLength });
+    size += unpackedLength;
+  }
+  return { terms, size };
 }
 
 export function treeOf(entries: TreeEntry[]): TreeRecord {

@@ -42,23 +42,12 @@
  */
 import { stat } from "node:fs/promises";
 import type { Writable } from "node:stream";
-import {
-  HASH_BYTES,
-  fileHash,
-  hashEquals,
-  hashFromHex,
-  isHashHex,
-  isZeroHash,
-  xorbHash,
-  type FetchSource,
-  type Hash,
-  type MerkleEntry,
-} from "../format/index.js";
+import { fileHash, hashEquals, hashFromHex, isHashHex, isZeroHash, xorbHash, type FetchSource, type Hash, type MerkleEntry } from "../format/index.js";
 import type { CasClient } from "./cas.js";
 import { ChunkStreamDecoder } from "./chunk-stream.js";
 import { Limiter } from "./concurrency.js";
 import { fileSink, partialPathOf, streamSink, type Sink } from "./download-output.js";
-import { ScanError, scanFile } from "./file-scan.js";
+import { ScanError, pushBatchLeaves, scanFile } from "./file-scan.js";
 import { CastorClientError, HttpStatusError } from "./errors.js";
 import type { ProgressListener } from "./progress.js";
 import { ReconstructionQueries, ReconstructionWindow, spanKey, type Reconstruction } from "./reconstruction-query.js";
@@ -418,11 +407,7 @@ async function resumePoint(partial: string, fileSize: number | null): Promise<Re
   const scan = scanFile(partial, 0);
   try {
     for await (const batch of scan) {
-      let start = 0;
-      for (let i = 0; i < batch.ends.length; i++) {
-        leaves.push({ hash: batch.hashes.slice(i * HASH_BYTES, (i + 1) * HASH_BYTES), size: batch.ends[i] - start });
-        start = batch.ends[i];
-      }
+      pushBatchLeaves(batch, leaves);
       scan.release(batch);
     }
   } catch (error) {

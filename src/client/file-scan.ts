@@ -18,7 +18,7 @@
  */
 import { createHash } from "node:crypto";
 import { open, type FileHandle } from "node:fs/promises";
-import { ChunkBoundaryScanner, HASH_BYTES, MAX_CHUNK_SIZE, chunkHash } from "../format/index.js";
+import { ChunkBoundaryScanner, HASH_BYTES, MAX_CHUNK_SIZE, chunkHash, type MerkleEntry } from "../format/index.js";
 import { WORKER_DIGEST_MIN_BYTES, sha256OfFileInWorker, type PendingDigest } from "./file-digest.js";
 import { GearBoundaryScanner } from "./gear-scan.js";
 
@@ -41,6 +41,15 @@ export interface ScannedBatch {
 /** Bytes of whole chunks in a batch. */
 export function batchChunkBytes(batch: Pick<ScannedBatch, "ends">): number {
   return batch.ends.length === 0 ? 0 : batch.ends[batch.ends.length - 1];
+}
+
+/** Appends a batch's chunks to `leaves` as Merkle leaves (hash copied out of the reused batch buffer, size). */
+export function pushBatchLeaves(batch: Pick<ScannedBatch, "ends" | "hashes">, leaves: MerkleEntry[]): void {
+  let start = 0;
+  for (let i = 0; i < batch.ends.length; i++) {
+    leaves.push({ hash: batch.hashes.slice(i * HASH_BYTES, (i + 1) * HASH_BYTES), size: batch.ends[i] - start });
+    start = batch.ends[i];
+  }
 }
 
 type BoundaryScanner = Pick<ChunkBoundaryScanner, "bytesSeen" | "update" | "finish">;

@@ -53,7 +53,7 @@ import {
 import type { CasClient } from "./cas.js";
 import { Limiter, TaskPool } from "./concurrency.js";
 import { CastorClientError, HttpStatusError } from "./errors.js";
-import { ScanError, batchChunkBytes, scanFile, type ScannedBatch } from "./file-scan.js";
+import { ScanError, batchChunkBytes, pushBatchLeaves, scanFile, type ScannedBatch } from "./file-scan.js";
 import { readBodyBounded, readJson } from "./http.js";
 import { ChunkIndex, FileBuilder, XorbBuilder, hashMapKey, planShards, toShardFile, type BuiltFile, type SealedXorb } from "./packing.js";
 import type { ProgressListener } from "./progress.js";
@@ -255,11 +255,7 @@ export class UploadRun {
     const scan = scanFile(path, size);
     try {
       for await (const batch of scan) {
-        let start = 0;
-        for (let i = 0; i < batch.ends.length; i++) {
-          leaves.push({ hash: batch.hashes.slice(i * HASH_BYTES, (i + 1) * HASH_BYTES), size: batch.ends[i] - start });
-          start = batch.ends[i];
-        }
+        pushBatchLeaves(batch, leaves);
         this.bytesDone += batchChunkBytes(batch);
         scan.release(batch);
         this.progress("checking", path);
