@@ -147,7 +147,9 @@ describe("castor download, the server lost mid-download", () => {
         });
       const partial = join(work, `lost.bin.castor-partial-${fileHash.slice(0, 16)}`);
       const watcher = setInterval(async () => {
-        if (lost !== null && ((await stat(partial).catch(() => null))?.size ?? 0) >= 16 * MiB) {
+        const size = (await stat(partial).catch(() => null))?.size ?? 0;
+        // Checked after the await: an earlier tick may have killed it meanwhile.
+        if (size >= 16 * MiB && lost !== null) {
           const dying = lost;
           lost = null;
           await dying.stop("SIGKILL");
