@@ -32,6 +32,7 @@ import { buildCommit, initialCommit, xetFileEntry } from "../src/hub/history.js"
 import { HubService } from "../src/hub/service.js";
 import type { DatedXorb, FileRecord, MetadataStore, ShardRegistration, TreeEntry } from "../src/metadata/store.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
+import { seededRandom } from "../test/helpers/vectors.js";
 import { benchRow, type BenchRow } from "./lib.js";
 import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, termsOver, treeOf, type MetadataBackend } from "./support/synthetic-metadata.js";
 
@@ -165,7 +166,8 @@ async function measure(backend: MetadataBackend, data: SyntheticMetadata, repos:
     };
     const cas = async (repo: number, access: "read" | "write", path: string, init: RequestInit = {}) =>
       fetch(`${server.url}${path}`, { ...init, headers: { authorization: `Bearer ${await casToken(repo, access)}` } });
-    const random = mulberry32(repos);
+    // Seeded, so each stage samples the same way on both backends.
+    const random = seededRandom(repos);
     const pick = (n: number) => Math.floor(random() * n);
 
     // Tokens of the repositories sampled are fetched before timing, so only the request itself is timed.
@@ -306,18 +308,6 @@ function fileStart(i: number): number {
 const repoName = (r: number) => `bench/scale-${r}`;
 const repoOfFile = (file: number) => Math.floor(file / FILES_PER_REPO);
 const folderName = (k: number) => `c${k}`;
-
-/** A small seeded generator, so each stage samples the same way on both backends. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 class SyntheticMetadata {
   /** Xorbs recorded so far (they are recorded in order, as the repositories' files need them). */

@@ -20,7 +20,7 @@ import {
   type XorbInfo,
   type XorbValidatorOptions,
 } from "../../src/format/xorb.js";
-import { fromHex, loadVector, toHex } from "../helpers/vectors.js";
+import { fromHex, loadVector, seededRandom as prng, toHex } from "../helpers/vectors.js";
 
 const vector = loadVector("xorb-small.json");
 const body = fromHex(vector.body_hex);
@@ -39,18 +39,6 @@ interface ExpectedChunk {
   unpacked_chunk_offset: number;
 }
 const expectedChunks: ExpectedChunk[] = vector.expected.chunks;
-
-/** Deterministic PRNG (mulberry32) so random splits are reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function pushInPieces(validator: XorbValidator, bytes: Uint8Array, pieceSize: number): void {
   for (let at = 0; at < bytes.length; at += pieceSize) validator.push(bytes.subarray(at, at + pieceSize));

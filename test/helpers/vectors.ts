@@ -36,3 +36,15 @@ export function makeData(length: number, mul: number, add: number): Uint8Array {
   for (let i = 0; i < length; i++) out[i] = (i * mul + add) & 0xff;
   return out;
 }
+
+/** A small seeded generator (mulberry32) of numbers in [0, 1), for reproducible random choices in tests and benchmarks. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
