@@ -118,7 +118,10 @@ export function loneServerSweep(config: CastorConfig): "all" | "abandoned" {
 export async function startServer(config: CastorConfig, options: StartOptions = {}): Promise<CastorServer> {
   const { worker } = options;
   const logger = createLogger(config.logLevel, options.logDestination, worker?.id);
-  const { store, blobs, keys } = await openStores(config, logger, worker ? "abandoned" : loneServerSweep(config), { processes: worker ? config.workers : 1 });
+  const { store, blobs, keys } = await openStores(config, logger, worker ? "abandoned" : loneServerSweep(config), {
+    processes: worker ? config.workers : 1,
+    backgroundCheckpoints: true,
+  });
   try {
     let boundPublicUrl: string | null = config.publicUrl;
     const publicUrl = () => {

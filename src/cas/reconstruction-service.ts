@@ -25,7 +25,7 @@ import { AnswerCache, DEFAULT_ANSWER_CACHE_BYTES, RecordCache, ReusingUrlSigner,
 
 export interface ReconstructionServiceDeps {
   /** Resolves the token's repository, answers the file ↔ repository question, and loads records. */
-  store: Pick<MetadataStore, "getRepo" | "isFileInRepo" | "getFile" | "getXorbs">;
+  store: Pick<MetadataStore, "isFileInNamedRepo" | "getFile" | "getXorbs">;
   /**
    * Signs transfer URLs: castor's own (`HmacTransferUrls` of src/auth/transfer-url.ts), or
    * presigned S3 GETs (`PresignedTransferUrls`, CASTOR_TRANSFER_MODE=presigned).
@@ -124,8 +124,7 @@ export class ReconstructionService {
 
   /** The file's prepared record if the repository has it; checked on every call, never cached. */
   private async fileInRepo(repo: ReconstructionQuery["repo"], fileHash: Hash, fileHex: string) {
-    const repoRecord = await this.store.getRepo(repo.type, repo.id);
-    if (repoRecord === null || !(await this.store.isFileInRepo(fileHash, repoRecord.id))) return null;
+    if (!(await this.store.isFileInNamedRepo(fileHash, repo.type, repo.id))) return null;
     return this.records.file(fileHash, fileHex);
   }
 

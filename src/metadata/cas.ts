@@ -12,6 +12,7 @@
  * treat them as read-only.
  */
 import { bytesToPlainHex, HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
+import type { RepoType } from "../format/repo.js";
 import { MAX_XORB_CHUNKS } from "../format/xorb.js";
 import { CorruptRecordError, InvalidRecordError } from "./errors.js";
 import type { Lease } from "./gc.js";
@@ -107,6 +108,12 @@ export interface CasMetadataStore {
   getFile(hash: Hash): Promise<FileRecord | null>;
   /** Whether `fileHash` was registered by a shard uploaded with a token of repository `repoId`. */
   isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean>;
+  /**
+   * The same asked by the repository's type and name, in one query: every reconstruction asks
+   * it (access can change, so it is never cached), and on PostgreSQL the repository lookup
+   * before it was a round trip of its own.
+   */
+  isFileInNamedRepo(fileHash: Hash, type: RepoType, name: string): Promise<boolean>;
   /** File hash registered in `repoId` whose SHA-256 is `sha256` (raw digest), if any. */
   findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null>;
   /** Xorbs holding an indexed chunk, oldest registration first, at most `limit` (≥ 0) of them. */

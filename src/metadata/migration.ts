@@ -213,6 +213,25 @@ interface Sha256IndexRow {
   file_hash: Uint8Array;
 }
 
+/**
+ * A page of the SHA-256 index without the entries whose file the repository no longer holds
+ * (`held` false: the collector finds a deleted file's entries by key, and an entry under a
+ * digest the file was not recorded with stays behind, never answered). Pages run over every
+ * row, so the skipped ones never end an export early.
+ */
+export async function exportHeldSha256Page(
+  after: string | null,
+  limit: number,
+  readAfter: (
+    afterKey: readonly [number, Uint8Array],
+  ) => (Sha256IndexRow & { held: number | boolean })[] | Promise<(Sha256IndexRow & { held: number | boolean })[]>,
+): Promise<ExportPage<Sha256IndexEntry>> {
+  const page = await pagedExport<readonly [number, Uint8Array], Sha256IndexEntry & { held: boolean }>(EXPORT_KEYS.sha256Index, after, limit, async (key) =>
+    (await readAfter(key)).map((row) => ({ ...sha256IndexEntryOf(row), held: Boolean(row.held) })),
+  );
+  return { rows: page.rows.filter((row) => row.held).map(({ held: _held, ...entry }) => entry), next: page.next };
+}
+
 export function sha256IndexEntryOf(row: Sha256IndexRow): Sha256IndexEntry {
   return {
     repoId: row.repo_id,

@@ -13,6 +13,11 @@ export interface OpenMetadataOptions {
    * exhaust the server's `max_connections` (100 by default).
    */
   processes?: number;
+  /**
+   * A long-running server: the embedded store checkpoints its log on a thread of its own
+   * (sqlite/checkpointer.ts) rather than in the commits of requests.
+   */
+  backgroundCheckpoints?: boolean;
 }
 
 /**
@@ -28,5 +33,5 @@ export async function openMetadataStore(config: CastorConfig, options: OpenMetad
     return PostgresMetadataStore.open(config.databaseUrl, { poolSize });
   }
   const { SqliteMetadataStore } = await import("./sqlite.js");
-  return SqliteMetadataStore.open(config.dataDir);
+  return SqliteMetadataStore.open(config.dataDir, { backgroundCheckpoints: options.backgroundCheckpoints });
 }

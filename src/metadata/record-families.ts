@@ -142,6 +142,10 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
     return this.families.cas.isFileInRepo(fileHash, repoId);
   }
+
+  isFileInNamedRepo(fileHash: Hash, type: RepoType, name: string): Promise<boolean> {
+    return this.families.cas.isFileInNamedRepo(fileHash, type, name);
+  }
   findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {
     return this.families.cas.findFileBySha256(repoId, sha256);
   }

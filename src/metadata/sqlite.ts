@@ -37,10 +37,14 @@ import { SqliteTokenRecords } from "./sqlite/tokens.js";
 export { BUSY_TIMEOUT_MS, JOURNAL_SIZE_LIMIT_BYTES, METADATA_FILE_NAME, MIGRATIONS, MetadataSchemaError } from "./sqlite/schema.js";
 
 export class SqliteMetadataStore extends RecordFamiliesStore {
-  /** Opens (creating the folder, file and schema as needed) `${dataDir}/metadata.sqlite`. */
-  static async open(dataDir: string): Promise<SqliteMetadataStore> {
+  /**
+   * Opens (creating the folder, file and schema as needed) `${dataDir}/metadata.sqlite`. A
+   * server passes `backgroundCheckpoints`: its WAL is then checkpointed on a thread of its own
+   * (sqlite/checkpointer.ts) instead of inside the commits of requests.
+   */
+  static async open(dataDir: string, options: { backgroundCheckpoints?: boolean } = {}): Promise<SqliteMetadataStore> {
     mkdirSync(dataDir, { recursive: true });
-    return new SqliteMetadataStore(new SqliteConnection(join(dataDir, METADATA_FILE_NAME)));
+    return new SqliteMetadataStore(new SqliteConnection(join(dataDir, METADATA_FILE_NAME), options.backgroundCheckpoints ?? false));
   }
 
   readonly path: string;
@@ -74,6 +78,6 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
 
   async close(): Promise<void> {
     this.cas.close();
-    this.connection.close();
+    await this.connection.close();
   }
 }

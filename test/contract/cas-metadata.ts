@@ -278,7 +278,7 @@ export function runCasMetadataContract(withStore: WithStore): void {
     );
 
     it(
-      "answers isFileInRepo false for unknown files and repositories",
+      "answers isFileInRepo and isFileInNamedRepo false for unknown files and repositories",
       withStore(async (store) => {
         const repo = await store.createRepo("model", "alice/a");
         const file = makeFile("linked", [makeXorb("l", 3)], 1, null);
@@ -286,6 +286,10 @@ export function runCasMetadataContract(withStore: WithStore): void {
         assert.equal(await store.isFileInRepo(file.hash, repo.id), true);
         assert.equal(await store.isFileInRepo(hashOf("unknown file"), repo.id), false);
         assert.equal(await store.isFileInRepo(file.hash, repo.id + 1000), false);
+        assert.equal(await store.isFileInNamedRepo(file.hash, "model", "alice/a"), true);
+        assert.equal(await store.isFileInNamedRepo(hashOf("unknown file"), "model", "alice/a"), false);
+        assert.equal(await store.isFileInNamedRepo(file.hash, "dataset", "alice/a"), false, "the type is part of the name");
+        assert.equal(await store.isFileInNamedRepo(file.hash, "model", "alice/b"), false);
       }),
     );
 

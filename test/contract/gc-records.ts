@@ -76,6 +76,47 @@ export function runGcRecordsContract(withStore: WithStore): void {
     );
 
     it(
+      "deletes a file's SHA-256 entries in every repository; one under another digest is never answered again",
+      withStore(async (store) => {
+        const { repo, file, xorb } = await repoWithFile(store, "two repos");
+        const other = await store.createRepo("dataset", "alice/other two repos");
+        await store.registerShard({ shardHash: hashOf("shard other"), repoId: other.id, files: [file], dedupEntries: [] });
+        // A client that gave the same file another digest: an entry the collector cannot find by key.
+        const otherDigest = hashOf("another digest");
+        await store.registerShard({ shardHash: hashOf("shard digest"), repoId: repo.id, files: [{ ...file, sha256: otherDigest }], dedupEntries: [] });
+        assert.equal(key((await store.findFileBySha256(repo.id, otherDigest))!), key(file.hash));
+        const unrelated = fileRecord("unrelated", xorb);
+        await store.registerShard({ shardHash: hashOf("shard unrelated"), repoId: repo.id, files: [unrelated], dedupEntries: [] });
+
+        const later = await instant();
+        assert.equal((await store.deleteFiles([file.hash], later)).length, 1);
+        for (const [repoId, digest] of [
+          [repo.id, file.sha256!],
+          [other.id, file.sha256!],
+          [repo.id, otherDigest],
+        ] as const) {
+          assert.equal(await store.findFileBySha256(repoId, digest), null);
+        }
+        assert.equal(key((await store.findFileBySha256(repo.id, unrelated.sha256!))!), key(unrelated.hash), "other files keep theirs");
+        // `castor migrate` does not carry the entry left behind, and skipping it ends no export early.
+        const exported: [number, string][] = [];
+        for (let after: string | null = null; ; ) {
+          const page = await store.exportSha256Index(after, 1);
+          exported.push(...page.rows.map((entry): [number, string] => [entry.repoId, key(entry.sha256)]));
+          if (page.next === null) break;
+          after = page.next;
+        }
+        assert.deepEqual(exported, [[repo.id, key(unrelated.sha256!)]]);
+
+        // Registered again by the other repository only: alice/two repos does not hold it, whatever digest it asks by.
+        await store.registerShard({ shardHash: hashOf("shard other again"), repoId: other.id, files: [file], dedupEntries: [] });
+        assert.equal(key((await store.findFileBySha256(other.id, file.sha256!))!), key(file.hash));
+        assert.equal(await store.findFileBySha256(repo.id, otherDigest), null);
+        assert.equal(await store.findFileBySha256(repo.id, file.sha256!), null);
+      }),
+    );
+
+    it(
       "a re-registration of a recorded file leases it against a collection",
       withStore(async (store) => {
         const { repo, file } = await repoWithFile(store, "reregistered");

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { upload } from "../../src/client/index.js";
 import { gitBlobId, lfsPointer } from "../../src/format/git.js";
-import { HubService } from "../../src/hub/index.js";
+import type { HubService } from "../../src/hub/index.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
 
 const INLINE_MAX = 64 * 1024;

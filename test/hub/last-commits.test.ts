@@ -10,7 +10,7 @@ import { beforeEach, describe, it } from "node:test";
 import { HubService } from "../../src/hub/index.js";
 import { lastCommits } from "../../src/hub/last-commits.js";
 import { HubRepositories } from "../../src/hub/repositories.js";
-import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
+import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import type { CommitRecord, Repo } from "../../src/metadata/store.js";
 import { sha256Hex } from "../../src/hub/history.js";
 import { gitBlobId } from "../../src/format/git.js";

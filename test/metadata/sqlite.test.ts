@@ -12,6 +12,8 @@ import type { FileRecord } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { JOURNAL_SIZE_LIMIT_BYTES, METADATA_FILE_NAME, MIGRATIONS, MetadataSchemaError, SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { PostgresConnectionError } from "../../src/metadata/postgres.js";
+import { BACKSTOP_CHECKPOINT_PAGES } from "../../src/metadata/sqlite/checkpointer.js";
+import { SqliteConnection } from "../../src/metadata/sqlite/connection.js";
 import { ROWS_PER_STEP } from "../../src/metadata/sqlite/shard-registration.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
 import { runMetadataStoreContract } from "../contract/metadata-store.js";
@@ -338,6 +340,31 @@ describe("SqliteMetadataStore CAS specifics", () => {
       await store.close();
       await removeTempDir(root);
     }
+  });
+
+  it("with background checkpoints (a server), a thread checkpoints the log that commits only append to", async () => {
+    const root = await tempDir();
+    const connection = new SqliteConnection(join(root, METADATA_FILE_NAME), true);
+    try {
+      assert.equal(connection.db.pragma("wal_autocheckpoint", { simple: true }), BACKSTOP_CHECKPOINT_PAGES);
+      connection.db.exec("CREATE TABLE filler (n INTEGER PRIMARY KEY, bytes BLOB NOT NULL)");
+      const insert = connection.db.prepare<[number, Buffer]>("INSERT INTO filler (n, bytes) VALUES (?, ?)");
+      // ~24 MiB in 300 commits: past SQLite's default of 1,000 pages many times over.
+      const bytes = Buffer.alloc(80_000, 7);
+      const checkpointed = connection.checkpointer!.nextCheckpoint();
+      for (let n = 0; n < 300; n++) await connection.write(() => insert.run(n, bytes));
+      const outcome = await checkpointed;
+      assert.ok(outcome.checkpointed > 0, `the thread copied back nothing: ${JSON.stringify(outcome)}`);
+      // It goes on until the whole log is copied back; the next commit then starts the log
+      // over, and journal_size_limit cuts the file back.
+      for (let last = outcome; last.checkpointed < last.log; ) last = await connection.checkpointer!.nextCheckpoint();
+      await connection.write(() => insert.run(300, bytes));
+      assert.ok(statSync(`${connection.path}-wal`).size <= JOURNAL_SIZE_LIMIT_BYTES, `the WAL stayed at ${statSync(`${connection.path}-wal`).size} bytes`);
+    } finally {
+      await connection.close();
+      await removeTempDir(root);
+    }
+    assert.equal(connection.db.open, false);
   });
 
   it("lets exactly one of several processes racing on the same file insert each xorb", async () => {

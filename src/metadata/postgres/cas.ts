@@ -9,6 +9,7 @@
  * the row count of one `INSERT … ON CONFLICT DO NOTHING`, which PostgreSQL makes exact across
  * connections.
  */
+import type { RepoType } from "../../format/repo.js";
 import { bytesToPlainHex, hashToHex, HASH_BYTES, type Hash } from "../../format/hash.js";
 import {
   checkHash,
@@ -31,7 +32,7 @@ import { collectedXorb, overtakenLease, registrationXorbs, type Lease } from "..
 import { LEASE_SQL, takeLeases } from "./gc.js";
 import { hashAt, packDistinct, packedIndexes } from "./packed.js";
 import type { PoolClient } from "pg";
-import { type PostgresConnection, type NamedStatements } from "./connection.js";
+import type { PostgresConnection, NamedStatements } from "./connection.js";
 
 const CAS_SQL = {
   ...LEASE_SQL,
@@ -78,7 +79,11 @@ const CAS_SQL = {
     FROM unnest($1::bytea[], $2::bigint[], $3::bytea[], $4::bytea[]) AS r (hash, size, sha256, terms)
     WHERE f.hash = r.hash`,
   fileInRepo: `SELECT 1 FROM file_repos WHERE file_hash = $1 AND repo_id = $2`,
-  fileBySha256: `SELECT file_hash FROM file_sha256 WHERE repo_id = $1 AND sha256 = $2`,
+  fileInNamedRepo: `SELECT 1 FROM repos r JOIN file_repos l ON l.repo_id = r.id WHERE r.type = $1 AND r.name = $2 AND l.file_hash = $3`,
+  // Only a file the repository still holds (schema.ts: the migration dropping file_sha256_by_file).
+  fileBySha256: `
+    SELECT s.file_hash FROM file_sha256 s
+    WHERE s.repo_id = $1 AND s.sha256 = $2 AND EXISTS (SELECT 1 FROM file_repos r WHERE r.file_hash = s.file_hash AND r.repo_id = s.repo_id)`,
   dedupXorbs: `SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = $1 ORDER BY registration_seq, position LIMIT $2`,
 } as const;
 
@@ -217,6 +222,10 @@ export class PostgresCasRecords {
 
   async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
     return ((await this.sql.run("fileInRepo", [fileHash, repoId])).rowCount ?? 0) > 0;
+  }
+
+  async isFileInNamedRepo(fileHash: Hash, type: RepoType, name: string): Promise<boolean> {
+    return ((await this.sql.run("fileInNamedRepo", [type, name, fileHash])).rowCount ?? 0) > 0;
   }
 
   async findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {

@@ -85,7 +85,11 @@ const GC_SQL = {
   deleteDanglingDedup: deleteDedupEntries("AND NOT EXISTS (SELECT 1 FROM xorbs WHERE xorbs.hash = d.xorb_hash)"),
   oldFiles: `SELECT hash FROM files WHERE hash = ANY ($1::bytea[]) AND created_at < $2 ORDER BY hash FOR UPDATE`,
   deleteFileLinks: `DELETE FROM file_repos WHERE file_hash = ANY ($1::bytea[])`,
-  deleteFileSha256: `DELETE FROM file_sha256 WHERE file_hash = ANY ($1::bytea[])`,
+  // By key: the files' repositories and digests (file_sha256 has no index by file). Runs before
+  // their links are deleted.
+  deleteFileSha256: `
+    DELETE FROM file_sha256 s USING files f, file_repos r
+    WHERE f.hash = ANY ($1::bytea[]) AND r.file_hash = f.hash AND s.repo_id = r.repo_id AND s.sha256 = f.sha256 AND s.file_hash = f.hash`,
   deleteFiles: `DELETE FROM files WHERE hash = ANY ($1::bytea[]) RETURNING hash, size`,
   condemned: `SELECT kind, hash FROM gc_leases WHERE deleting LIMIT $1`,
   release: `UPDATE gc_leases SET deleting = false, leased_at = now() WHERE kind = $1 AND hash = ANY ($2::bytea[]) AND deleting`,
@@ -148,9 +152,10 @@ export class PostgresGcRecords implements GcRecords {
       const old = (await this.sql.runOn<{ hash: Buffer }>(client, "oldFiles", [marked, cutoff])).rows.map((row) => row.hash);
       let deleted: DeletedFile[] = [];
       if (old.length > 0) {
-        // Children first: the foreign keys from file_repos and file_sha256 forbid the reverse.
-        await this.sql.runOn(client, "deleteFileLinks", [old]);
+        // The SHA-256 entries are found through the links, and the foreign key from file_repos
+        // forbids deleting the files before their links.
         await this.sql.runOn(client, "deleteFileSha256", [old]);
+        await this.sql.runOn(client, "deleteFileLinks", [old]);
         const { rows } = await this.sql.runOn<{ hash: Buffer; size: number }>(client, "deleteFiles", [old]);
         deleted = rows.map((row) => ({ hash: storedHash(row.hash, "deleted file hash"), size: row.size }));
       }

@@ -12,7 +12,7 @@
 import type { PoolClient } from "pg";
 import { checkCommit, decodeTreeEntries, distinctTrees, encodeTreeEntries } from "../history.js";
 import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RevisionKind, TreeRecord } from "../store.js";
-import { type PostgresConnection, type NamedStatements } from "./connection.js";
+import type { PostgresConnection, NamedStatements } from "./connection.js";
 
 export interface CommitRow {
   repo_id: number;

@@ -7,7 +7,7 @@ import type pg from "pg";
 import { hashToHex } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { checkCommit, encodeTreeEntries, normalizeNamespaces } from "../history.js";
-import { EXPORT_KEYS, exportDedupPage, fileRepoLinkOf, pagedExport, sha256IndexEntryOf } from "../migration.js";
+import { EXPORT_KEYS, exportDedupPage, exportHeldSha256Page, fileRepoLinkOf, pagedExport } from "../migration.js";
 import type { DatedFile, DatedXorb, DedupEntry, ExportPage, FileRepoLink, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "../migration.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
@@ -83,8 +83,11 @@ const MIGRATION_SQL = {
     ORDER BY file_hash, repo_id LIMIT $3`,
   importFileRepos: `INSERT INTO file_repos (file_hash, repo_id) SELECT * FROM unnest($1::bytea[], $2::bigint[]) ON CONFLICT DO NOTHING`,
   exportSha256: `
-    SELECT repo_id, sha256, file_hash FROM file_sha256 WHERE (repo_id, sha256) > ($1::bigint, $2::bytea)
+    SELECT repo_id, sha256, file_hash, EXISTS (SELECT 1 FROM file_repos r WHERE r.file_hash = file_sha256.file_hash AND r.repo_id = file_sha256.repo_id) AS held
+    FROM file_sha256 WHERE (repo_id, sha256) > ($1::bigint, $2::bytea)
     ORDER BY repo_id, sha256 LIMIT $3`,
+  // No foreign key says it any more (schema.ts): an entry must name a recorded file.
+  missingSha256Files: `SELECT e.file_hash FROM unnest($1::bytea[]) AS e (file_hash) WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.hash = e.file_hash) LIMIT 1`,
   importSha256: `
     INSERT INTO file_sha256 (repo_id, sha256, file_hash)
     SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[])
@@ -264,9 +267,8 @@ export class PostgresMigrationRecords {
   }
 
   async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
-    return pagedExport(EXPORT_KEYS.sha256Index, after, limit, async (key) => {
-      const { rows } = await this.sql.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer }>("exportSha256", [...key, limit]);
-      return rows.map(sha256IndexEntryOf);
+    return exportHeldSha256Page(after, limit, async (key) => {
+      return (await this.sql.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer; held: boolean }>("exportSha256", [...key, limit])).rows;
     });
   }
 
@@ -280,6 +282,12 @@ export class PostgresMigrationRecords {
     }
     if (byKey.size === 0) return 0;
     const distinct = [...byKey.values()];
+    const missing = (await this.sql.run<{ file_hash: Buffer }>("missingSha256Files", [distinct.map((e) => e.fileHash)])).rows[0];
+    if (missing !== undefined) {
+      throw new NotFoundError(
+        `an imported SHA-256 entry names the file ${hashToHex(new Uint8Array(missing.file_hash))}, which the store lacks: import files before what refers to them`,
+      );
+    }
     return importing(async () => {
       const result = await this.sql.run("importSha256", [distinct.map((e) => e.repoId), distinct.map((e) => e.sha256), distinct.map((e) => e.fileHash)]);
       return result.rowCount ?? 0;

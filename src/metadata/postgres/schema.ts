@@ -221,6 +221,12 @@ export const MIGRATIONS: readonly string[] = [
     CONSTRAINT maintenance_runs_kind_check CHECK (kind IN ('gc', 'fsck'))
   );
   `,
+  // file_sha256 loses its index by file and its foreign key to files, as in SQLite's schema
+  // (the reasons are there).
+  `
+  ALTER TABLE file_sha256 DROP CONSTRAINT file_sha256_file_hash_fkey;
+  DROP INDEX file_sha256_by_file;
+  `,
 ];
 
 /** The database was migrated by a newer castor whose schema this version does not know. */

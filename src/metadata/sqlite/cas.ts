@@ -2,6 +2,7 @@
  * The CAS records in the embedded store: xorbs with their chunk tables, files with their
  * terms, the repository links and SHA-256 index of files, shards, and the global-dedup index.
  */
+import type { RepoType } from "../../format/repo.js";
 import type Database from "better-sqlite3";
 import { hashToHex, type Hash } from "../../format/hash.js";
 import {
@@ -28,6 +29,7 @@ export interface CasStatements extends ShardStatements {
   xorbSize: Database.Statement<[Uint8Array], { serialized_length: number }>;
   getFile: Database.Statement<[Uint8Array], FileRow>;
   fileInRepo: Database.Statement<[Uint8Array, number], { ok: number }>;
+  fileInNamedRepo: Database.Statement<[string, string, Uint8Array], { ok: number }>;
   fileBySha256: Database.Statement<[number, Uint8Array], { file_hash: Buffer }>;
   dedupXorbs: Database.Statement<[Uint8Array, number], { xorb_hash: Buffer }>;
 }
@@ -43,7 +45,14 @@ function prepareCasStatements(db: Database.Database): CasStatements {
     xorbSize: db.prepare<[Uint8Array], { serialized_length: number }>("SELECT serialized_length FROM xorbs WHERE hash = ?"),
     getFile: db.prepare<[Uint8Array], FileRow>("SELECT size, sha256, terms FROM files WHERE hash = ?"),
     fileInRepo: db.prepare<[Uint8Array, number], { ok: number }>("SELECT 1 AS ok FROM file_repos WHERE file_hash = ? AND repo_id = ?"),
-    fileBySha256: db.prepare<[number, Uint8Array], { file_hash: Buffer }>("SELECT file_hash FROM file_sha256 WHERE repo_id = ? AND sha256 = ?"),
+    fileInNamedRepo: db.prepare<[string, string, Uint8Array], { ok: number }>(
+      "SELECT 1 AS ok FROM repos r JOIN file_repos l ON l.repo_id = r.id WHERE r.type = ? AND r.name = ? AND l.file_hash = ?",
+    ),
+    fileBySha256: db.prepare<[number, Uint8Array], { file_hash: Buffer }>(
+      // Only a file the repository still holds (schema.ts: the migration dropping file_sha256_by_file).
+      `SELECT s.file_hash FROM file_sha256 s
+       WHERE s.repo_id = ? AND s.sha256 = ? AND EXISTS (SELECT 1 FROM file_repos r WHERE r.file_hash = s.file_hash AND r.repo_id = s.repo_id)`,
+    ),
     dedupXorbs: db.prepare<[Uint8Array, number], { xorb_hash: Buffer }>("SELECT xorb_hash FROM dedup_chunks WHERE chunk_hash = ? ORDER BY seq LIMIT ?"),
   };
 }
@@ -58,7 +67,7 @@ export class SqliteCasRecords {
   constructor(private readonly connection: SqliteConnection) {
     this.db = connection.db;
     this.sql = prepareCasStatements(this.db);
-    this.bulkShards = new BulkShardWriter(connection.path);
+    this.bulkShards = new BulkShardWriter(connection.path, connection.backgroundCheckpoints);
     this.xorbBatches = new HashBatchQuery(
       this.db,
       (placeholders) => `SELECT hash, serialized_length, uncompressed_length, chunks FROM xorbs WHERE hash IN (${placeholders})`,
@@ -107,6 +116,10 @@ export class SqliteCasRecords {
 
   async isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean> {
     return this.sql.fileInRepo.get(fileHash, repoId) !== undefined;
+  }
+
+  async isFileInNamedRepo(fileHash: Hash, type: RepoType, name: string): Promise<boolean> {
+    return this.sql.fileInNamedRepo.get(type, name, fileHash) !== undefined;
   }
 
   async findFileBySha256(repoId: number, sha256: Uint8Array): Promise<Hash | null> {

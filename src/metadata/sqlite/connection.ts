@@ -21,6 +21,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import Database from "better-sqlite3";
 import { MetadataBusyError } from "../errors.js";
+import { WalCheckpointer } from "./checkpointer.js";
 import { BUSY_TIMEOUT_MS, configureConnection, migrate } from "./schema.js";
 
 /**
@@ -109,18 +110,28 @@ export class SqliteConnection {
   private turn: Promise<unknown> | null = null;
   private readonly busyTimeouts: BusyTimeouts;
 
-  /** Opens `path` (created as needed), in WAL mode, with the schema brought up to date. */
-  constructor(readonly path: string) {
+  /** The thread checkpointing the log, with `backgroundCheckpoints`. */
+  readonly checkpointer: WalCheckpointer | null;
+
+  /**
+   * Opens `path` (created as needed), in WAL mode, with the schema brought up to date; with
+   * `backgroundCheckpoints` (a server), a thread checkpoints the log (checkpointer.ts).
+   */
+  constructor(
+    readonly path: string,
+    readonly backgroundCheckpoints = false,
+  ) {
     this.db = new Database(path, { timeout: BUSY_TIMEOUT_MS });
     try {
       this.db.pragma("journal_mode = WAL");
-      configureConnection(this.db);
+      configureConnection(this.db, backgroundCheckpoints);
       migrate(this.db, path);
       this.busyTimeouts = prepareBusyTimeouts(this.db);
     } catch (err) {
       this.db.close();
       throw err;
     }
+    this.checkpointer = backgroundCheckpoints ? new WalCheckpointer(path) : null;
   }
 
   /**
@@ -150,7 +161,8 @@ export class SqliteConnection {
     }
   }
 
-  close(): void {
+  async close(): Promise<void> {
+    await this.checkpointer?.stop();
     if (this.db.open) this.db.close();
   }
 }

@@ -70,9 +70,15 @@ function prepareGcStatements(db: Database.Database) {
       "DELETE FROM dedup_chunks WHERE chunk_hash = ? AND xorb_hash = ? AND NOT EXISTS (SELECT 1 FROM xorbs WHERE xorbs.hash = dedup_chunks.xorb_hash)",
     ),
     deleteFile: db.prepare<[Uint8Array]>("DELETE FROM files WHERE hash = ?"),
-    fileForGc: db.prepare<[Uint8Array], { created_at: number; size: number }>("SELECT created_at, size FROM files WHERE hash = ?"),
+    fileForGc: db.prepare<[Uint8Array], { created_at: number; size: number; sha256: Buffer | null }>(
+      "SELECT created_at, size, sha256 FROM files WHERE hash = ?",
+    ),
     deleteFileLinks: db.prepare<[Uint8Array]>("DELETE FROM file_repos WHERE file_hash = ?"),
-    deleteFileSha256: db.prepare<[Uint8Array]>("DELETE FROM file_sha256 WHERE file_hash = ?"),
+    // By key: the file's repositories and its digest (file_sha256 has no index by file). Runs
+    // before its links are deleted.
+    deleteFileSha256: db.prepare<{ file: Uint8Array; sha256: Uint8Array }>(
+      "DELETE FROM file_sha256 WHERE repo_id IN (SELECT repo_id FROM file_repos WHERE file_hash = @file) AND sha256 = @sha256 AND file_hash = @file",
+    ),
     condemned: db.prepare<[number], { kind: CondemnableKind; hash: Buffer }>("SELECT kind, hash FROM gc_leases WHERE deleting = 1 LIMIT ?"),
     release: db.prepare<[number, CondemnableKind, Uint8Array]>("UPDATE gc_leases SET deleting = 0, leased_at = ? WHERE kind = ? AND hash = ? AND deleting = 1"),
     prune: db.prepare<[number]>("DELETE FROM gc_leases WHERE deleting = 0 AND leased_at < ?"),
@@ -124,9 +130,10 @@ export class SqliteGcRecords implements GcRecords {
         if (isLeasedSince(this.sql, "file", hash, before)) continue;
         const row = this.sql.fileForGc.get(hash);
         if (row === undefined || row.created_at >= before) continue;
-        // Children first: the foreign keys from file_repos and file_sha256 forbid the reverse.
+        // The SHA-256 entries are found through the links, and the foreign key from file_repos
+        // forbids deleting the file before its links.
+        if (row.sha256 !== null) this.sql.deleteFileSha256.run({ file: hash, sha256: row.sha256 });
         this.sql.deleteFileLinks.run(hash);
-        this.sql.deleteFileSha256.run(hash);
         this.sql.deleteFile.run(hash);
         deleted.push({ hash: new Uint8Array(hash), size: row.size });
       }

@@ -7,7 +7,7 @@ import type Database from "better-sqlite3";
 import { hashToHex, type Hash } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { checkCommit, encodeTreeEntries, normalizeNamespaces, treeEntriesToBytes } from "../history.js";
-import { EXPORT_KEYS, exportDedupPage, fileRepoLinkOf, pagedExport, sha256IndexEntryOf } from "../migration.js";
+import { EXPORT_KEYS, exportDedupPage, exportHeldSha256Page, fileRepoLinkOf, pagedExport } from "../migration.js";
 import type { DatedFile, DatedXorb, DedupEntry, ExportPage, FileRepoLink, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "../migration.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
@@ -54,8 +54,9 @@ function prepareMigrationStatements(db: Database.Database) {
       "SELECT file_hash, repo_id FROM file_repos WHERE (file_hash, repo_id) > (?, ?) ORDER BY file_hash, repo_id LIMIT ?",
     ),
     fileExists: db.prepare<[Uint8Array], { ok: number }>("SELECT 1 AS ok FROM files WHERE hash = ?"),
-    exportSha256: db.prepare<[number, Uint8Array, number], { repo_id: number; sha256: Buffer; file_hash: Buffer }>(
-      "SELECT repo_id, sha256, file_hash FROM file_sha256 WHERE (repo_id, sha256) > (?, ?) ORDER BY repo_id, sha256 LIMIT ?",
+    exportSha256: db.prepare<[number, Uint8Array, number], { repo_id: number; sha256: Buffer; file_hash: Buffer; held: number }>(
+      `SELECT repo_id, sha256, file_hash, EXISTS (SELECT 1 FROM file_repos r WHERE r.file_hash = file_sha256.file_hash AND r.repo_id = file_sha256.repo_id) AS held
+       FROM file_sha256 WHERE (repo_id, sha256) > (?, ?) ORDER BY repo_id, sha256 LIMIT ?`,
     ),
     importSha256: db.prepare<[number, Uint8Array, Uint8Array]>(
       `INSERT INTO file_sha256 (repo_id, sha256, file_hash) VALUES (?, ?, ?)
@@ -254,7 +255,7 @@ export class SqliteMigrationRecords {
   }
 
   async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
-    return pagedExport(EXPORT_KEYS.sha256Index, after, limit, (key) => this.sql.exportSha256.all(...key, limit).map(sha256IndexEntryOf));
+    return exportHeldSha256Page(after, limit, (key) => this.sql.exportSha256.all(...key, limit));
   }
 
   async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {

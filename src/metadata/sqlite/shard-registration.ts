@@ -127,7 +127,10 @@ export function* registrationSteps(sql: ShardStatements, registration: ShardRegi
 export class BulkShardWriter {
   private connection: { db: Database.Database; sql: ShardStatements; begin: ImmediateBegin } | null = null;
 
-  constructor(private readonly path: string) {}
+  constructor(
+    private readonly path: string,
+    private readonly backgroundCheckpoints: boolean,
+  ) {}
 
   /** Writes the registration in one transaction, yielding to the event loop between steps. */
   async register(registration: ShardRegistration): Promise<boolean> {
@@ -161,7 +164,7 @@ export class BulkShardWriter {
       // The main connection created the file and its schema and set WAL mode (a property of
       // the database file).
       const db = new Database(this.path, { timeout: BUSY_TIMEOUT_MS });
-      configureConnection(db);
+      configureConnection(db, this.backgroundCheckpoints);
       this.connection = { db, sql: prepareShardStatements(db), begin: new ImmediateBegin(db) };
     }
     return this.connection;
