@@ -70,13 +70,14 @@ function childProcessIds(pid: number): number[] {
 
 /**
  * The whole machine's CPU time from the first line of /proc/stat, in CPU seconds: `busy` is
- * everything but idle and I/O wait, `total` everything. Differences over a span, with the
- * processes one knows about subtracted, tell how much the rest of the machine took.
+ * everything but idle and I/O wait, `ioWait` the idle time with a disk read or write pending,
+ * `total` everything. Differences over a span, with the processes one knows about subtracted,
+ * tell how much the rest of the machine took; I/O wait tells whether the disk held work back.
  */
-export function machineCpuSeconds(): { busy: number; total: number } {
+export function machineCpuSeconds(): { busy: number; ioWait: number; total: number } {
   // cpu  user nice system idle iowait irq softirq steal guest guest_nice, in clock ticks.
   const fields = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
   const [user, nice, system, idle, iowait, irq, softirq, steal] = fields;
   const busy = user + nice + system + irq + softirq + steal;
-  return { busy: busy / 100, total: (busy + idle + iowait) / 100 };
+  return { busy: busy / 100, ioWait: iowait / 100, total: (busy + idle + iowait) / 100 };
 }
