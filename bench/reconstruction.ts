@@ -68,7 +68,7 @@ interface WorkerData {
   publicKeyPem: string;
 }
 
-export interface LoadResult {
+interface LoadResult {
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
@@ -181,7 +181,7 @@ export async function recordTenGibFile(dir: string): Promise<string> {
   }
 }
 
-export interface RequestSpec {
+interface RequestSpec {
   url: string;
   headers: Record<string, string>;
   /** Per-request headers on top of `headers` (request number → headers). */
@@ -189,7 +189,7 @@ export interface RequestSpec {
 }
 
 /** CLIENTS lanes, each sending one request after another, for `seconds` (or the request cap). */
-export async function load(agent: Agent, spec: RequestSpec, seconds: number): Promise<LoadResult> {
+async function load(agent: Agent, spec: RequestSpec, seconds: number): Promise<LoadResult> {
   const latencies: number[] = [];
   let responseBytes = 0;
   let sequence = 0;

@@ -37,7 +37,7 @@ const MiB = 1024 * 1024;
 export const XORB_BYTES = 64 * MiB;
 export const XORB = hashFromHex("5a".repeat(32));
 const KEY_BYTES = 32;
-export const REQUESTS_PER_RUN = 32;
+const REQUESTS_PER_RUN = 32;
 const IN_FLIGHT = 4;
 const REPETITIONS = 4;
 const RATIO_TARGET = 0.7;
@@ -169,7 +169,7 @@ function summarise(samples: number[]): { best: number; median: number } {
 }
 
 /** REQUESTS_PER_RUN GETs, IN_FLIGHT at a time; checks status and length, drops the bytes. */
-export async function fetchAll(agent: Agent, requestOf: (i: number) => { url: string; ranges: ByteRange[] }): Promise<void> {
+async function fetchAll(agent: Agent, requestOf: (i: number) => { url: string; ranges: ByteRange[] }): Promise<void> {
   let next = 0;
   const lane = async () => {
     while (next < REQUESTS_PER_RUN) {

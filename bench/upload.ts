@@ -27,7 +27,7 @@ import { processStatusKiB } from "./support/proc-stats.js";
 const GROUP = "upload";
 const CHUNK_BYTES = 128 * 1024;
 const XORB_CHUNKS = 512; // 64 MiB of chunk data, the largest xorb clients build
-export const CLIENTS = 4;
+const CLIENTS = 4;
 const XORBS_PER_CLIENT = 1;
 const REPETITIONS = 3;
 const RSS_CONCURRENCY = 16;
@@ -102,7 +102,7 @@ export async function run(): Promise<BenchRow[]> {
 const ROUND_BYTES = CLIENTS * XORBS_PER_CLIENT * (XORB_CHUNKS * (CHUNK_BYTES + XORB_CHUNK_HEADER_BYTES));
 
 /** CLIENTS clients each uploading XORBS_PER_CLIENT fresh xorbs one after another; returns MB/s. */
-export async function uploadRound(url: string, headers: Record<string, string>, bodies: XorbBodies, agent: Agent): Promise<number> {
+async function uploadRound(url: string, headers: Record<string, string>, bodies: XorbBodies, agent: Agent): Promise<number> {
   const started = process.hrtime.bigint();
   let bytes = 0;
   await Promise.all(

@@ -3,7 +3,7 @@
  * open descriptors. The benches read the server from outside, as an operator's monitoring
  * would, so the numbers include everything the process holds (heap, buffers, native memory).
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 
 /** User + system CPU seconds of a process, from /proc (Linux); null elsewhere or once it is gone. */
@@ -34,4 +34,50 @@ export async function openDescriptorCount(pid: number | undefined): Promise<numb
   } catch {
     return Number.NaN;
   }
+}
+
+/**
+ * User + system CPU seconds of a process and all its descendants alive now (a cluster
+ * primary's workers), from /proc (Linux); null when the process is gone. Children are found
+ * through /proc/<pid>/task/<tid>/children, every thread's, since any thread may have forked.
+ */
+export function processTreeCpuSeconds(pid: number | undefined): number | null {
+  const own = processCpuSeconds(pid);
+  if (own === null) return null;
+  let total = own;
+  for (const child of childProcessIds(pid!)) total += processTreeCpuSeconds(child) ?? 0;
+  return total;
+}
+
+function childProcessIds(pid: number): number[] {
+  const children: number[] = [];
+  let threads: string[];
+  try {
+    threads = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return children;
+  }
+  for (const thread of threads) {
+    try {
+      const listed = readFileSync(`/proc/${pid}/task/${thread}/children`, "utf8").trim();
+      if (listed !== "") children.push(...listed.split(" ").map(Number));
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return children;
+}
+
+/**
+ * The whole machine's CPU time from the first line of /proc/stat, in CPU seconds: `busy` is
+ * everything but idle and I/O wait, `ioWait` the idle time with a disk read or write pending,
+ * `total` everything. Differences over a span, with the processes one knows about subtracted,
+ * tell how much the rest of the machine took; I/O wait tells whether the disk held work back.
+ */
+export function machineCpuSeconds(): { busy: number; ioWait: number; total: number } {
+  // cpu  user nice system idle iowait irq softirq steal guest guest_nice, in clock ticks.
+  const fields = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = fields;
+  const busy = user + nice + system + irq + softirq + steal;
+  return { busy: busy / 100, ioWait: iowait / 100, total: (busy + idle + iowait) / 100 };
 }
