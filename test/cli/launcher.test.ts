@@ -4,9 +4,11 @@
  * serves from the compiled CLI in dist/ (built by `npm ci`).
  */
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
-import { startCastorServer, type ServerProcess } from "../helpers/server.js";
+import { COMPILED_COMMAND, startCastorServer, type ServerProcess } from "../helpers/server.js";
 
 describe("the castor command (bin/castor.js)", () => {
   let server: ServerProcess;
@@ -28,5 +30,11 @@ describe("the castor command (bin/castor.js)", () => {
       `castor serve runs as: ${args.join(" ")}`,
     );
     assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
+  });
+
+  it("prints nothing of its own: --version writes the version to stdout and nothing to stderr", async () => {
+    const { stdout, stderr } = await promisify(execFile)(COMPILED_COMMAND, ["--version"]);
+    assert.match(stdout, /^\d+\.\d+\.\d+\n$/);
+    assert.equal(stderr, "");
   });
 });

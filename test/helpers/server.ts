@@ -24,7 +24,7 @@ import { runCastor, TEST_RESERVED_SPACE } from "./cli.js";
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
 const TSX = import.meta.resolve("tsx");
 /** The `castor` command as installed: the launcher of the compiled CLI in dist/, run as an executable (its first lines add V8 flags). */
-const COMPILED_COMMAND = fileURLToPath(new URL("../../bin/castor.js", import.meta.url));
+export const COMPILED_COMMAND = fileURLToPath(new URL("../../bin/castor.js", import.meta.url));
 
 export interface ExitStatus {
   code: number | null;
