@@ -9,11 +9,15 @@
  * nothing measured reads one.
  * At three sizes — one repository ("empty": 0.1 %), 10 % and 100 % — the compiled `castor serve`
  * is started on the store and measured over HTTP, one request at a time on a keep-alive
- * connection:
+ * connection, by a client that writes prepared bytes and frames the answers (`timed`):
  *
  * - start-up: spawn to the "listening" log line;
  * - V2 reconstruction p50/p99 of a hot file (the same one again and again) and of cold ones (a
- *   different file of a different repository each time);
+ *   different file of a different repository each time, asked with a token that repository's
+ *   client has used before, as a client session does), as the client sees them and as the
+ *   server logs them (`durationMs`: from the request's arrival to the answer's end);
+ * - the first request with a token the server has not seen (a dedup miss with a fresh token of
+ *   a sampled repository): its signature is checked then, and only then;
  * - dedup query p50/p99 for indexed chunks (hits) and unknown ones (misses);
  * - shard registration throughput: shards of 1,000 new files over stored xorbs, in chunk
  *   references per second;
@@ -34,6 +38,7 @@ import type { DatedXorb, FileRecord, MetadataStore, ShardRegistration, TreeEntry
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { seededRandom } from "../test/helpers/vectors.js";
 import { benchRow, type BenchRow, type BenchTarget } from "./lib.js";
+import { prepareRequest, runLightLoad } from "./support/light-load.js";
 import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, termsOver, treeOf, type MetadataBackend } from "./support/synthetic-metadata.js";
 
 const GROUP = "scale";
@@ -52,7 +57,7 @@ const STAGES = [
   { label: "10 %", repos: Math.round(REPOS / 10) },
   { label: "100 %", repos: REPOS },
 ];
-const SAMPLES = { hot: 1_000, cold: 500, dedupHits: 300, dedupMisses: 300, shards: 5, commits: 100, listings: 300 };
+const SAMPLES = { hot: 1_000, cold: 500, newTokens: 200, dedupHits: 300, dedupMisses: 300, shards: 5, commits: 100, listings: 300 };
 const FILES_PER_MEASURED_SHARD = 1_000;
 const AUTHOR = "bench";
 const MiB = 1024 * 1024;
@@ -69,7 +74,10 @@ export async function run(): Promise<BenchRow[]> {
 interface StageFigures {
   startupMs: number;
   hot: Latencies;
+  hotServer: Latencies;
   cold: Latencies;
+  coldServer: Latencies;
+  newToken: Latencies;
   dedupHit: Latencies;
   dedupMiss: Latencies;
   registrationChunksPerSecond: number;
@@ -130,13 +138,39 @@ function latencies(samplesMs: number[]): Latencies {
   return { p50: at(0.5), p99: at(0.99) };
 }
 
-async function timed(count: number, request: (i: number) => Promise<void>): Promise<Latencies> {
+/**
+ * Latencies the server logged (`durationMs`) for the `count` requests sent with an
+ * `x-request-id` starting with `phase`, once all of them are logged.
+ */
+async function serverLatencies(server: ServerProcess, phase: string, count: number): Promise<Latencies> {
+  const logged = () => server.logLines().filter((line) => line.msg === "request" && String(line.reqId).startsWith(phase));
+  await server.waitForRequests(0, () => logged().length >= count);
+  const samples = logged().map((line) => Number(line.durationMs));
+  if (samples.length !== count) throw new Error(`the server logged ${samples.length} requests of ${phase}, expected ${count}`);
+  return latencies(samples);
+}
+
+interface TimedRequest {
+  method?: "GET" | "POST";
+  path: string;
+  headers: Record<string, string>;
+  body?: string;
+}
+
+/**
+ * Sends `requests` one after another on one keep-alive connection and times each, from its
+ * bytes written to its answer's last byte read: bytes built beforehand, answers framed, not
+ * parsed (support/light-load.ts). With `fetch` the client's own work (undici's request and
+ * header objects, its garbage) added ~0.4 ms to every median and most of every p99 here, which
+ * is not what castor's answers cost a client such as hf_xet.
+ */
+async function timed(server: ServerProcess, expectedStatus: number, requests: readonly TimedRequest[]): Promise<Latencies> {
+  const { host, port } = new URL(server.url);
+  const prepared = requests.map((request) =>
+    prepareRequest(request.method ?? "GET", request.path, host, request.headers, request.body === undefined ? [] : [Buffer.from(request.body)]),
+  );
   const samples: number[] = [];
-  for (let i = 0; i < count; i++) {
-    const started = performance.now();
-    await request(i);
-    samples.push(performance.now() - started);
-  }
+  await runLightLoad({ port: Number(port), connections: 1, expectedStatus, requests: prepared.length, nextRequest: (i) => prepared[i], latenciesMs: samples });
   return latencies(samples);
 }
 
@@ -152,8 +186,9 @@ async function measure(backend: MetadataBackend, data: SyntheticMetadata, repos:
   try {
     const hub = (path: string, init: RequestInit = {}) =>
       fetch(`${server.url}${path}`, { ...init, headers: { authorization: `Bearer ${adminToken}`, ...init.headers } });
+    const hubHeaders = { authorization: `Bearer ${adminToken}` };
     const casTokens = new Map<string, string>();
-    const casToken = async (repo: number, access: "read" | "write"): Promise<string> => {
+    const casHeaders = async (repo: number, access: "read" | "write"): Promise<Record<string, string>> => {
       const key = `${repo} ${access}`;
       let token = casTokens.get(key);
       if (token === undefined) {
@@ -162,71 +197,113 @@ async function measure(backend: MetadataBackend, data: SyntheticMetadata, repos:
         token = ((await response.json()) as { accessToken: string }).accessToken;
         casTokens.set(key, token);
       }
-      return token;
+      return { authorization: `Bearer ${token}` };
     };
-    const cas = async (repo: number, access: "read" | "write", path: string, init: RequestInit = {}) =>
-      fetch(`${server.url}${path}`, { ...init, headers: { authorization: `Bearer ${await casToken(repo, access)}` } });
     // Seeded, so each stage samples the same way on both backends.
     const random = seededRandom(repos);
     const pick = (n: number) => Math.floor(random() * n);
 
-    // Tokens of the repositories sampled are fetched before timing, so only the request itself is timed.
+    // Tokens are fetched before timing, so only the request itself is timed. The server checks a
+    // token's signature on its first use only: that first use is a figure of its own (fresh
+    // tokens of sampled repositories, each used once, by a dedup miss after a few untimed ones),
+    // and the tokens the file requests use have each been used once before, as in a client's
+    // session, so those requests measure the files.
+    const dedupMissPath = (label: string) => `/v1/chunks/default-merkledb/${hashToHex(labelHash(`scale ${label} ${repos}`))}`;
+    const freshTokens: TimedRequest[] = [];
+    for (let i = 0; i < SAMPLES.newTokens + 5; i++) {
+      const response = await hub(`/api/models/${repoName(pick(repos))}/xet-read-token/main`);
+      if (response.status !== 200) throw new Error(`a read token: HTTP ${response.status}`);
+      const { accessToken } = (await response.json()) as { accessToken: string };
+      freshTokens.push({ path: dedupMissPath(`token ${i}`), headers: { authorization: `Bearer ${accessToken}` } });
+    }
+    await timed(server, 404, freshTokens.slice(0, 5));
+    const newToken = await timed(server, 404, freshTokens.slice(5));
     const coldFiles = Array.from({ length: SAMPLES.cold }, () => pick(repos * FILES_PER_REPO));
-    for (const file of coldFiles) await casToken(repoOfFile(file), "read");
+    const coldRepos = [...new Set(coldFiles.map(repoOfFile))];
+    const firstUses: TimedRequest[] = [];
+    for (const repo of coldRepos) firstUses.push({ path: dedupMissPath(`first use ${repo}`), headers: await casHeaders(repo, "read") });
+    await timed(server, 404, firstUses);
+    // Request ids name the phase, so the server's log lines of each can be told apart.
+    const reconstructions = async (files: readonly number[], phase: string) => {
+      const requests: TimedRequest[] = [];
+      for (const [i, file] of files.entries()) {
+        const headers = { ...(await casHeaders(repoOfFile(file), "read")), "x-request-id": `${phase}${i}` };
+        requests.push({ path: `/v2/reconstructions/${hashToHex(data.fileRecord(file).hash)}`, headers });
+      }
+      return requests;
+    };
     const hotFile = 17;
-    await casToken(0, "read");
-    await casToken(0, "write");
-    const reconstruct = (file: number) => async () =>
-      expectStatus(await cas(repoOfFile(file), "read", `/v2/reconstructions/${hashToHex(data.fileRecord(file).hash)}`), 200, `reconstruction of file ${file}`);
-    await timed(20, reconstruct(hotFile));
-    const hot = await timed(SAMPLES.hot, reconstruct(hotFile));
-    const cold = await timed(SAMPLES.cold, (i) => reconstruct(coldFiles[i])());
+    await timed(server, 200, await reconstructions(Array(20).fill(hotFile), "warm-"));
+    const hot = await timed(server, 200, await reconstructions(Array(SAMPLES.hot).fill(hotFile), "hot-"));
+    const hotServer = await serverLatencies(server, "hot-", SAMPLES.hot);
+    const cold = await timed(server, 200, await reconstructions(coldFiles, "cold-"));
+    const coldServer = await serverLatencies(server, "cold-", SAMPLES.cold);
 
     const indexed = data.indexedChunks();
-    const dedupHit = await timed(SAMPLES.dedupHits, async () => {
-      const chunk = indexed[pick(indexed.length)];
-      await expectStatus(await cas(0, "read", `/v1/chunks/default-merkledb/${hashToHex(chunkHash(chunk))}`), 200, `dedup query of chunk ${chunk}`);
-    });
-    const dedupMiss = await timed(SAMPLES.dedupMisses, async (i) => {
-      await expectStatus(await cas(0, "read", `/v1/chunks/default-merkledb/${hashToHex(labelHash(`scale miss ${repos} ${i}`))}`), 404, "dedup miss");
-    });
+    const readHeaders = await casHeaders(0, "read");
+    const dedupHit = await timed(
+      server,
+      200,
+      Array.from({ length: SAMPLES.dedupHits }, () => ({
+        path: `/v1/chunks/default-merkledb/${hashToHex(chunkHash(indexed[pick(indexed.length)]))}`,
+        headers: readHeaders,
+      })),
+    );
+    const dedupMiss = await timed(
+      server,
+      404,
+      Array.from({ length: SAMPLES.dedupMisses }, (_, i) => ({ path: dedupMissPath(`miss ${i}`), headers: readHeaders })),
+    );
 
     let chunkRefs = 0;
     let registrationMs = 0;
+    const writeHeaders = await casHeaders(0, "write");
     for (let s = 0; s < SAMPLES.shards; s++) {
       const files = data.newFilesOverStoredXorbs(`${repos}/${s}`, FILES_PER_MEASURED_SHARD, repos, random);
       const body = serializeUploadShard({ files, xorbs: [] }, { kind: "xet-core" });
       const at = performance.now();
-      await expectStatus(await cas(0, "write", "/v1/shards", { method: "POST", body }), 200, "shard registration");
+      await expectStatus(await fetch(`${server.url}/v1/shards`, { method: "POST", body, headers: writeHeaders }), 200, "shard registration");
       registrationMs += performance.now() - at;
       chunkRefs += files.reduce((sum, file) => sum + file.terms.reduce((n, term) => n + term.chunkEnd - term.chunkStart, 0), 0);
     }
 
-    const commit = await timed(SAMPLES.commits, async (i) => {
-      const body = [
-        { key: "header", value: { summary: `bench ${i}`, description: "" } },
-        { key: "file", value: { path: `notes/${repos}-${i}.txt`, encoding: "base64", content: Buffer.from(`note ${i}\n`).toString("base64") } },
-      ]
-        .map((line) => `${JSON.stringify(line)}\n`)
-        .join("");
-      await expectStatus(
-        await hub(`/api/models/${repoName(pick(repos))}/commit/main`, { method: "POST", body, headers: { "content-type": "application/x-ndjson" } }),
-        200,
-        "commit",
-      );
-    });
-    const tree = await timed(SAMPLES.listings, async () => {
-      await expectStatus(await hub(`/api/models/${repoName(pick(repos))}/tree/main/${folderName(pick(COMMITS_PER_REPO))}`), 200, "tree listing");
-    });
-    const commits = await timed(SAMPLES.listings, async () => {
-      await expectStatus(await hub(`/api/models/${repoName(pick(repos))}/commits/main`), 200, "commit listing");
-    });
+    const commit = await timed(
+      server,
+      200,
+      Array.from({ length: SAMPLES.commits }, (_, i) => ({
+        method: "POST" as const,
+        path: `/api/models/${repoName(pick(repos))}/commit/main`,
+        headers: { ...hubHeaders, "content-type": "application/x-ndjson" },
+        body: [
+          { key: "header", value: { summary: `bench ${i}`, description: "" } },
+          { key: "file", value: { path: `notes/${repos}-${i}.txt`, encoding: "base64", content: Buffer.from(`note ${i}\n`).toString("base64") } },
+        ]
+          .map((line) => `${JSON.stringify(line)}\n`)
+          .join(""),
+      })),
+    );
+    const tree = await timed(
+      server,
+      200,
+      Array.from({ length: SAMPLES.listings }, () => ({
+        path: `/api/models/${repoName(pick(repos))}/tree/main/${folderName(pick(COMMITS_PER_REPO))}`,
+        headers: hubHeaders,
+      })),
+    );
+    const commits = await timed(
+      server,
+      200,
+      Array.from({ length: SAMPLES.listings }, () => ({ path: `/api/models/${repoName(pick(repos))}/commits/main`, headers: hubHeaders })),
+    );
     say(`measured in ${((performance.now() - started) / 1000).toFixed(1)} s`);
     const chunks = data.chunksOf(repos);
     return {
       startupMs,
       hot,
+      hotServer,
       cold,
+      coldServer,
+      newToken,
       dedupHit,
       dedupMiss,
       registrationChunksPerSecond: chunkRefs / (registrationMs / 1000),
@@ -262,7 +339,10 @@ function report(name: string, stages: { stage: string; figures: StageFigures; fi
     );
     rows.push(benchRow(GROUP, `${name} ${stage}: castor serve start-up`, figures.startupMs, "ms", { target: goal({ atMost: 2 * empty.startupMs }) }));
     latencyRows("V2 reconstruction, hot file", figures.hot, empty.hot, 5);
+    latencyRows("V2 reconstruction, hot file, server's own time", figures.hotServer, empty.hotServer, 5);
     latencyRows("V2 reconstruction, cold files", figures.cold, empty.cold, 5);
+    latencyRows("V2 reconstruction, cold files, server's own time", figures.coldServer, empty.coldServer, 5);
+    latencyRows("first request with a new token (dedup miss)", figures.newToken, empty.newToken);
     latencyRows("dedup query, hit", figures.dedupHit, empty.dedupHit);
     latencyRows("dedup query, miss", figures.dedupMiss, empty.dedupMiss);
     rows.push(

@@ -58,6 +58,11 @@ export interface LightLoadOptions {
   readonly seconds?: number;
   /** …or once this many have been sent, whichever comes first. */
   readonly requests?: number;
+  /**
+   * When given, each answer's latency in milliseconds (its request written → its last byte
+   * read) is pushed here, in the order the answers arrive.
+   */
+  readonly latenciesMs?: number[];
 }
 
 export interface LightLoadResult {
@@ -107,6 +112,8 @@ export async function runLightLoad(options: LightLoadOptions): Promise<LightLoad
       const { socket } = connection;
       /** The request sent and not yet answered (an array, so an answer too many is caught). */
       const inFlight: PreparedRequest[] = [];
+      /** When each request in flight was written (only with `latenciesMs`). */
+      const writtenAt: number[] = [];
       let answeredInThisRead = 0;
       let laneFinished = false;
       /** Sends up to `count` requests in one writev (head and body pieces); finishes the lane once nothing is left in flight. */
@@ -115,6 +122,7 @@ export async function runLightLoad(options: LightLoadOptions): Promise<LightLoad
         for (let i = 0; i < count && sent < maxRequests && performance.now() < deadline; i++) {
           const request = nextRequest(sent++);
           inFlight.push(request);
+          if (options.latenciesMs !== undefined) writtenAt.push(performance.now());
           socket.write(request.head);
           for (const piece of request.body) socket.write(piece);
         }
@@ -134,6 +142,7 @@ export async function runLightLoad(options: LightLoadOptions): Promise<LightLoad
           if (request.expectedAnswer !== undefined && answer.keptBody !== request.expectedAnswer) {
             throw new Error(`${requestLine(request)} answered ${answer.keptBody}, not ${request.expectedAnswer}`);
           }
+          if (options.latenciesMs !== undefined) options.latenciesMs.push(performance.now() - writtenAt.shift()!);
           responses++;
           requestBodyBytes += request.bodyBytes;
           responseBodyBytes += answer.bodyBytes;
