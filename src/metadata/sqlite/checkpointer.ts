@@ -33,10 +33,13 @@ const { parentPort, workerData } = require("node:worker_threads");
 const Database = require(workerData.driver);
 const db = new Database(workerData.path, { fileMustExist: true, timeout: 0 });
 const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)");
+let last = "";
 const timer = setInterval(() => {
   try {
     const { log, checkpointed } = checkpoint.get();
-    if (log > 0) parentPort.postMessage({ log, checkpointed });
+    // Told only when something changed: an idle server's log stays as it is between writes.
+    if (log > 0 && \`\${log}/\${checkpointed}\` !== last) parentPort.postMessage({ log, checkpointed });
+    last = \`\${log}/\${checkpointed}\`;
   } catch {
     // Another connection is checkpointing (another worker's thread, a backstop): it does the work.
   }
@@ -51,7 +54,7 @@ parentPort.once("message", () => {
 });
 `;
 
-/** A checkpoint that found frames in the log: how many, and how many it copied back. */
+/** A checkpoint that found the log changed since the last: its frames, and how many are copied back. */
 export interface CheckpointOutcome {
   log: number;
   checkpointed: number;
@@ -61,6 +64,7 @@ export class WalCheckpointer {
   private readonly worker: Worker;
   private readonly exited: Promise<void>;
   private readonly waiting = new Set<(outcome: CheckpointOutcome) => void>();
+  private stopping = false;
 
   /** Starts checkpointing the database at `path` (which must exist, in WAL mode). */
   constructor(path: string) {
@@ -71,14 +75,14 @@ export class WalCheckpointer {
     this.worker.on("message", (outcome: CheckpointOutcome) => {
       for (const resolve of this.waiting) resolve(outcome);
       this.waiting.clear();
-      this.worker.unref();
+      if (!this.stopping) this.worker.unref();
     });
     this.exited = new Promise((resolve) => this.worker.once("exit", () => resolve()));
     // It must not keep a process alive that is otherwise done (but it does while awaited).
     this.worker.unref();
   }
 
-  /** The next checkpoint that finds frames in the log. */
+  /** The next checkpoint that finds the log changed. */
   nextCheckpoint(): Promise<CheckpointOutcome> {
     this.worker.ref();
     return new Promise((resolve) => this.waiting.add(resolve));
@@ -86,6 +90,7 @@ export class WalCheckpointer {
 
   /** Runs a last checkpoint and stops the thread. */
   async stop(): Promise<void> {
+    this.stopping = true;
     this.worker.ref();
     this.worker.postMessage("stop");
     await this.exited;
