@@ -1,43 +1,54 @@
 /**
- * Client throughput on a 256 MiB random file, upload and download, in one run:
+ * Client throughput on 256 MiB files, upload and download, in one run, for two kinds of file:
+ * random bytes (stored raw: nothing compresses) and word salad that LZ4 halves (as text and
+ * much of a model's weights compress; support/random-file.ts), so the client's decompression is
+ * measured too.
  *
  * - hf_xet 1.6.0 against castor (`castor serve`, its own process);
  * - hf_xet against the do-nothing CAS (support/do-nothing-cas.ts: accepts everything,
- *   validates nothing) — the ceiling the client itself imposes, so castor / do-nothing is what
- *   castor's server costs hf_xet (target ≥ 0.8);
- * - castor's own client (src/client) against castor, compared with hf_xet against castor
- *   (target ≥ 0.8).
+ *   validates nothing, serves from RAM) — the ceiling the client itself imposes, so castor /
+ *   do-nothing is what castor's server costs hf_xet (throughput target ≥ 0.8; server CPU per
+ *   download target ≤ 1.2×, issue 15);
+ * - hf_xet against the do-nothing CAS serving from files (`keepXorbsIn: "files"`): the price of
+ *   keeping bytes in files at all (the kernel copies them out of the page cache), which splits
+ *   castor's extra server CPU into that price and castor's own overhead;
+ * - castor's own client (src/client): uploads to a castor of its own, downloads from the castor
+ *   hf_xet uploaded to, so both clients download the very same stored xorbs; compared with
+ *   hf_xet (targets: upload ≥ 0.8, download ≥ 0.9).
  *
- * Every round uploads a file of its own (a fresh random file per round), so no upload can
+ * Every round uploads files of its own (fresh random content per round), so no upload can
  * deduplicate against an earlier one, and every hf_xet run has a fresh HF_XET_CACHE, so nothing
  * is served from the client's cache. The two castor servers (one for hf_xet, one for castor's
  * client, so each client uploads to a server that has not seen the file) live for the whole
  * run, as a server does: starting one per round made every transfer pay for warming up its JIT,
- * which the do-nothing CAS, running in this long-lived process, never paid. The do-nothing CAS
- * is fresh per round (it keeps what it receives in memory). hf_xet is timed inside Python
+ * which the do-nothing CAS, running in this long-lived process, never paid. The do-nothing CASes
+ * are fresh per file (they keep what they receive). hf_xet is timed inside Python
  * around its one call (interpreter start-up excluded); castor's client around its `upload` /
  * `download` call. Downloads are checked byte-exact (SHA-256) outside the timed sections.
  *
- * A round runs the three uploads back to back, then the three downloads (in reverse order
- * every other round); rounds repeat while the time budget allows.
+ * A round runs, for each kind of file, the uploads back to back, then the downloads (in reverse
+ * order every other round); rounds repeat while the time budget allows.
  * Ratios are taken within a round, between transfers that ran one right after the other, so a
  * burst of load from other processes on the 2 shared cores tends to hit both sides alike.
- * All three clients must report the same file hash. A first round runs uncounted: it warms
+ * All clients must report the same file hash. A first round runs uncounted: it warms
  * the servers' JIT, and on this VM memory the guest touches for the first time costs several
  * times what reused memory costs (in repeated runs the first round's transfers were the
  * slowest of the run for whichever server they hit).
  *
- * Next to MB/s, each hf_xet transfer records the CPU seconds its server spent on it: castor's
- * process (its /proc/<pid>/stat), and this process for the do-nothing CAS, which runs in it.
+ * Next to MB/s, each transfer records the CPU seconds its server spent on it: castor's process
+ * (its threads' /proc schedstat, in nanoseconds: a download costs castor only a few of
+ * /proc/<pid>/stat's 10 ms ticks), and this process for the do-nothing CASes, which run in it.
  * On 2 cores every server CPU second is taken from the client, so this is the cost the ratio
- * measures, without the client's own noise.
+ * measures, without the client's own noise. CPU seconds are less sensitive to other processes'
+ * load than MB/s, so the server target is set on them.
  *
  * castor runs compiled (bin/castor.js, as users run it); `npm run bench` builds dist/ first.
  *
  * The clients' side — the source file, hf_xet's homes and caches, the downloaded copies — lives
  * in RAM (/dev/shm) where there is one: the disk's write-back of each 256 MiB copy (and of
  * hf_xet's chunk cache) otherwise lands on whichever transfer comes next and swamps the
- * difference between servers. castor's data dir stays on disk: that is the server's real work.
+ * difference between servers. castor's data dir and the do-nothing CAS's files stay on disk:
+ * that is the server's real work.
  */
 import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -45,28 +56,38 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { castorClientDownload, castorClientUpload, interopPython, startCastorFixture, type CastorFixture } from "../test/interop/harness.js";
 import { benchRow, megabytesPerSecond, median, type BenchRow } from "./lib.js";
-import { startDoNothingCas } from "./support/do-nothing-cas.js";
-import { processCpuSeconds } from "./support/proc-stats.js";
-import { verifyDownload, writeRandomFile } from "./support/random-file.js";
+import { startDoNothingCas, type DoNothingCas } from "./support/do-nothing-cas.js";
+import { processCpuSeconds, processThreadsCpuSeconds } from "./support/proc-stats.js";
+import { verifyDownload, writeCompressibleFile, writeRandomFile, type RandomFile } from "./support/random-file.js";
 import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 
 const GROUP = "clients";
 const FILE_BYTES = 256 * 1024 * 1024;
 const FILE_SEED = 256;
-const MAX_ROUNDS = 7;
+const MAX_ROUNDS = 6;
 /** No new round starts after this much time, so the group stays around 3 minutes. */
-const ROUND_BUDGET_SECONDS = 110;
+const ROUND_BUDGET_SECONDS = 140;
 
+/** hf_xet's throughput against castor ÷ against the do-nothing CAS. */
 const SERVER_RATIO_TARGET = 0.8;
-const CLIENT_RATIO_TARGET = 0.8;
+/** castor's server CPU per hf_xet download ÷ the do-nothing CAS's (issue 15). */
+const SERVER_CPU_RATIO_TARGET = 1.2;
+/** castor's client ÷ hf_xet, per transfer (issue 15 for downloads). */
+const CLIENT_RATIO_TARGETS = { upload: 0.8, download: 0.9 } as const;
 
+const KINDS = ["random", "compressible"] as const;
+type Kind = (typeof KINDS)[number];
 type Transfer = "upload" | "download";
-type Setup = "hf_xet → castor" | "hf_xet → do-nothing" | "castor client → castor";
+const SETUPS = ["hf_xet → castor", "hf_xet → do-nothing", "hf_xet → do-nothing (files)", "castor client → castor"] as const;
+type Setup = (typeof SETUPS)[number];
 
-/** MB/s per setup and transfer, one entry per round. */
-type Rates = Record<Setup, Record<Transfer, number[]>>;
-/** CPU seconds the server spent per transfer, one entry per round (hf_xet setups only). */
-type ServerCpu = Record<Exclude<Setup, "castor client → castor">, Record<Transfer, number[]>>;
+/** One figure per round, per kind of file, setup and transfer. */
+type PerRound = Record<Kind, Record<Setup, Record<Transfer, number[]>>>;
+
+function perRound(): PerRound {
+  const setups = () => Object.fromEntries(SETUPS.map((setup) => [setup, { upload: [], download: [] }])) as unknown as Record<Setup, Record<Transfer, number[]>>;
+  return { random: setups(), compressible: setups() };
+}
 
 export async function run(): Promise<BenchRow[]> {
   const groupStarted = performance.now();
@@ -78,58 +99,38 @@ export async function run(): Promise<BenchRow[]> {
     castors.push(castorForHfXet);
     const castorForClient = await startCastorFixture({}, { compiled: true });
     castors.push(castorForClient);
-    const rates: Rates = {
-      "hf_xet → castor": { upload: [], download: [] },
-      "hf_xet → do-nothing": { upload: [], download: [] },
-      "castor client → castor": { upload: [], download: [] },
-    };
-
-    const serverCpu: ServerCpu = {
-      "hf_xet → castor": { upload: [], download: [] },
-      "hf_xet → do-nothing": { upload: [], download: [] },
-    };
-    const record = (setup: Setup, transfer: Transfer, seconds: number, cpuSeconds: number | null) => {
-      rates[setup][transfer].push(megabytesPerSecond(FILE_BYTES, seconds));
-      if (cpuSeconds !== null && setup !== "castor client → castor") serverCpu[setup][transfer].push(cpuSeconds);
-    };
+    /** MB/s. */
+    const rates = perRound();
+    /** CPU seconds the server spent on the transfer; castor's client's uploads have none (see castorClientContender). */
+    const serverCpu = perRound();
 
     // Round 0 is the uncounted warm-up (see the file comment).
     let rounds = 0;
     while (rounds < MAX_ROUNDS && (rounds <= 1 || (performance.now() - groupStarted) / 1000 < ROUND_BUDGET_SECONDS)) {
-      const counted = rounds > 0;
-      const source = join(scratch, `random-256MiB-${rounds}.bin`);
-      const file = await writeRandomFile(source, FILE_BYTES, FILE_SEED + rounds);
-      const doNothing = await startDoNothingCas();
-      const contenders = [
-        hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => processCpuSeconds(castorForHfXet.server.child.pid)),
-        hfXetContender("hf_xet → do-nothing", hfXet, source, { tokenUrl: doNothing.tokenUrl, hubToken: () => doNothing.hubToken }, ownCpuSeconds),
-        castorClientContender(castorForClient, source),
-      ];
-      try {
-        // Odd rounds run the setups in reverse order, so none always goes first (or last).
-        if (rounds % 2 === 1) contenders.reverse();
-        const fileHashes = new Set<string>();
-        for (const contender of contenders) {
-          const cpuBefore = contender.serverCpuSeconds();
-          const { seconds, fileHash } = await contender.upload();
-          fileHashes.add(fileHash);
-          if (counted) record(contender.setup, "upload", seconds, cpuSince(contender, cpuBefore));
+      for (const kind of KINDS) {
+        const source = join(scratch, `${kind}-256MiB-${rounds}.bin`);
+        const seed = FILE_SEED + rounds;
+        const file = kind === "random" ? await writeRandomFile(source, FILE_BYTES, seed) : await writeCompressibleFile(source, FILE_BYTES, seed);
+        const inMemory = await startDoNothingCas();
+        const inFiles = await startDoNothingCas({ keepXorbsIn: "files" });
+        try {
+          const contenders = [
+            hfXetContender("hf_xet → castor", hfXet, source, castorTokens(castorForHfXet), () => castorCpuSeconds(castorForHfXet)),
+            hfXetContender("hf_xet → do-nothing", hfXet, source, doNothingTokens(inMemory), ownCpuSeconds),
+            hfXetContender("hf_xet → do-nothing (files)", hfXet, source, doNothingTokens(inFiles), ownCpuSeconds),
+            castorClientContender(castorForClient, castorForHfXet, source),
+          ];
+          const record = (setup: Setup, transfer: Transfer, seconds: number, cpuSeconds: number | null) => {
+            if (rounds === 0) return;
+            rates[kind][setup][transfer].push(megabytesPerSecond(FILE_BYTES, seconds));
+            if (cpuSeconds !== null) serverCpu[kind][setup][transfer].push(cpuSeconds);
+          };
+          await runRound(contenders, file, rounds % 2 === 1, join(scratch, `download-${rounds}.bin`), record);
+        } finally {
+          await inMemory.close();
+          await inFiles.close();
+          await rm(source, { force: true });
         }
-        // Every client must name the same file, or the comparison compares different work.
-        if (fileHashes.size !== 1) throw new Error(`the clients disagree on the file hash: ${[...fileHashes].join(", ")}`);
-        const [fileHash] = fileHashes;
-        for (const contender of contenders) {
-          // Each copy is checked and removed before the next download.
-          const output = join(scratch, `download-${rounds}.bin`);
-          const cpuBefore = contender.serverCpuSeconds();
-          const seconds = await contender.download(fileHash, output);
-          const cpuSeconds = cpuSince(contender, cpuBefore);
-          await verifyDownload(output, file, contender.setup);
-          if (counted) record(contender.setup, "download", seconds, cpuSeconds);
-        }
-      } finally {
-        await doNothing.close();
-        await rm(source, { force: true });
       }
       rounds++;
     }
@@ -141,51 +142,134 @@ export async function run(): Promise<BenchRow[]> {
   }
 }
 
-function report(rates: Rates, serverCpu: ServerCpu, rounds: number): BenchRow[] {
-  const rows: BenchRow[] = [];
-  const roundsNote = `256 MiB random file, best and median of ${rounds} round${rounds === 1 ? "" : "s"} after a warm-up round`;
-  for (const setup of Object.keys(rates) as Setup[]) {
-    for (const transfer of ["upload", "download"] as const) {
-      const values = rates[setup][transfer];
-      rows.push(benchRow(GROUP, `${setup} ${transfer}`, Math.max(...values), "MB/s", { median: median(values), note: roundsNote }));
-    }
+/** Uploads with every contender, then downloads with every one; `reversed` flips the order. */
+async function runRound(
+  contenders: Contender[],
+  file: RandomFile,
+  reversed: boolean,
+  output: string,
+  record: (setup: Setup, transfer: Transfer, seconds: number, cpuSeconds: number | null) => void,
+): Promise<void> {
+  // Every other round runs the setups in reverse order, so none always goes first (or last).
+  const ordered = reversed ? [...contenders].reverse() : contenders;
+  const fileHashes = new Set<string>();
+  for (const contender of ordered) {
+    const cpuBefore = contender.serverCpuSeconds("upload");
+    const { seconds, fileHash } = await contender.upload();
+    fileHashes.add(fileHash);
+    record(contender.setup, "upload", seconds, cpuSince(contender, "upload", cpuBefore));
   }
-  for (const setup of Object.keys(serverCpu) as (keyof ServerCpu)[]) {
+  // Every client must name the same file, or the comparison compares different work.
+  if (fileHashes.size !== 1) throw new Error(`the clients disagree on the file hash: ${[...fileHashes].join(", ")}`);
+  const [fileHash] = fileHashes;
+  for (const contender of ordered) {
+    // Each copy is checked and removed before the next download.
+    const cpuBefore = contender.serverCpuSeconds("download");
+    const seconds = await contender.download(fileHash, output);
+    const cpuSeconds = cpuSince(contender, "download", cpuBefore);
+    await verifyDownload(output, file, contender.setup);
+    record(contender.setup, "download", seconds, cpuSeconds);
+  }
+}
+
+function report(rates: PerRound, serverCpu: PerRound, rounds: number): BenchRow[] {
+  const rows: BenchRow[] = [];
+  const roundsNote = (kind: Kind) => `256 MiB ${kind} file, best and median of ${rounds} round${rounds === 1 ? "" : "s"} after a warm-up round`;
+  // best ÷ best compares each side's least disturbed run; a best per-round ratio would favour
+  // rounds where load happened to hit the denominator. For CPU seconds the least is the best.
+  const ratioRow = (
+    metric: string,
+    numerators: readonly number[],
+    denominators: readonly number[],
+    best: "max" | "min",
+    target: { atLeast?: number; atMost?: number } | undefined,
+    note: string,
+  ) =>
+    benchRow(GROUP, metric, pick(best, numerators) / pick(best, denominators), "ratio", {
+      median: median(numerators.map((value, i) => value / denominators[i])),
+      target,
+      note: `${note}; ${best === "max" ? "best ÷ best" : "least ÷ least"}, median of per-round ratios`,
+    });
+
+  for (const kind of KINDS) {
+    for (const setup of SETUPS) {
+      for (const transfer of ["upload", "download"] as const) {
+        const values = rates[kind][setup][transfer];
+        // The files variant only matters for downloads; its upload is the in-memory one's.
+        if (setup === "hf_xet → do-nothing (files)" && transfer === "upload") continue;
+        rows.push(benchRow(GROUP, `${kind}: ${setup} ${transfer}`, Math.max(...values), "MB/s", { median: median(values), note: roundsNote(kind) }));
+      }
+    }
+    for (const setup of SETUPS) {
+      for (const transfer of ["upload", "download"] as const) {
+        const values = serverCpu[kind][setup][transfer];
+        if (values.length === 0 || (setup === "hf_xet → do-nothing (files)" && transfer === "upload")) continue;
+        rows.push(
+          benchRow(GROUP, `${kind}: ${setup} ${transfer}: server CPU`, Math.min(...values), "s", {
+            median: median(values),
+            note: "CPU seconds the server spent on one 256 MiB transfer (least and median)",
+          }),
+        );
+      }
+    }
+    const cpu = serverCpu[kind];
+    const downloadCpu = (setup: Setup) => cpu[setup].download;
+    rows.push(
+      ratioRow(
+        `${kind}: hf_xet download server CPU: castor ÷ do-nothing CAS`,
+        downloadCpu("hf_xet → castor"),
+        downloadCpu("hf_xet → do-nothing"),
+        "min",
+        { atMost: SERVER_CPU_RATIO_TARGET },
+        "what castor's server spends per download over a server that serves from RAM",
+      ),
+      ratioRow(
+        `${kind}: hf_xet download server CPU: do-nothing from files ÷ from RAM`,
+        downloadCpu("hf_xet → do-nothing (files)"),
+        downloadCpu("hf_xet → do-nothing"),
+        "min",
+        undefined,
+        "the price of serving from files at all (the page-cache copy)",
+      ),
+      ratioRow(
+        `${kind}: hf_xet download server CPU: castor ÷ do-nothing from files`,
+        downloadCpu("hf_xet → castor"),
+        downloadCpu("hf_xet → do-nothing (files)"),
+        "min",
+        undefined,
+        "castor's own overhead over the least a server serving from files does",
+      ),
+    );
     for (const transfer of ["upload", "download"] as const) {
-      const values = serverCpu[setup][transfer];
-      if (values.length === 0) continue;
-      // The least CPU is the best; the median is shown next to it as for the rates.
       rows.push(
-        benchRow(GROUP, `${setup} ${transfer}: server CPU`, Math.min(...values), "s", {
-          median: median(values),
-          note: "CPU seconds the server spent on one 256 MiB transfer",
-        }),
+        ratioRow(
+          `${kind}: hf_xet ${transfer}: castor / do-nothing CAS`,
+          rates[kind]["hf_xet → castor"][transfer],
+          rates[kind]["hf_xet → do-nothing"][transfer],
+          "max",
+          { atLeast: SERVER_RATIO_TARGET },
+          "what castor's server costs hf_xet",
+        ),
       );
     }
-  }
-  const ratioRow = (metric: string, numerators: readonly number[], denominators: readonly number[], atLeast: number, note: string) =>
-    // best ÷ best compares each side's least disturbed run; a best per-round ratio would favour
-    // rounds where load happened to hit the denominator.
-    benchRow(GROUP, metric, Math.max(...numerators) / Math.max(...denominators), "ratio", {
-      median: median(perRound(numerators, denominators)),
-      target: { atLeast },
-      note: `${note}; best ÷ best, median of per-round ratios`,
-    });
-  for (const transfer of ["upload", "download"] as const) {
-    const { [transfer]: onCastor } = rates["hf_xet → castor"];
-    const { [transfer]: onDoNothing } = rates["hf_xet → do-nothing"];
-    rows.push(ratioRow(`hf_xet ${transfer}: castor / do-nothing CAS`, onCastor, onDoNothing, SERVER_RATIO_TARGET, "what castor's server costs hf_xet"));
-  }
-  for (const transfer of ["upload", "download"] as const) {
-    const { [transfer]: castorClient } = rates["castor client → castor"];
-    const { [transfer]: hfXet } = rates["hf_xet → castor"];
-    rows.push(ratioRow(`${transfer} against castor: castor client / hf_xet`, castorClient, hfXet, CLIENT_RATIO_TARGET, "both against castor"));
+    for (const transfer of ["upload", "download"] as const) {
+      rows.push(
+        ratioRow(
+          `${kind}: ${transfer} against castor: castor client / hf_xet`,
+          rates[kind]["castor client → castor"][transfer],
+          rates[kind]["hf_xet → castor"][transfer],
+          "max",
+          { atLeast: CLIENT_RATIO_TARGETS[transfer] },
+          transfer === "download" ? "both download the same stored xorbs" : "each uploads to a castor that has not seen the file",
+        ),
+      );
+    }
   }
   return rows;
 }
 
-function perRound(numerators: readonly number[], denominators: readonly number[]): number[] {
-  return numerators.map((value, i) => value / denominators[i]);
+function pick(best: "max" | "min", values: readonly number[]): number {
+  return best === "max" ? Math.max(...values) : Math.min(...values);
 }
 
 /** A RAM-backed directory for the clients' files where the machine has one, else the temp dir. */
@@ -200,13 +284,19 @@ interface Contender {
   upload(): Promise<{ seconds: number; fileHash: string }>;
   /** Downloads the file into `output`; returns the timed seconds. */
   download(fileHash: string, output: string): Promise<number>;
-  /** CPU seconds the server has used so far; null where they cannot be read. */
-  serverCpuSeconds(): number | null;
+  /** CPU seconds the server of this transfer has used so far; null where they cannot be told apart. */
+  serverCpuSeconds(transfer: Transfer): number | null;
 }
 
-function cpuSince(contender: Contender, before: number | null): number | null {
-  const now = contender.serverCpuSeconds();
+function cpuSince(contender: Contender, transfer: Transfer, before: number | null): number | null {
+  const now = contender.serverCpuSeconds(transfer);
   return before === null || now === null ? null : now - before;
+}
+
+/** CPU seconds of a castor server's process: per thread in nanoseconds where Linux offers it, else in ticks. */
+function castorCpuSeconds(castor: CastorFixture): number | null {
+  const pid = castor.server.child.pid;
+  return processThreadsCpuSeconds(pid) ?? processCpuSeconds(pid);
 }
 
 /** User + system CPU seconds of this process, which hosts the do-nothing CAS. */
@@ -231,12 +321,13 @@ function hfXetContender(setup: Setup, hfXet: TimedHfXet, source: string, tokens:
   };
 }
 
-function castorClientContender(castor: CastorFixture, source: string): Contender {
+/** Uploads to `uploadTo`; downloads from `downloadFrom`, the castor hf_xet uploaded the same file to. */
+function castorClientContender(uploadTo: CastorFixture, downloadFrom: CastorFixture, source: string): Contender {
   return {
     setup: "castor client → castor",
     async upload() {
       const started = performance.now();
-      const uploaded = await castorClientUpload(castor, source);
+      const uploaded = await castorClientUpload(uploadTo, source);
       const seconds = (performance.now() - started) / 1000;
       // Everything must have been sent: a dedup hit would flatter the client.
       if (uploaded.newBytes !== FILE_BYTES) throw new Error(`castor's client stored ${uploaded.newBytes} of the ${FILE_BYTES} bytes as new`);
@@ -244,14 +335,20 @@ function castorClientContender(castor: CastorFixture, source: string): Contender
     },
     async download(fileHash, output) {
       const started = performance.now();
-      await castorClientDownload(castor, fileHash, output);
+      await castorClientDownload(downloadFrom, fileHash, output);
       return (performance.now() - started) / 1000;
     },
-    // The client runs in this process, so no server CPU can be told apart from it.
-    serverCpuSeconds: () => null,
+    // The client runs in this process, so only a server in a process of its own can be measured:
+    // the download's castor, not the upload's (whose process the same contender could read, but
+    // castor's client's uploads are not compared on server CPU).
+    serverCpuSeconds: (transfer) => (transfer === "download" ? castorCpuSeconds(downloadFrom) : null),
   };
 }
 
 function castorTokens(castor: CastorFixture): XetTokenSource {
   return { tokenUrl: (access) => castor.tokenUrl(access), hubToken: (access) => castor.hubTokens[access] };
+}
+
+function doNothingTokens(doNothing: DoNothingCas): XetTokenSource {
+  return { tokenUrl: doNothing.tokenUrl, hubToken: () => doNothing.hubToken };
 }

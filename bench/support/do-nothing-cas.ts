@@ -22,9 +22,19 @@
  *
  * Runs in the calling process: the benchmark's own event loop is idle while a client (a child
  * process) talks to it.
+ *
+ * `keepXorbsIn: "files"` writes each xorb to a file instead and serves a range by reading it
+ * back (one open per request, positional reads into reused 1 MiB buffers, each given back once
+ * the socket has it). That is the least any server that keeps its bytes in files does: the
+ * kernel copies them out of the page cache into user memory before they are sent. castor's own
+ * overhead is what it costs above this variant; this variant above the in-memory one is the
+ * price of keeping the bytes in files (docs/design.md §8.12).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { mkdtemp, open, rm, writeFile } from "node:fs/promises";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   parseRangeHeader,
   planReconstruction,
@@ -36,9 +46,11 @@ import {
 } from "../../src/cas/reconstruction.js";
 import { renderV2, type RangeUrlSigner } from "../../src/cas/reconstruction-render.js";
 import { isFormatError } from "../../src/format/errors.js";
+import { drainedOrClosed } from "../../src/writable-drain.js";
 import { hashFromHex, hashToHex, ZERO_HASH } from "../../src/format/hash.js";
 import { parseUploadShard } from "../../src/format/shard.js";
 import { XORB_CHUNK_HEADER_BYTES } from "../../src/format/xorb.js";
+import { BufferPool } from "../../src/http/buffer-pool.js";
 import type { FileRecord, StoredChunk } from "../../src/metadata/cas.js";
 
 /** Bodies beyond this are refused before they are read: a xorb is ≤ 64 MiB plus headers. */
@@ -55,9 +67,19 @@ const SINGLE_RANGE = /^bytes=(\d+)-(\d+)$/;
 const FOOTER_IDENT = Buffer.from("XETBLOB", "latin1");
 
 interface KeptXorb {
-  bytes: Buffer;
+  /** The xorb in memory, or null when it was written to `xorbFiles`. */
+  bytes: Buffer | null;
+  size: number;
   prepared: PreparedXorb;
 }
+
+export interface DoNothingOptions {
+  /** Where uploaded xorbs are kept and served from (default "memory"). */
+  keepXorbsIn?: "memory" | "files";
+}
+
+/** Read buffers of the "files" variant, shared by its responses. */
+const fileReadBuffers = new BufferPool(1024 * 1024, 16);
 
 export interface DoNothingCas {
   /** e.g. http://127.0.0.1:41234 — the hub base URL and the casUrl at once. */
@@ -70,7 +92,8 @@ export interface DoNothingCas {
 }
 
 /** Starts the do-nothing CAS on 127.0.0.1 (a port the OS picks). */
-export async function startDoNothingCas(): Promise<DoNothingCas> {
+export async function startDoNothingCas(options: DoNothingOptions = {}): Promise<DoNothingCas> {
+  const xorbFiles = options.keepXorbsIn === "files" ? await mkdtemp(join(tmpdir(), "castor-do-nothing-")) : null;
   const xorbs = new Map<string, KeptXorb>();
   const files = new Map<string, FileRecord>();
   let baseUrl = "";
@@ -106,7 +129,12 @@ export async function startDoNothingCas(): Promise<DoNothingCas> {
       const chunks = walkChunkHeaders(bytes, hex);
       // Only the chunk table matters to the planner; the record's totals are never read.
       const prepared = prepareXorb({ hash: hashFromHex(hex), serializedLength: bytes.length, uncompressedLength: 0, chunks });
-      xorbs.set(hex, { bytes, prepared });
+      if (xorbFiles === null) {
+        xorbs.set(hex, { bytes, size: bytes.length, prepared });
+      } else {
+        await writeFile(join(xorbFiles, hex), bytes);
+        xorbs.set(hex, { bytes: null, size: bytes.length, prepared });
+      }
       return sendJson(response, 200, { was_inserted: true });
     }
     if (method === "POST" && (path === "/v1/shards" || path === "/v2/shards")) {
@@ -168,7 +196,7 @@ export async function startDoNothingCas(): Promise<DoNothingCas> {
     }
   }
 
-  function sendRange(response: ServerResponse, hex: string, rangeHeader: string | undefined): void {
+  async function sendRange(response: ServerResponse, hex: string, rangeHeader: string | undefined): Promise<void> {
     const kept = xorbs.get(hex);
     if (kept === undefined) throw new HttpFailure(404, `xorb ${hex} was never uploaded here`);
     const match = SINGLE_RANGE.exec(rangeHeader ?? "");
@@ -181,15 +209,32 @@ export async function startDoNothingCas(): Promise<DoNothingCas> {
     }
     const start = Number(match[1]);
     const end = Number(match[2]);
-    if (!(start <= end && end < kept.bytes.length)) {
-      throw new HttpFailure(416, `range ${start}-${end} is not within xorb ${hex} (${kept.bytes.length} bytes)`);
+    if (!(start <= end && end < kept.size)) {
+      throw new HttpFailure(416, `range ${start}-${end} is not within xorb ${hex} (${kept.size} bytes)`);
     }
     response.writeHead(206, {
       "content-type": "application/octet-stream",
-      "content-range": `bytes ${start}-${end}/${kept.bytes.length}`,
+      "content-range": `bytes ${start}-${end}/${kept.size}`,
       "content-length": end - start + 1,
     });
-    response.end(kept.bytes.subarray(start, end + 1));
+    if (kept.bytes !== null) {
+      response.end(kept.bytes.subarray(start, end + 1));
+      return;
+    }
+    const file = await open(join(xorbFiles!, hex), "r");
+    try {
+      for (let at = start; at <= end && !response.destroyed; ) {
+        const buffer = fileReadBuffers.take();
+        const { bytesRead } = await file.read(buffer, 0, Math.min(buffer.length, end + 1 - at), at);
+        if (bytesRead === 0) throw new Error(`xorb ${hex} ended at byte ${at}`);
+        at += bytesRead;
+        const flowing = response.write(buffer.subarray(0, bytesRead), () => fileReadBuffers.give(buffer));
+        if (!flowing && at <= end) await drainedOrClosed(response);
+      }
+      response.end();
+    } finally {
+      await file.close();
+    }
   }
 
   await new Promise<void>((resolve, reject) => {
@@ -206,7 +251,7 @@ export async function startDoNothingCas(): Promise<DoNothingCas> {
       closeServer(server, () => {
         xorbs.clear();
         files.clear();
-      }),
+      }).finally(() => (xorbFiles === null ? undefined : rm(xorbFiles, { recursive: true, force: true }))),
   };
 }
 
