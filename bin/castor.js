@@ -1,11 +1,11 @@
 #!/bin/sh
-":" //; exec node --initial-old-space-size=64 "$0" "$@"
+//bin/true; exec node --initial-old-space-size=64 "$0" "$@"
 // The `castor` command: a thin launcher for the compiled CLI in dist/.
 //
-// The first two lines are read by sh and skipped by Node (a hashbang and a string statement
-// with a comment): sh runs `:` (which ignores its argument `//`), then re-executes this file
-// with Node and a V8 flag, in the same process. (Written `":"; //;` sh ran `//` as a command,
-// and every run printed "//: Permission denied" on stderr.) A
+// The first two lines are read by sh and skipped by Node (a hashbang and a comment): sh runs
+// `//bin/true` (that is, /bin/true), then re-executes this file with Node and a V8 flag, in
+// the same process. (Written `":"; //;`, sh ran `//` as a command and every run printed
+// "//: Permission denied" on stderr; `":" //;` works too, but the formatter puts the `;` back.) A
 // `#!/usr/bin/env -S node …` line would say the same, but -S is an extension not every env
 // has; and V8 takes this flag neither from NODE_OPTIONS nor from v8.setFlagsFromString.
 //
