@@ -201,6 +201,32 @@ describe("SqliteMetadataStore CAS specifics", () => {
     );
   });
 
+  it("upgrades a database whose SHA-256 index was indexed by file: entries kept and answered, the collector still deletes them", async () => {
+    const [file, digest] = [hashOf("file before the upgrade"), hashOf("digest before the upgrade")];
+    await checkUpgradeFrom(
+      MIGRATIONS.length - 1,
+      (raw) => {
+        raw.prepare("INSERT INTO repos (id, type, name, created_at) VALUES (1, 'model', 'alice/old', 1000)").run();
+        raw.prepare("INSERT INTO files (hash, size, sha256, created_at, terms) VALUES (?, 0, ?, 1000, x'')").run(file, digest);
+        raw.prepare("INSERT INTO file_repos (file_hash, repo_id) VALUES (?, 1)").run(file);
+        raw.prepare("INSERT INTO file_sha256 (repo_id, sha256, file_hash) VALUES (1, ?, ?)").run(digest, file);
+      },
+      async (store) => {
+        assert.equal(hashToHex((await store.findFileBySha256(1, digest))!), hashToHex(file));
+        const raw = new Database(store.path, { readonly: true });
+        const rows = () => raw.prepare<[], { n: number }>("SELECT count(*) AS n FROM file_sha256").get()!.n;
+        try {
+          assert.equal(raw.prepare("SELECT 1 FROM sqlite_schema WHERE name = 'file_sha256_by_file'").get(), undefined);
+          assert.equal(rows(), 1);
+          assert.equal((await store.deleteFiles([file], new Date())).length, 1);
+          assert.equal(rows(), 0);
+        } finally {
+          raw.close();
+        }
+      },
+    );
+  });
+
   it("upgrades a database of schema version 2 (before histories): repositories private, revisions at no commit, tokens without owner", async () => {
     await checkUpgradeFrom(
       2,

@@ -136,6 +136,29 @@ describe("PostgresMetadataStore specifics", () => {
       });
     });
 
+    it("upgrades a database whose SHA-256 index was indexed by file: entries kept and answered, the collector still deletes them", async () => {
+      const [file, digest] = [hashOf("file before the upgrade"), hashOf("digest before the upgrade")];
+      await withDatabase(async (database, sql) => {
+        await sql.query("CREATE TABLE castor_schema (one boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)");
+        await sql.query("INSERT INTO castor_schema (version) VALUES ($1)", [MIGRATIONS.length - 1]);
+        for (const migration of MIGRATIONS.slice(0, -1)) await sql.query(migration);
+        const id = Number(
+          (await sql.query<{ id: string }>("INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', now()) RETURNING id")).rows[0].id,
+        );
+        await sql.query("INSERT INTO files (hash, size, sha256, created_at, terms) VALUES ($1, 0, $2, now() - interval '1 hour', ''::bytea)", [file, digest]);
+        await sql.query("INSERT INTO file_repos (file_hash, repo_id) VALUES ($1, $2)", [file, id]);
+        await sql.query("INSERT INTO file_sha256 (repo_id, sha256, file_hash) VALUES ($1, $2, $3)", [id, digest, file]);
+
+        await withStores(database, 1, async ([store]) => {
+          assert.equal(await schemaVersion(sql), MIGRATIONS.length);
+          assert.equal(hashToHex((await store.findFileBySha256(id, digest))!), hashToHex(file));
+          assert.equal((await sql.query("SELECT 1 FROM pg_indexes WHERE indexname = 'file_sha256_by_file'")).rowCount, 0);
+          assert.equal((await store.deleteFiles([file], new Date())).length, 1);
+          assert.equal(Number((await sql.query<{ n: string }>("SELECT count(*) AS n FROM file_sha256")).rows[0].n), 0);
+        });
+      });
+    });
+
     it("lets four nodes open a fresh database at the same moment", async () => {
       await withDatabase(async (database, sql) => {
         await withStores(database, 4, async (stores) => {
