@@ -19,8 +19,10 @@
  * - the first request with a token the server has not seen (a dedup miss with a fresh token of
  *   a sampled repository): its signature is checked then, and only then;
  * - dedup query p50/p99 for indexed chunks (hits) and unknown ones (misses);
- * - shard registration throughput: shards of 1,000 new files over stored xorbs, in chunk
- *   references per second;
+ * - shard registration throughput, in chunk references per second: shards of 1,000 new files,
+ *   each over a random one of all the stored xorbs (the worst case: every file's xorb is loaded
+ *   and leased apart), and shards of 1,000 new files over the 256 xorbs recorded last (as an
+ *   upload's shard names the xorbs it has just sent);
  * - a one-file commit, a tree listing (100 entries) and a commit listing, p50/p99;
  * - database size per chunk.
  *
@@ -59,6 +61,8 @@ const STAGES = [
 ];
 const SAMPLES = { hot: 1_000, cold: 500, newTokens: 200, dedupHits: 300, dedupMisses: 300, shards: 5, commits: 100, listings: 300 };
 const FILES_PER_MEASURED_SHARD = 1_000;
+/** Xorbs an upload's shard names in the second registration figure: ~16 GiB of 64 MiB xorbs. */
+const RECENT_XORBS = 256;
 const AUTHOR = "bench";
 const MiB = 1024 * 1024;
 
@@ -81,6 +85,7 @@ interface StageFigures {
   dedupHit: Latencies;
   dedupMiss: Latencies;
   registrationChunksPerSecond: number;
+  recentRegistrationChunksPerSecond: number;
   commit: Latencies;
   tree: Latencies;
   commits: Latencies;
@@ -255,17 +260,24 @@ async function measure(backend: MetadataBackend, data: SyntheticMetadata, repos:
       Array.from({ length: SAMPLES.dedupMisses }, (_, i) => ({ path: dedupMissPath(`miss ${i}`), headers: readHeaders })),
     );
 
-    let chunkRefs = 0;
-    let registrationMs = 0;
     const writeHeaders = await casHeaders(0, "write");
-    for (let s = 0; s < SAMPLES.shards; s++) {
-      const files = data.newFilesOverStoredXorbs(`${repos}/${s}`, FILES_PER_MEASURED_SHARD, repos, random);
-      const body = serializeUploadShard({ files, xorbs: [] }, { kind: "xet-core" });
-      const at = performance.now();
-      await expectStatus(await fetch(`${server.url}/v1/shards`, { method: "POST", body, headers: writeHeaders }), 200, "shard registration");
-      registrationMs += performance.now() - at;
-      chunkRefs += files.reduce((sum, file) => sum + file.terms.reduce((n, term) => n + term.chunkEnd - term.chunkStart, 0), 0);
-    }
+    const registration = async (shard: (s: number) => ShardFile[]): Promise<number> => {
+      let chunkRefs = 0;
+      let registrationMs = 0;
+      for (let s = 0; s < SAMPLES.shards; s++) {
+        const files = shard(s);
+        const body = serializeUploadShard({ files, xorbs: [] }, { kind: "xet-core" });
+        const at = performance.now();
+        await expectStatus(await fetch(`${server.url}/v1/shards`, { method: "POST", body, headers: writeHeaders }), 200, "shard registration");
+        registrationMs += performance.now() - at;
+        chunkRefs += files.reduce((sum, file) => sum + file.terms.reduce((n, term) => n + term.chunkEnd - term.chunkStart, 0), 0);
+      }
+      return chunkRefs / (registrationMs / 1000);
+    };
+    const registrationChunksPerSecond = await registration((s) => data.newFilesOverStoredXorbs(`${repos}/${s}`, FILES_PER_MEASURED_SHARD, repos, random));
+    const recentRegistrationChunksPerSecond = await registration((s) =>
+      data.newFilesOverRecentXorbs(s * FILES_PER_MEASURED_SHARD, FILES_PER_MEASURED_SHARD, repos),
+    );
 
     const commit = await timed(
       server,
@@ -306,7 +318,8 @@ async function measure(backend: MetadataBackend, data: SyntheticMetadata, repos:
       newToken,
       dedupHit,
       dedupMiss,
-      registrationChunksPerSecond: chunkRefs / (registrationMs / 1000),
+      registrationChunksPerSecond,
+      recentRegistrationChunksPerSecond,
       commit,
       tree,
       commits,
@@ -348,7 +361,13 @@ function report(name: string, stages: { stage: string; figures: StageFigures; fi
     rows.push(
       benchRow(GROUP, `${name} ${stage}: shard registration`, figures.registrationChunksPerSecond, "chunks/s", {
         target: goal({ atLeast: empty.registrationChunksPerSecond / 2 }),
-        note: `shards of ${count(FILES_PER_MEASURED_SHARD)} new files over stored xorbs`,
+        note: `shards of ${count(FILES_PER_MEASURED_SHARD)} new files, each over a random one of all the stored xorbs (the worst case)`,
+      }),
+    );
+    rows.push(
+      benchRow(GROUP, `${name} ${stage}: shard registration, files over the latest xorbs`, figures.recentRegistrationChunksPerSecond, "chunks/s", {
+        target: goal({ atLeast: empty.recentRegistrationChunksPerSecond / 2 }),
+        note: `shards of ${count(FILES_PER_MEASURED_SHARD)} new files over the ${RECENT_XORBS} xorbs recorded last, as an upload's shard names the xorbs it just sent`,
       }),
     );
     latencyRows("one-file commit", figures.commit, empty.commit);
@@ -377,6 +396,18 @@ function xorbHash(x: number): Hash {
 /** First chunk of file `i`: the files lie end to end over the chunk stream, ~10 chunks each, boundaries anywhere in a xorb. */
 function fileStart(i: number): number {
   return Math.floor((i * CHUNKS) / FILES);
+}
+
+/** A new file over chunks `start` … `start + length - 1` of xorb `x`, with the hashes a server checks. */
+function newFile(x: number, start: number, length: number, sha256Label: string): ShardFile {
+  const chunks = Array.from({ length }, (_, j) => x * CHUNKS_PER_XORB + start + j);
+  const hashes = chunks.map(chunkHash);
+  return {
+    fileHash: fileHash(chunks.map((c, j) => ({ hash: hashes[j], size: chunkLength(c) }))),
+    terms: [{ xorbHash: xorbHash(x), chunkStart: start, chunkEnd: start + length, unpackedBytes: chunks.reduce((sum, c) => sum + chunkLength(c), 0) }],
+    verificationHashes: [verificationHash(hashes)],
+    sha256: labelHash(sha256Label),
+  };
 }
 
 const repoName = (r: number) => `bench/scale-${r}`;
@@ -447,23 +478,35 @@ class SyntheticMetadata {
   }
 
   /**
-   * `count` files no shard named before, each a run of 5 to 14 chunks of one stored xorb, with
-   * the real file and verification hashes a server checks.
+   * `count` files no shard named before, each a run of 5 to 14 chunks of a random one of the
+   * stored xorbs, with the real file and verification hashes a server checks.
    */
   newFilesOverStoredXorbs(label: string, count: number, repos: number, random: () => number): ShardFile[] {
-    const xorbs = Math.max(1, Math.floor(fileStart(repos * FILES_PER_REPO) / CHUNKS_PER_XORB));
+    const xorbs = this.xorbsOf(repos);
     return Array.from({ length: count }, (_, k) => {
-      const x = Math.floor(random() * xorbs);
       const length = 5 + Math.floor(random() * 10);
-      const start = Math.floor(random() * (CHUNKS_PER_XORB - length));
-      const chunks = Array.from({ length }, (_, j) => x * CHUNKS_PER_XORB + start + j);
-      const hashes = chunks.map(chunkHash);
-      return {
-        fileHash: fileHash(chunks.map((c, j) => ({ hash: hashes[j], size: chunkLength(c) }))),
-        terms: [{ xorbHash: xorbHash(x), chunkStart: start, chunkEnd: start + length, unpackedBytes: chunks.reduce((sum, c) => sum + chunkLength(c), 0) }],
-        verificationHashes: [verificationHash(hashes)],
-        sha256: labelHash(`scale new ${label} ${k}`),
-      };
+      return newFile(Math.floor(random() * xorbs), Math.floor(random() * (CHUNKS_PER_XORB - length)), length, `scale new ${label} ${k}`);
     });
+  }
+
+  /**
+   * Files `first` … `first + count - 1` over the RECENT_XORBS xorbs recorded last: file g is a
+   * run of 5 to 14 chunks (as many as the other kind on average) of xorb g mod RECENT_XORBS, its
+   * length and start counted on from g, so no two are alike (nor like a file of another stage,
+   * whose latest xorbs are others).
+   */
+  newFilesOverRecentXorbs(first: number, count: number, repos: number): ShardFile[] {
+    const xorbs = this.xorbsOf(repos);
+    const pool = Math.min(RECENT_XORBS, xorbs);
+    const starts = CHUNKS_PER_XORB - 14;
+    return Array.from({ length: count }, (_, k) => {
+      const g = first + k;
+      const run = Math.floor(g / pool);
+      return newFile(xorbs - 1 - (g % pool), Math.floor(run / 10) % starts, 5 + (run % 10), `scale recent ${repos} ${g}`);
+    });
+  }
+
+  private xorbsOf(repos: number): number {
+    return Math.max(1, Math.floor(fileStart(repos * FILES_PER_REPO) / CHUNKS_PER_XORB));
   }
 }
