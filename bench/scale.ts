@@ -189,9 +189,8 @@ async function measure(backend: MetadataBackend, data: SyntheticMetadata, repos:
   const server: ServerProcess = await startCastorServer({ compiled: true, dataDir: backend.dataDir, env: backend.env, readyTimeoutMs: 600_000 });
   const startupMs = performance.now() - started;
   try {
-    const hub = (path: string, init: RequestInit = {}) =>
-      fetch(`${server.url}${path}`, { ...init, headers: { authorization: `Bearer ${adminToken}`, ...init.headers } });
     const hubHeaders = { authorization: `Bearer ${adminToken}` };
+    const hub = (path: string) => fetch(`${server.url}${path}`, { headers: hubHeaders });
     const casTokens = new Map<string, string>();
     const casHeaders = async (repo: number, access: "read" | "write"): Promise<Record<string, string>> => {
       const key = `${repo} ${access}`;
