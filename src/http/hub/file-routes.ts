@@ -2,13 +2,14 @@
  * Hub routes about the files of a revision: tree listings, paths-info, preupload and the
  * NDJSON commit.
  *
- * The commit body is read as a stream, one line at a time, each line bounded, and parsed by
- * hub/commit-payload.ts: inline file contents go to the blob store (content-addressed, so a
- * refused commit leaves at most an unreferenced object) as their lines arrive, and only the
- * operations' small descriptions are kept until the commit is applied in one step.
+ * The commit body is read as a stream (raw-body.ts: timed out like any body), one line at a
+ * time, each line bounded, and parsed by hub/commit-payload.ts: inline file contents go to the
+ * blob store (content-addressed, so a refused commit leaves at most an unreferenced object) as
+ * their lines arrive, and only the operations' small descriptions are kept until the commit is
+ * applied in one step.
  */
 import type { Readable } from "node:stream";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { leaseForWrite } from "../../cas/leases.js";
 import { TaskPool } from "../../client/concurrency.js";
 import { type CommitHeader, CommitPayloadParser, maxCommitLineBytes } from "../../hub/commit-payload.js";
@@ -18,6 +19,7 @@ import type { HubRepositories, ListedEntry, PreuploadFile } from "../../hub/repo
 import type { GcRecords } from "../../metadata/gc.js";
 import type { CommitRecord, Repo } from "../../metadata/store.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
+import { bodyPieces, parseTextBodies } from "../raw-body.js";
 import { addressOf, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
 import { readLines } from "./ndjson.js";
 import { treeEntryJson } from "./render.js";
@@ -64,9 +66,7 @@ function encodePath(path: string): string {
 
 export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): Promise<void> {
   // paths-info comes as a form (huggingface_hub) or JSON; the commit as NDJSON, read as a stream.
-  app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string", bodyLimit: PATHS_INFO_BODY_LIMIT }, (_request, body, done) => {
-    done(null, new URLSearchParams(body as string));
-  });
+  parseTextBodies(app, "application/x-www-form-urlencoded", (text) => new URLSearchParams(text));
   app.addContentTypeParser("application/x-ndjson", (_request, payload, done) => done(null, payload));
 
   /** Listed entries as the Hub renders them; with `expand`, each with the commit that last changed it. */
@@ -155,7 +155,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
     await deps.repos.writable(caller, address);
     const { revision } = revisionAndPath(request, API_REVISION_SEGMENT);
     if (!isStream(request.body)) throw new HubError(415, "send the commit as Content-Type: application/x-ndjson");
-    const { header, operations } = await readCommitPayload(request.body, deps);
+    const { header, operations } = await readCommitPayload(request, deps);
     const commit = await deps.repos.commit(caller, address, revision, header, operations);
     return { commitOid: commit.oid, commitUrl: `${deps.publicUrl()}/${urlPrefixOf(address.type)}${address.name}/commit/${commit.oid}`, success: true };
   });
@@ -188,13 +188,20 @@ const SMALL_INLINE_BYTES = 64 * 1024;
 const SMALL_WRITES_IN_FLIGHT = 64;
 const LARGE_WRITES_IN_FLIGHT = 4;
 
-/** Parses the NDJSON commit (hub/commit-payload.ts), storing inline contents as they arrive. HubError 400/413 for bad input. */
-async function readCommitPayload(body: Readable, deps: HubFileRouteDeps): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
+/**
+ * Parses the NDJSON commit (hub/commit-payload.ts), storing inline contents as they arrive.
+ * HubError 400/413 for bad input; a refusal before the body's end is answered at once, and
+ * connection-limits.ts drops the rest of the body within the linger bounds.
+ *
+ * The body as a whole has no byte cap: its lines are bounded, and so is their number
+ * (MAX_COMMIT_OPERATIONS); the body timeouts bound how long it may take.
+ */
+async function readCommitPayload(request: FastifyRequest, deps: HubFileRouteDeps): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
   const small = new TaskPool(SMALL_WRITES_IN_FLIGHT);
   const large = new TaskPool(LARGE_WRITES_IN_FLIGHT);
   try {
     const payload = new CommitPayloadParser(deps.inlineMaxBytes);
-    for await (const line of readLines(body, maxCommitLineBytes(deps.inlineMaxBytes))) {
+    for await (const line of readLines(bodyPieces(request, Number.POSITIVE_INFINITY), maxCommitLineBytes(deps.inlineMaxBytes))) {
       const inline = payload.line(line);
       if (inline === null) continue;
       const { sha256, content } = inline;
