@@ -40,7 +40,10 @@ import { transferRoutes } from "./transfer-routes.js";
 import { webUiRoutes, type WebUiOptions } from "./web-ui.js";
 import { xorbRoutes } from "./xorb-routes.js";
 
-/** Folder of the data dir where large shard bodies wait on disk while they arrive (body-spool.ts). */
+/**
+ * Folder of the data dir where large shard bodies wait on disk while they arrive (body-spool.ts),
+ * and commits' inline files until the commit has validated (hub/inline-contents.ts).
+ */
 export const SPOOL_DIR_NAME = "spool";
 
 export interface HttpAppOptions {
@@ -224,6 +227,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       store: deps.store,
       publicUrl: deps.publicUrl,
       inlineMaxBytes: deps.hubInlineMaxBytes,
+      spoolDir: join(deps.dataDir, SPOOL_DIR_NAME),
       stats,
     });
     await hubScope.register(castorRoutes, {

@@ -1,13 +1,14 @@
 /**
  * The Hub's NDJSON commit payload (HUB-API §6), one line at a time: a header line first, then
  * one operation per line. Pure: the HTTP route splits the body into bounded lines
- * (http/hub/ndjson.ts), stores each inline file's content as its line is parsed, and applies
- * the operations once the body ended, so only their small descriptions are kept meanwhile.
+ * (http/hub/ndjson.ts), keeps each inline file's content aside as its line is parsed, and
+ * applies the operations once the body ended, so only their small descriptions are kept in
+ * memory meanwhile; the contents are stored only once the commit applies (history.ts).
  *
  *     const payload = new CommitPayloadParser(inlineMaxBytes);
- *     for await (const line of readLines(body, maxCommitLineBytes(inlineMaxBytes))) {
+ *     for await (const line of readLines(pieces, maxCommitLineBytes(inlineMaxBytes))) {
  *       const inline = payload.line(line);
- *       if (inline !== null) await store(inline.sha256, inline.content);
+ *       if (inline !== null) await keep(inline.sha256, inline.content);
  *     }
  *     const { header, operations } = payload.finish();
  *

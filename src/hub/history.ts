@@ -35,6 +35,12 @@ export interface CommitRequest {
   description: string;
   author: string;
   operations: CommitOperation[];
+  /**
+   * Writes the commit's inline contents (the `file` operations' bytes) to the blob store. Called
+   * once, after every operation applied cleanly and before the branch moves, so a refused commit
+   * writes none of them.
+   */
+  storeContents?: () => Promise<void>;
 }
 
 /** Concurrent commits to one branch are rebased this many times before the request fails. */
@@ -95,6 +101,7 @@ export class HistoryWriter {
     const { repo, branch } = request;
     for (const op of request.operations) requirePath(op.path);
     let xetEntries: Map<string, { size: number; xetHash: string }> | undefined;
+    let contentsStored = false;
 
     for (let attempt = 1; ; attempt++) {
       const head = await this.branchHead(repo, branch, "commits go to branches");
@@ -112,6 +119,10 @@ export class HistoryWriter {
       const trees: TreeRecord[] = [];
       const rootOid = this.seal(root, trees);
       const commit = buildCommit(rootOid, head === null ? [] : [head], request.summary, request.description, request.author, this.now());
+      if (!contentsStored) {
+        await request.storeContents?.();
+        contentsStored = true;
+      }
 
       const outcome = await this.store.advanceBranch({ repoId: repo.id, branch, expectedHead: head, commit, trees });
       if (outcome === "advanced") return commit;

@@ -373,20 +373,24 @@ export class HubRepositories {
     return file !== null && (await isStoredWhole(this.store, file));
   }
 
-  /** Applies a commit to `branch` of a repository the caller may write. */
+  /**
+   * Applies a commit to `branch` of a repository the caller may write. `storeContents` writes the
+   * inline files' bytes; it runs only once the commit is known to apply (see CommitRequest).
+   */
   async commit(
     caller: Caller,
     address: RepoAddress,
     branch: string,
     header: { summary: string; description: string; parentCommit?: string },
     operations: CommitOperation[],
+    storeContents?: () => Promise<void>,
   ): Promise<CommitRecord> {
     const repo = await this.writable(caller, address);
     if (isGitOid(branch) && (await this.store.getRevision(repo.id, branch)) === null) {
       throw new HubError(400, `commits go to a branch, not to the commit id ${branch}`);
     }
     if (header.summary.trim() === "") throw new HubError(400, "the commit summary is empty");
-    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations });
+    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations, storeContents });
   }
 
   /** Squashes `branch` of a repository the caller may write to one commit (see HistoryWriter.squash). */

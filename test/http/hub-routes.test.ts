@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { writeFile } from "node:fs/promises";
+import { readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { upload } from "../../src/client/index.js";
@@ -350,6 +350,45 @@ describe("hub routes", () => {
       ];
       for (const [answer, status, code] of refusals) assertStatus(answer, status, code);
       assert.equal(await head("models/alice/bert"), before, "no refused commit moved the branch");
+    });
+
+    it("refused commits store none of their inline files; an accepted one stores exactly its own", async () => {
+      const stored = async () => (await readdir(join(dataDir, "blobs", "inline"), { recursive: true })).filter((name) => /[0-9a-f]{64}$/.test(name)).sort();
+      assertStatus(await createRepo(tokens.alice, { name: "alice/blobs", type: "model" }), 200);
+      assertStatus(await commit("models/alice/blobs", tokens.alice, inline("base.txt", "base")), 200);
+      const before = await stored();
+      const fresh = (count: number) => Array.from({ length: count }, (_, i) => inline(`fresh/${i}.txt`, randomBytes(64).toString("hex")));
+      const refusals: [Answer, number][] = [
+        // A bad line after many good ones, found only once their contents were read.
+        [
+          await call("POST", "/api/models/alice/blobs/commit/main", {
+            token: tokens.alice,
+            body: `${ndjson(header("x"), ...fresh(50))}{not json\n`,
+            type: "application/x-ndjson",
+          }),
+          400,
+        ],
+        [await commit("models/alice/blobs", tokens.alice, ...fresh(20), inline("a/../b", "x")), 400],
+        // Refusals decided where the commit is applied, after the whole body was read.
+        [await commit("models/alice/blobs", tokens.alice, ...fresh(20), { key: "deletedFile", value: { path: "nope.txt" } }), 404],
+        [await commit("models/alice/blobs", tokens.alice, ...fresh(20), inline("base.txt/inside", "x")), 400],
+        [
+          await call("POST", "/api/models/alice/blobs/commit/main", {
+            token: tokens.alice,
+            body: ndjson(header("stale", "0".repeat(40)), ...fresh(20)),
+            type: "application/x-ndjson",
+          }),
+          412,
+        ],
+      ];
+      for (const [answer, status] of refusals) assertStatus(answer, status);
+      assert.deepEqual(await stored(), before, "no refused commit left an inline blob");
+      const accepted = fresh(5);
+      assertStatus(await commit("models/alice/blobs", tokens.alice, ...accepted), 200);
+      const added = (await stored()).filter((name) => !before.includes(name)).map((name) => name.slice(-64));
+      const expected = accepted.map((op) => createHash("sha256").update(Buffer.from(op.value.content, "base64")).digest("hex"));
+      assert.deepEqual(added.sort(), expected.sort());
+      assert.deepEqual(await readdir(join(dataDir, "spool")).catch(() => []), [], "nothing left in the spool");
     });
 
     it("a matching parentCommit is accepted; deletes remove files and emptied folders", async () => {

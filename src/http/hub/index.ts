@@ -31,6 +31,8 @@ export interface HubHttpDeps {
   publicUrl: () => string;
   /** `config.hubInlineMaxBytes`. */
   inlineMaxBytes: number;
+  /** Where commits' inline contents wait on disk until the commit has validated (the data dir's spool). */
+  spoolDir: string;
   /** Storage statistics, for `GET /api/stats`. */
   stats: StorageStatsService;
 }
