@@ -18,7 +18,7 @@ import { gitBlobId } from "../format/git.js";
 import { trimSlashes } from "../format/repo.js";
 import { HubError } from "./errors.js";
 import { type CommitOperation, sha256Hex } from "./history.js";
-import { requirePath } from "./paths.js";
+import { requireNewPath, requirePath } from "./paths.js";
 
 export interface CommitHeader {
   summary: string;
@@ -86,9 +86,12 @@ export class CommitPayloadParser {
     const given = value.path;
     if (typeof given !== "string") throw new HubError(400, `commit line ${lineNumber}: the operation needs a "path"`);
     // Checked here as well as where the commit is applied (history.ts), so that a file refused
-    // for its path is refused before its content is stored.
+    // for its path is refused at its line, before the rest of the body is read. A file is
+    // added only at a path safe on clients' disks; a deletion takes any path (a name refused
+    // now may be in a repository from before).
     const path = key === "deletedFolder" ? trimSlashes(given) : given;
-    requirePath(path);
+    if (key === "file" || key === "lfsFile") requireNewPath(path);
+    else requirePath(path);
     switch (key) {
       case "file": {
         if (typeof value.content !== "string" || (value.encoding !== undefined && value.encoding !== "base64")) {

@@ -21,7 +21,7 @@ import { HubError } from "./errors.js";
 import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js";
 import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireRevisionName } from "./names.js";
 import { lastCommits } from "./last-commits.js";
-import { requirePath, TreeReader } from "./paths.js";
+import { requireNewPath, TreeReader } from "./paths.js";
 import { isStoredWhole } from "./stored-files.js";
 import { ADMIN_AUTHOR } from "./service.js";
 
@@ -356,7 +356,7 @@ export class HubRepositories {
     const answers: PreuploadAnswer[] = [];
     for (const file of files) {
       const lfs = file.size > 0 && (file.size >= this.options.inlineMaxBytes || file.sample.includes(0));
-      requirePath(file.path);
+      requireNewPath(file.path);
       const current = await reader.fileAt(commit.treeOid, file.path);
       const answer: PreuploadAnswer = { path: file.path, uploadMode: lfs ? "lfs" : "regular" };
       // The client skips a file whose oid matches its own: only say it when it is exactly that id.

@@ -391,6 +391,67 @@ describe("hub routes", () => {
       assert.deepEqual(await readdir(join(dataDir, "spool")).catch(() => []), [], "nothing left in the spool");
     });
 
+    it("refuses paths that are dangerous on clients' disks with a 400 naming the rule, at commit and preupload", async () => {
+      const before = await head("models/alice/bert");
+      const cases: [string, RegExp][] = [
+        ["..\\evil", /backslash/],
+        ["a\\..\\..\\b", /backslash/],
+        ["line\nbreak.txt", /control character U\+000A/],
+        [" ", /starts or ends with white space/],
+        ["evil\u202etxt.exe", /U\+202E, an invisible character/],
+        ["%2e%2e/x", /percent-encoded/],
+        ["C:evil", /drive letter/],
+        ["name.", /ends with '\.'/],
+        [".GIT/config", /git's own folder/],
+      ];
+      for (const [path, rule] of cases) {
+        const refused = await commit("models/alice/bert", tokens.alice, inline(path, "x"));
+        assertStatus(refused, 400);
+        assert.match(refused.json().error, rule, JSON.stringify(path));
+        assert.match(refused.json().error, /^invalid path /);
+        const preupload = await call("POST", "/api/models/alice/bert/preupload/main", {
+          token: tokens.alice,
+          json: { files: [{ path, sample: "", size: 1 }] },
+        });
+        assertStatus(preupload, 400);
+        assert.match(preupload.json().error, rule);
+      }
+      const lfs = await commit("models/alice/bert", tokens.alice, {
+        key: "lfsFile",
+        value: { path: "w\\x.bin", algo: "sha256", oid: "ab".repeat(32), size: 1 },
+      });
+      assertStatus(lfs, 400);
+      assert.match(lfs.json().error, /backslash/);
+      assert.equal(await head("models/alice/bert"), before, "no refused commit moved the branch");
+    });
+
+    it("refuses a name that differs from another of its folder only in case or Unicode normalization", async () => {
+      assertStatus(await createRepo(tokens.alice, { name: "alice/names", type: "model" }), 200);
+      const nfc = "caf\u00e9.txt";
+      const nfd = "cafe\u0301.txt";
+      const both = await commit("models/alice/names", tokens.alice, inline(nfc, "composed"), inline(nfd, "decomposed"));
+      assertStatus(both, 400);
+      assert.match(
+        both.json().error,
+        /cannot add "cafe\u0301\.txt" to the repository's root: it holds "caf\u00e9\.txt", a name that differs only in letter case or Unicode normalization/,
+      );
+      assertStatus(await commit("models/alice/names", tokens.alice, inline(nfc, "composed"), inline("data/train.csv", "a,b\n")), 200);
+      const later = await commit("models/alice/names", tokens.alice, inline(nfd, "decomposed"));
+      assertStatus(later, 400);
+      assert.match(later.json().error, /macOS and Windows disks keep one file for both/);
+      const folder = await commit("models/alice/names", tokens.alice, inline("Data/test.csv", "c,d\n"));
+      assertStatus(folder, 400);
+      assert.match(folder.json().error, /cannot add "Data" to the repository's root: it holds "data"/);
+      const inFolder = await commit("models/alice/names", tokens.alice, inline("data/TRAIN.csv", "c,d\n"));
+      assertStatus(inFolder, 400);
+      assert.match(inFolder.json().error, /cannot add "TRAIN\.csv" to the folder "data": it holds "train\.csv"/);
+      // A rename in case replaces the old name in one commit; writing the same name again is an update.
+      assertStatus(await commit("models/alice/names", tokens.alice, { key: "deletedFile", value: { path: nfc } }, inline("CAF\u00c9.txt", "renamed")), 200);
+      assertStatus(await commit("models/alice/names", tokens.alice, inline("CAF\u00c9.txt", "updated")), 200);
+      const tree = (await call("GET", "/api/models/alice/names/tree/main", { token: tokens.alice })).json();
+      assert.deepEqual(tree.map((entry: { path: string }) => entry.path).sort(), ["CAF\u00c9.txt", "data"]);
+    });
+
     it("a matching parentCommit is accepted; deletes remove files and emptied folders", async () => {
       const parent = await head("models/alice/bert");
       const answer = await call("POST", "/api/models/alice/bert/commit/main", {
