@@ -19,7 +19,7 @@ import {
 import { callerOf, canRead, namespaceOf, repoNotFound, requireReadable, requireWritable, type Caller } from "./access.js";
 import { HubError } from "./errors.js";
 import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js";
-import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireRevisionName } from "./names.js";
+import { formatRepoRef, quote, requireNamespace, requireNewRevisionName, requireRepoName, requireRepoType } from "./names.js";
 import { lastCommits } from "./last-commits.js";
 import { requireNewPath, TreeReader } from "./paths.js";
 import { isStoredWhole } from "./stored-files.js";
@@ -199,8 +199,9 @@ export class HubRepositories {
   /**
    * The commit `revision` names: a branch, a tag or a commit id of the repository (all 40
    * digits, or an unambiguous prefix of at least 4, as git takes them), or `HEAD` (git's name for
-   * the default branch, `main`, which `@huggingface/hub`'s modelInfo asks for) unless a branch
-   * is called that. 404 RevisionNotFound otherwise, also for an ambiguous prefix.
+   * the default branch, `main`, which `@huggingface/hub`'s modelInfo asks for; no branch or tag
+   * may be created with that name, but one made before castor refused it still wins). 404
+   * RevisionNotFound otherwise, also for an ambiguous prefix.
    */
   async resolve(repo: Repo, revision: string): Promise<{ commit: CommitRecord; revision: Revision | null }> {
     const named = (await this.store.getRevision(repo.id, revision)) ?? (revision === "HEAD" ? await this.store.getRevision(repo.id, "main") : null);
@@ -254,8 +255,7 @@ export class HubRepositories {
   /** A branch or tag at the commit `from` names (default: `main`'s head). */
   async createRevision(caller: Caller, address: RepoAddress, name: string, kind: "branch" | "tag", from: string | undefined): Promise<Revision> {
     const repo = await this.writable(caller, address);
-    requireRevisionName(name);
-    if (isGitOid(name)) throw new HubError(400, `a ${kind} name cannot look like a commit id: ${quote(name)}`);
+    requireNewRevisionName(name);
     const { commit } = await this.resolve(repo, from ?? "main");
     try {
       return await this.store.createRevision(repo.id, name, kind, commit.oid);
