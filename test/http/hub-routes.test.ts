@@ -615,6 +615,25 @@ describe("hub routes", () => {
       assertStatus(await call("HEAD", "/alice/fileinfo/resolve/HEAD/notes.txt", { token: tokens.alice }), 200);
     });
 
+    it("serves repository content so that no browser runs it as a page or script of castor's origin", async () => {
+      // alice/fileinfo from the tests before: w.bin through Xet, notes.txt inline.
+      const answers = [
+        await call("GET", "/alice/fileinfo/resolve/main/notes.txt", { token: tokens.alice }),
+        await call("HEAD", "/alice/fileinfo/resolve/main/notes.txt", { token: tokens.alice }),
+        await call("GET", "/alice/fileinfo/resolve/main/notes.txt", { token: tokens.alice, headers: { range: "bytes=0-3" } }),
+        await call("GET", "/alice/fileinfo/resolve/main/w.bin", { token: tokens.alice }),
+        await call("GET", "/alice/fileinfo/resolve/main/w.bin", { token: tokens.alice, headers: { accept: "application/vnd.xet-fileinfo+json" } }),
+        await call("HEAD", "/alice/fileinfo/resolve/main/w.bin", { token: tokens.alice }),
+        await call("GET", "/alice/fileinfo/raw/main/notes.txt", { token: tokens.alice }),
+        await call("HEAD", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice }),
+      ];
+      for (const answer of answers) {
+        assert.ok(answer.status === 200 || answer.status === 206, answer.text);
+        assert.equal(answer.headers.get("x-content-type-options"), "nosniff");
+        assert.equal(answer.headers.get("content-security-policy"), "default-src 'none'; sandbox");
+      }
+    });
+
     it("commit history pages by ?limit= with rel=next links that keep the limit, pinned to the commit", async () => {
       assertStatus(await createRepo(tokens.alice, { name: "alice/history", type: "model" }), 200);
       for (let i = 0; i < 6; i++) assertStatus(await commit("models/alice/history", tokens.alice, inline(`f${i}.txt`, `${i}\n`)), 200);
