@@ -1,6 +1,6 @@
 /** `castor revision create TYPE:NS/NAME NAME [--tag]`. */
 import { loadAdminConfig } from "./stores.js";
-import { parseRepoRef, requireRevisionName } from "../hub/names.js";
+import { parseRepoRef, requireNewRevisionName } from "../hub/names.js";
 import { withHub } from "../hub/open.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, parseCommandLine, runCommand, runSubcommand } from "./args.js";
 
@@ -15,7 +15,8 @@ Creates a branch (or, with --tag, a tag) in a repository. CAS tokens are issued 
 repository and revision, so a client can only ask for tokens on revisions that exist.
 
   TYPE:NAMESPACE/NAME   the repository, e.g. model:alice/bert
-  NAME                  git-ref-like: may contain '/', no spaces, no '..', ≤ 255 characters
+  NAME                  git-ref-like: may contain '/', no spaces, no '..', ≤ 255 characters;
+                        not HEAD, not a 40-hex commit id
   --tag                 create a tag instead of a branch
 
 ${CONFIG_FLAGS_HELP}
@@ -35,7 +36,7 @@ function create(argv: string[]): Promise<number> {
     const [repoRef, name] = expectPositionals(args.positionals, ["TYPE:NAMESPACE/NAME", "NAME"]);
     // Checked before the database is opened, so a typo creates no data folder.
     parseRepoRef(repoRef);
-    requireRevisionName(name);
+    requireNewRevisionName(name);
     const kind = args.values.tag === true ? "tag" : "branch";
     const config = loadAdminConfig(args.configFlags);
     const revision = await withHub(config, (hub) => hub.createRevision(repoRef, name, kind));

@@ -29,7 +29,7 @@ import type { HubRepositories } from "../hub/repositories.js";
 import { DailyStatsSampler, StorageStatsService } from "../hub/stats.js";
 import { HubService } from "../hub/service.js";
 import { castorRoutes } from "./hub/castor-routes.js";
-import { hubRoutes, type XetFileSource } from "./hub/index.js";
+import { acceptHubBodies, hubRoutes, type XetFileSource } from "./hub/index.js";
 import { DEFAULT_HUB_LIMITS, installHubLimits, type HubLimits } from "./hub-limits.js";
 import { hubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
@@ -40,7 +40,10 @@ import { transferRoutes } from "./transfer-routes.js";
 import { webUiRoutes, type WebUiOptions } from "./web-ui.js";
 import { xorbRoutes } from "./xorb-routes.js";
 
-/** Folder of the data dir where large shard bodies wait on disk while they arrive (body-spool.ts). */
+/**
+ * Folder of the data dir where large shard bodies wait on disk while they arrive (body-spool.ts),
+ * and commits' inline files until the commit has validated (hub/inline-contents.ts).
+ */
 export const SPOOL_DIR_NAME = "spool";
 
 export interface HttpAppOptions {
@@ -214,6 +217,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   // One scope for the hub's routes and the token operation, so the per-client limits
   // (hub-limits.ts) cover exactly them and never the CAS routes.
   await app.register(async (hubScope) => {
+    acceptHubBodies(hubScope);
     await installHubLimits(hubScope, { ...DEFAULT_HUB_LIMITS, ...deps.hubLimits }, onRefusal);
     await hubScope.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
     await hubScope.register(hubRoutes, {
@@ -223,6 +227,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       store: deps.store,
       publicUrl: deps.publicUrl,
       inlineMaxBytes: deps.hubInlineMaxBytes,
+      spoolDir: join(deps.dataDir, SPOOL_DIR_NAME),
       stats,
     });
     await hubScope.register(castorRoutes, {

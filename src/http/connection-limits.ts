@@ -28,6 +28,9 @@
  *   most `lingerTimeoutMs` / `lingerBytes`, and only then is the socket closed. The bounds are
  *   small on purpose: they are spent on clients castor refused (unauthenticated ones included),
  *   and a peer has the answer within milliseconds of its arrival; see the defaults below.
+ *   A route may instead keep the connection and drop the rest in the background
+ *   (`settleUnreadBody` in raw-body.ts); the rest must then end within `lingerTimeoutMs` of the
+ *   answer too, or the connection is closed.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
@@ -138,7 +141,10 @@ export function installConnectionLimits(app: FastifyInstance, limits: Connection
 
   app.addHook("onSend", async (request, reply, payload) => {
     const raw = request.raw;
-    if (hasBody(raw) && !raw.complete && !discardingInBackground.has(raw)) {
+    if (!hasBody(raw) || raw.complete) return payload;
+    if (discardingInBackground.has(raw)) {
+      boundBackgroundDiscard(raw, reply.raw, limits);
+    } else {
       reply.header("connection", "close");
       lingerAfterAnswer(raw, limits);
     }
@@ -246,12 +252,37 @@ function watchRequestBody(request: IncomingMessage, response: ServerResponse, li
 }
 
 /**
+ * A route dropping the rest of a body in the background keeps the connection for the next
+ * request, but not for longer than a refused client gets: once the answer is out, the rest must
+ * end within the linger time, or the connection is closed (the answer is with the client by
+ * then). Without this, a client answered 400 could hold the connection by sending the rest one
+ * byte at a time, since the body watchdog stops with the exchange.
+ */
+function boundBackgroundDiscard(request: IncomingMessage, response: ServerResponse, limits: ConnectionLimits): void {
+  const socket = request.socket;
+  if (socket === null) return;
+  response.once("finish", () => {
+    if (request.complete || socket.destroyed) return;
+    const timer = setTimeout(() => socket.destroy(), limits.lingerTimeoutMs).unref();
+    const cancel = () => {
+      clearTimeout(timer);
+      request.off("end", cancel);
+      socket.off("close", cancel);
+    };
+    request.once("end", cancel);
+    socket.once("close", cancel);
+  });
+}
+
+/**
  * Instead of Node closing the socket once the answer is written (it would, for `Connection:
  * close`), closes the write side, reads and drops the rest of the body within the linger
  * bounds, and closes then. See the file comment for why.
  */
 function lingerAfterAnswer(request: IncomingMessage, limits: ConnectionLimits): void {
   const socket = request.socket;
+  // Gone already (the client left): there is nothing to linger on.
+  if (socket === null || socket.destroyed) return;
   socket.destroySoon = () => {
     if (socket.destroyed) return;
     // FIN after the answer: the client (or proxy) sees the answer complete.

@@ -176,6 +176,24 @@ export async function* bodyPieces(request: FastifyRequest, maxBytes: number = bo
   }
 }
 
+/**
+ * Makes `scope` read the bodies of `contentTypes` itself, with `bodyPieces`, and hand the route
+ * `parse(text)`: the route's `bodyLimit` (413, by Content-Length before a byte is read), the body
+ * timeouts (408) and an interrupted body (400) then apply as on the upload routes. fastify's own
+ * body reading, which `addContentTypeParser(…, { parseAs: "string" })` uses, does not see the body
+ * watchdog's cut: a body dribbled to it was closed without an answer.
+ */
+export function parseTextBodies(scope: FastifyInstance, contentTypes: string | string[], parse: (text: string, request: FastifyRequest) => unknown): void {
+  scope.addContentTypeParser(contentTypes, async (request: FastifyRequest) => {
+    const limit = bodyLimitOf(request);
+    const declared = declaredLengthOf(request);
+    if (declared !== undefined && declared > limit) throw new PayloadTooLargeError(request, limit, declared);
+    const pieces: Buffer[] = [];
+    for await (const piece of bodyPieces(request, limit)) pieces.push(piece);
+    return parse(Buffer.concat(pieces).toString("utf8"), request);
+  });
+}
+
 /** Reads the body to its end and drops it (routes that accept and ignore a body); returns its length. */
 export async function discardBody(request: FastifyRequest, maxBytes: number = bodyLimitOf(request)): Promise<number> {
   let length = 0;
@@ -192,8 +210,9 @@ export async function discardBody(request: FastifyRequest, maxBytes: number = bo
  * itself asks for `Connection: close` (413: the rest may be endless; then the answer is
  * followed by a bounded linger, see connection-limits.ts), the rest of the body is read and
  * dropped in the background while the answer goes out; the connection stays usable. That
- * background read is bounded by the route's `bodyLimit` (past it the socket is closed) and by
- * the body timeouts.
+ * background read is bounded by the route's `bodyLimit` (past it the socket is closed) and must
+ * end within the linger time of the answer (CASTOR_LINGER_TIMEOUT; connection-limits.ts closes
+ * the connection otherwise).
  */
 export function settleUnreadBody<E>(request: FastifyRequest, error: E): E {
   const stream = bodyStreamOf(request);

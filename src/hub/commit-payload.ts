@@ -1,13 +1,14 @@
 /**
  * The Hub's NDJSON commit payload (HUB-API §6), one line at a time: a header line first, then
  * one operation per line. Pure: the HTTP route splits the body into bounded lines
- * (http/hub/ndjson.ts), stores each inline file's content as its line is parsed, and applies
- * the operations once the body ended, so only their small descriptions are kept meanwhile.
+ * (http/hub/ndjson.ts), keeps each inline file's content aside as its line is parsed, and
+ * applies the operations once the body ended, so only their small descriptions are kept in
+ * memory meanwhile; the contents are stored only once the commit applies (history.ts).
  *
  *     const payload = new CommitPayloadParser(inlineMaxBytes);
- *     for await (const line of readLines(body, maxCommitLineBytes(inlineMaxBytes))) {
+ *     for await (const line of readLines(pieces, maxCommitLineBytes(inlineMaxBytes))) {
  *       const inline = payload.line(line);
- *       if (inline !== null) await store(inline.sha256, inline.content);
+ *       if (inline !== null) await keep(inline.sha256, inline.content);
  *     }
  *     const { header, operations } = payload.finish();
  *
@@ -17,7 +18,7 @@ import { gitBlobId } from "../format/git.js";
 import { trimSlashes } from "../format/repo.js";
 import { HubError } from "./errors.js";
 import { type CommitOperation, sha256Hex } from "./history.js";
-import { requirePath } from "./paths.js";
+import { requireNewPath, requirePath } from "./paths.js";
 
 export interface CommitHeader {
   summary: string;
@@ -85,9 +86,12 @@ export class CommitPayloadParser {
     const given = value.path;
     if (typeof given !== "string") throw new HubError(400, `commit line ${lineNumber}: the operation needs a "path"`);
     // Checked here as well as where the commit is applied (history.ts), so that a file refused
-    // for its path is refused before its content is stored.
+    // for its path is refused at its line, before the rest of the body is read. A file is
+    // added only at a path safe on clients' disks; a deletion takes any path (a name refused
+    // now may be in a repository from before).
     const path = key === "deletedFolder" ? trimSlashes(given) : given;
-    requirePath(path);
+    if (key === "file" || key === "lfsFile") requireNewPath(path);
+    else requirePath(path);
     switch (key) {
       case "file": {
         if (typeof value.content !== "string" || (value.encoding !== undefined && value.encoding !== "base64")) {

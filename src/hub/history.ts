@@ -15,7 +15,7 @@ import { hashToHex, type Hash } from "../format/hash.js";
 import type { CommitRecord, MetadataStore, Repo, TreeEntry, TreeFileEntry, TreeRecord } from "../metadata/store.js";
 import { HubError } from "./errors.js";
 import { quote } from "./names.js";
-import { requirePath, TreeReader } from "./paths.js";
+import { nameCollision, nameCollisionKey, requireNewPath, requirePath, TreeReader } from "./paths.js";
 
 /** One change of a commit, as the Hub's NDJSON commit payload names them. */
 export type CommitOperation =
@@ -35,6 +35,12 @@ export interface CommitRequest {
   description: string;
   author: string;
   operations: CommitOperation[];
+  /**
+   * Writes the commit's inline contents (the `file` operations' bytes) to the blob store. Called
+   * once, after every operation applied cleanly and before the branch moves, so a refused commit
+   * writes none of them.
+   */
+  storeContents?: () => Promise<void>;
 }
 
 /** Concurrent commits to one branch are rebased this many times before the request fails. */
@@ -76,12 +82,13 @@ export function sha256Hex(bytes: Uint8Array): string {
 
 /**
  * A folder being edited: its entries by name, subfolders opened on demand. `dirty` marks the
- * folders whose tree must be rewritten.
+ * folders whose tree must be rewritten; `added`, the names this commit added to it.
  */
 interface EditableFolder {
   entries: Map<string, TreeEntry>;
   opened: Map<string, EditableFolder>;
   dirty: boolean;
+  added: Set<string>;
 }
 
 export class HistoryWriter {
@@ -93,8 +100,12 @@ export class HistoryWriter {
   /** Applies the commit; returns the new commit. HubError for every refusal, nothing written then. */
   async commit(request: CommitRequest): Promise<CommitRecord> {
     const { repo, branch } = request;
-    for (const op of request.operations) requirePath(op.path);
+    for (const op of request.operations) {
+      if (op.kind === "file" || op.kind === "lfsFile") requireNewPath(op.path);
+      else requirePath(op.path);
+    }
     let xetEntries: Map<string, { size: number; xetHash: string }> | undefined;
+    let contentsStored = false;
 
     for (let attempt = 1; ; attempt++) {
       const head = await this.branchHead(repo, branch, "commits go to branches");
@@ -112,6 +123,10 @@ export class HistoryWriter {
       const trees: TreeRecord[] = [];
       const rootOid = this.seal(root, trees);
       const commit = buildCommit(rootOid, head === null ? [] : [head], request.summary, request.description, request.author, this.now());
+      if (!contentsStored) {
+        await request.storeContents?.();
+        contentsStored = true;
+      }
 
       const outcome = await this.store.advanceBranch({ repoId: repo.id, branch, expectedHead: head, commit, trees });
       if (outcome === "advanced") return commit;
@@ -203,7 +218,7 @@ export class HistoryWriter {
   private async open(reader: TreeReader, oid: string | null): Promise<EditableFolder> {
     const entries = new Map<string, TreeEntry>();
     if (oid !== null) for (const entry of (await reader.tree(oid)).entries) entries.set(entry.name, entry);
-    return { entries, opened: new Map(), dirty: false };
+    return { entries, opened: new Map(), dirty: false, added: new Set() };
   }
 
   /** The folder at `segments` below `root`; with `create`, missing folders are made. null when absent. */
@@ -222,7 +237,10 @@ export class HistoryWriter {
         if (entry === undefined && !create) return null;
         child = await this.open(reader, entry === undefined ? null : entry.oid);
         folder.opened.set(name, child);
-        if (entry === undefined) folder.entries.set(name, { type: "directory", name, oid: "" });
+        if (entry === undefined) {
+          folder.entries.set(name, { type: "directory", name, oid: "" });
+          folder.added.add(name);
+        }
       }
       chain.push(child);
       folder = child;
@@ -255,6 +273,7 @@ export class HistoryWriter {
           ? { type: "file", name, oid: op.oid, size: op.size, sha256: op.sha256, xetHash: null }
           : xetFileEntry(name, op.sha256, xetFiles.get(op.sha256)!.size, xetFiles.get(op.sha256)!.xetHash);
       folder.entries.set(name, entry);
+      if (existing === undefined) folder.added.add(name);
       markDirty(chain);
       return;
     }
@@ -271,19 +290,35 @@ export class HistoryWriter {
 
   /**
    * Gives every rewritten folder its new tree (collected into `out`) and returns the folder's
-   * tree id. Folders left empty disappear, as in git; the root stays even when empty.
+   * tree id. Folders left empty disappear, as in git; the root stays even when empty. A name
+   * the commit added that another of its folder's names equals but for case or normalization
+   * is refused here, once every operation is applied (a rename in case deletes the old name).
    */
-  private seal(folder: EditableFolder, out: TreeRecord[], isRoot = true): string {
+  private seal(folder: EditableFolder, out: TreeRecord[], path = ""): string {
     for (const [name, child] of folder.opened) {
       if (!child.dirty) continue;
-      const oid = this.seal(child, out, false);
+      const oid = this.seal(child, out, path === "" ? name : `${path}/${name}`);
       if (child.entries.size === 0) folder.entries.delete(name);
       else folder.entries.set(name, { type: "directory", name, oid });
     }
+    if (folder.added.size > 0) refuseNameCollisions(folder, path);
+    const isRoot = path === "";
     const entries = [...folder.entries.values()].sort(compareTreeItems);
     const oid = gitTreeId(entries);
     if (folder.dirty && (isRoot || entries.length > 0)) out.push({ oid, entries });
     return oid;
+  }
+}
+
+/** HubError 400 when a name `folder` gained equals another of its names but for case or Unicode normalization (paths.ts). */
+function refuseNameCollisions(folder: EditableFolder, path: string): void {
+  const byKey = new Map<string, string>();
+  for (const name of folder.entries.keys()) {
+    const key = nameCollisionKey(name);
+    const other = byKey.get(key);
+    if (other === undefined) byKey.set(key, name);
+    else if (folder.added.has(name)) throw nameCollision(path, name, other);
+    else if (folder.added.has(other)) throw nameCollision(path, other, name);
   }
 }
 

@@ -1,9 +1,10 @@
 /**
  * Validation of the names the hub accepts from users and clients: repository types,
  * `namespace/name` repository names, `TYPE:NS/NAME` references and git-ref-like revision
- * names. Each check has a `…Problem` form returning a message (for the token operation, which
+ * names (those read, and those a branch or tag may be created with). Each check has a `…Problem` form returning a message (for the token operation, which
  * answers with a denial instead of throwing) and a throwing `require…` form.
  */
+import { GIT_OID_RE } from "../format/git.js";
 import { REPO_TYPES, type RepoType } from "../metadata/store.js";
 import { HubError } from "./errors.js";
 
@@ -52,6 +53,19 @@ export function revisionNameProblem(name: string): string | null {
   return reason === null ? null : `revision name ${quote(name)} is not valid: ${reason}`;
 }
 
+/**
+ * The name of a branch or tag to create: a valid revision name that does not stand for something
+ * else where revisions are read — `HEAD` (git's name for the current branch, which git refuses as
+ * a branch name and castor reads as `main`) or a 40-hex commit id.
+ */
+export function newRevisionNameProblem(name: string): string | null {
+  const problem = revisionNameProblem(name);
+  if (problem !== null) return problem;
+  if (name === "HEAD") return `revision name "HEAD" is reserved: it names the default branch (main), as in git`;
+  if (GIT_OID_RE.test(name)) return `revision name ${quote(name)} is not valid: it looks like a commit id`;
+  return null;
+}
+
 /** A namespace (the first part of a repository name) or a user name. */
 export function requireNamespace(name: string, what = "namespace"): string {
   if (!NAME_PART.test(name) || name.includes("..")) {
@@ -74,6 +88,12 @@ export function requireRepoName(name: string): string {
 
 export function requireRevisionName(name: string): string {
   const problem = revisionNameProblem(name);
+  if (problem !== null) throw new HubError(400, problem);
+  return name;
+}
+
+export function requireNewRevisionName(name: string): string {
+  const problem = newRevisionNameProblem(name);
   if (problem !== null) throw new HubError(400, problem);
   return name;
 }

@@ -19,9 +19,9 @@ import {
 import { callerOf, canRead, namespaceOf, repoNotFound, requireReadable, requireWritable, type Caller } from "./access.js";
 import { HubError } from "./errors.js";
 import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js";
-import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireRevisionName } from "./names.js";
+import { formatRepoRef, quote, requireNamespace, requireNewRevisionName, requireRepoName, requireRepoType } from "./names.js";
 import { lastCommits } from "./last-commits.js";
-import { requirePath, TreeReader } from "./paths.js";
+import { requireNewPath, TreeReader } from "./paths.js";
 import { isStoredWhole } from "./stored-files.js";
 import { ADMIN_AUTHOR } from "./service.js";
 
@@ -199,8 +199,9 @@ export class HubRepositories {
   /**
    * The commit `revision` names: a branch, a tag or a commit id of the repository (all 40
    * digits, or an unambiguous prefix of at least 4, as git takes them), or `HEAD` (git's name for
-   * the default branch, `main`, which `@huggingface/hub`'s modelInfo asks for) unless a branch
-   * is called that. 404 RevisionNotFound otherwise, also for an ambiguous prefix.
+   * the default branch, `main`, which `@huggingface/hub`'s modelInfo asks for; no branch or tag
+   * may be created with that name, but one made before castor refused it still wins). 404
+   * RevisionNotFound otherwise, also for an ambiguous prefix.
    */
   async resolve(repo: Repo, revision: string): Promise<{ commit: CommitRecord; revision: Revision | null }> {
     const named = (await this.store.getRevision(repo.id, revision)) ?? (revision === "HEAD" ? await this.store.getRevision(repo.id, "main") : null);
@@ -254,8 +255,7 @@ export class HubRepositories {
   /** A branch or tag at the commit `from` names (default: `main`'s head). */
   async createRevision(caller: Caller, address: RepoAddress, name: string, kind: "branch" | "tag", from: string | undefined): Promise<Revision> {
     const repo = await this.writable(caller, address);
-    requireRevisionName(name);
-    if (isGitOid(name)) throw new HubError(400, `a ${kind} name cannot look like a commit id: ${quote(name)}`);
+    requireNewRevisionName(name);
     const { commit } = await this.resolve(repo, from ?? "main");
     try {
       return await this.store.createRevision(repo.id, name, kind, commit.oid);
@@ -356,7 +356,7 @@ export class HubRepositories {
     const answers: PreuploadAnswer[] = [];
     for (const file of files) {
       const lfs = file.size > 0 && (file.size >= this.options.inlineMaxBytes || file.sample.includes(0));
-      requirePath(file.path);
+      requireNewPath(file.path);
       const current = await reader.fileAt(commit.treeOid, file.path);
       const answer: PreuploadAnswer = { path: file.path, uploadMode: lfs ? "lfs" : "regular" };
       // The client skips a file whose oid matches its own: only say it when it is exactly that id.
@@ -373,20 +373,24 @@ export class HubRepositories {
     return file !== null && (await isStoredWhole(this.store, file));
   }
 
-  /** Applies a commit to `branch` of a repository the caller may write. */
+  /**
+   * Applies a commit to `branch` of a repository the caller may write. `storeContents` writes the
+   * inline files' bytes; it runs only once the commit is known to apply (see CommitRequest).
+   */
   async commit(
     caller: Caller,
     address: RepoAddress,
     branch: string,
     header: { summary: string; description: string; parentCommit?: string },
     operations: CommitOperation[],
+    storeContents?: () => Promise<void>,
   ): Promise<CommitRecord> {
     const repo = await this.writable(caller, address);
     if (isGitOid(branch) && (await this.store.getRevision(repo.id, branch)) === null) {
       throw new HubError(400, `commits go to a branch, not to the commit id ${branch}`);
     }
     if (header.summary.trim() === "") throw new HubError(400, "the commit summary is empty");
-    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations });
+    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations, storeContents });
   }
 
   /** Squashes `branch` of a repository the caller may write to one commit (see HistoryWriter.squash). */

@@ -27,7 +27,7 @@ import {
   requireRepoName,
   requireNamespace,
   requireRepoType,
-  requireRevisionName,
+  requireNewRevisionName,
   revisionNameProblem,
 } from "./names.js";
 import { generateHubTokenId, generateHubTokenSecret, hashHubTokenSecret } from "./tokens.js";
@@ -108,7 +108,7 @@ export class HubService {
   /** HubError 400 for a bad reference, name or kind; 404 for an unknown repository; 409 when the name is taken. */
   async createRevision(repoRef: string, name: string, kind: RevisionKind): Promise<Revision> {
     const ref = parseRepoRef(repoRef);
-    requireRevisionName(name);
+    requireNewRevisionName(name);
     if (kind !== "branch" && kind !== "tag") throw new HubError(400, `revision kind must be branch or tag; got ${quote(String(kind))}`);
     const repo = await this.requireRepo(ref.type, ref.name);
     try {

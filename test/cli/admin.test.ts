@@ -156,14 +156,18 @@ describe("castor repo / revision / token (child processes)", () => {
       await store.close();
     }
 
-    const [duplicate, noRepo, badName] = await Promise.all([
+    const [duplicate, noRepo, badName, headBranch, headTag] = await Promise.all([
       castor("revision", "create", "model:alice/bert", "v1.0"),
       castor("revision", "create", "model:alice/none", "dev"),
       castor("revision", "create", "model:alice/bert", "a..b"),
+      castor("revision", "create", "model:alice/bert", "HEAD"),
+      castor("revision", "create", "model:alice/bert", "HEAD", "--tag"),
     ]);
     assertFails(duplicate, 1, /"v1.0" already exists in model:alice\/bert/);
     assertFails(noRepo, 1, /model:alice\/none does not exist/);
     assertFails(badName, 2, /revision name "a\.\.b" is not valid/);
+    assertFails(headBranch, 2, /revision name "HEAD" is reserved: it names the default branch \(main\)/);
+    assertFails(headTag, 2, /revision name "HEAD" is reserved/);
   });
 
   it("lets several processes open a fresh data folder at once", async () => {

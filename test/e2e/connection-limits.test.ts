@@ -19,7 +19,7 @@ import { serializeXorb } from "../../src/format/xorb.js";
 import { SPOOL_DIR_NAME } from "../../src/http/app.js";
 import { refusals } from "../helpers/metrics.js";
 import { openSocket, unreadByServer } from "../helpers/raw-socket.js";
-import { within } from "../helpers/wait.js";
+import { until, within } from "../helpers/wait.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 import { splitmix64Bytes } from "../helpers/vectors.js";
 
@@ -90,14 +90,34 @@ function uploadHead(path: string, contentLength: number, token?: string): string
   return `POST ${path} HTTP/1.1\r\nHost: castor\r\nContent-Length: ${contentLength}\r\n${token ? `Authorization: Bearer ${token}\r\n` : ""}\r\n`;
 }
 
+/** Every hub route that takes a body: method, path, Content-Type. */
+const HUB_BODY_ROUTES: [string, string, string][] = [
+  ["POST", "/api/models/alice/limits/commit/main", "application/x-ndjson"],
+  ["POST", "/api/models/alice/limits/preupload/main", "application/json"],
+  ["POST", "/api/models/alice/limits/paths-info/main", "application/x-www-form-urlencoded"],
+  ["POST", "/alice/limits.git/info/lfs/objects/batch", "application/vnd.git-lfs+json"],
+  ["POST", "/api/repos/create", "application/json"],
+  ["POST", "/api/repos/move", "application/json"],
+  ["DELETE", "/api/repos/delete", "application/json"],
+  ["PUT", "/api/models/alice/limits/settings", "application/json"],
+  ["POST", "/api/models/alice/limits/branch/dev", "application/json"],
+  ["POST", "/api/models/alice/limits/tag/main", "application/json"],
+  ["POST", "/api/models/alice/limits/super-squash/main", "application/json"],
+  ["POST", "/api/castor/tokens", "application/json"],
+  ["POST", "/api/validate-yaml", "text/plain"],
+];
+
 describe("request timeouts", () => {
   let server: ServerProcess;
   let token: string;
+  let hubToken: string;
   before(async () => {
     server = await startCastorServer({
       env: { CASTOR_HEADER_TIMEOUT: "0.5", CASTOR_BODY_TIMEOUT: "1", CASTOR_BODY_MIN_RATE: "1024", CASTOR_LINGER_TIMEOUT: "0.5" },
     });
-    token = await writeToken(server);
+    const fixture = await hubFixture(server, { repoType: "model", repoName: "alice/limits" });
+    token = (await fixture.casToken("write")).accessToken;
+    hubToken = fixture.hubTokens.write;
   });
   after(async () => {
     closeConnections();
@@ -175,6 +195,41 @@ describe("request timeouts", () => {
       ),
       [],
     );
+  });
+
+  it(`cuts a body dribbled to any of the ${HUB_BODY_ROUTES.length} hub routes that take one with 408 and its reason, and closes the connection`, async () => {
+    const refusedBefore = await refusals(server.url, "body_too_slow");
+    const connections = await Promise.all(HUB_BODY_ROUTES.map(() => connect(server)));
+    HUB_BODY_ROUTES.forEach(([method, path, type], i) => {
+      connections[i].socket.write(
+        `${method} ${path} HTTP/1.1\r\nHost: castor\r\nContent-Type: ${type}\r\nContent-Length: 100000\r\nAuthorization: Bearer ${hubToken}\r\n\r\n{`,
+      );
+      dribble(connections[i], " ", 200);
+    });
+    await within(Promise.all(connections.map((connection) => connection.closed)), "the body timeouts cut every dribbled hub request", 8000);
+    HUB_BODY_ROUTES.forEach(([method, path], i) => {
+      const answer = connections[i].received();
+      assert.match(answer, /^HTTP\/1\.1 408 /, `${method} ${path}: ${answer}`);
+      assert.match(answer, /\r\nconnection: close\r\n/i);
+      assert.ok(
+        answer.includes(`"error":"The request body of ${method} ${path} was cut because it arrived at less than 1024 bytes/s`),
+        `${method} ${path}: ${answer}`,
+      );
+    });
+    assert.equal((await refusals(server.url, "body_too_slow")) - refusedBefore, HUB_BODY_ROUTES.length, "castor_refusals_total{reason=body_too_slow}");
+  });
+
+  it("closes a connection kept after an early 400 once its rest has not ended within the linger time", async () => {
+    const connection = await connect(server);
+    const malformed = Buffer.alloc(1000);
+    malformed[0] = 9; // not a chunk header version: refused at the first bytes
+    connection.socket.write(uploadHead(`/v1/xorbs/default/${hashToHex(validXorb.info.hash)}`, 100_000, token));
+    connection.socket.write(malformed);
+    await until(() => /^HTTP\/1\.1 400 [\s\S]*\r\n\r\n\{"error":.*\}$/.test(connection.received()), "the 400 answer", 3000);
+    // The answer kept the connection (the rest is dropped in the background), but not for a client dribbling the rest.
+    assert.doesNotMatch(connection.received(), /\r\nconnection: close\r\n/i);
+    dribble(connection, "x", 50);
+    await within(connection.closed, "the connection closed once the rest had not ended within CASTOR_LINGER_TIMEOUT", 3000);
   });
 
   it("answers an unauthenticated upload that dribbles with 401 and closes it within the linger bound", async () => {

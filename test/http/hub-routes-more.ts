@@ -462,6 +462,24 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
         assertStatus(await call("GET", `/api/models/alice/refs/revision/${unknown}`, { token: tokens.alice }), 404, "RevisionNotFound");
       });
 
+      it("a branch or tag named HEAD is 400: HEAD keeps naming main, as in git", async () => {
+        const refused = [
+          await call("POST", "/api/models/alice/refs/branch/HEAD", { token: tokens.alice, json: {} }),
+          await call("POST", "/api/models/alice/refs/tag/main", { token: tokens.alice, json: { tag: "HEAD" } }),
+        ];
+        for (const answer of refused) {
+          assertStatus(answer, 400);
+          assert.match(answer.json().error, /revision name "HEAD" is reserved: it names the default branch \(main\)/);
+        }
+        const refs = (await call("GET", "/api/models/alice/refs/refs", { token: tokens.alice })).json();
+        assert.deepEqual(
+          [...refs.branches, ...refs.tags].filter((ref: { name: string }) => ref.name === "HEAD"),
+          [],
+        );
+        const main = (await call("GET", "/api/models/alice/refs/revision/main", { token: tokens.alice })).json().sha;
+        assert.equal((await call("GET", "/api/models/alice/refs/revision/HEAD", { token: tokens.alice })).json().sha, main);
+      });
+
       it("an existing branch or tag name is 409; main cannot be deleted; a tag is not a branch", async () => {
         assertStatus(await call("POST", "/api/models/alice/refs/branch/dev", { token: tokens.alice, json: {} }), 200);
         assertStatus(await call("POST", "/api/models/alice/refs/branch/dev", { token: tokens.alice, json: {} }), 409);

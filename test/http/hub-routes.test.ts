@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { writeFile } from "node:fs/promises";
+import { readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { upload } from "../../src/client/index.js";
@@ -352,6 +352,106 @@ describe("hub routes", () => {
       assert.equal(await head("models/alice/bert"), before, "no refused commit moved the branch");
     });
 
+    it("refused commits store none of their inline files; an accepted one stores exactly its own", async () => {
+      const stored = async () => (await readdir(join(dataDir, "blobs", "inline"), { recursive: true })).filter((name) => /[0-9a-f]{64}$/.test(name)).sort();
+      assertStatus(await createRepo(tokens.alice, { name: "alice/blobs", type: "model" }), 200);
+      assertStatus(await commit("models/alice/blobs", tokens.alice, inline("base.txt", "base")), 200);
+      const before = await stored();
+      const fresh = (count: number) => Array.from({ length: count }, (_, i) => inline(`fresh/${i}.txt`, randomBytes(64).toString("hex")));
+      const refusals: [Answer, number][] = [
+        // A bad line after many good ones, found only once their contents were read.
+        [
+          await call("POST", "/api/models/alice/blobs/commit/main", {
+            token: tokens.alice,
+            body: `${ndjson(header("x"), ...fresh(50))}{not json\n`,
+            type: "application/x-ndjson",
+          }),
+          400,
+        ],
+        [await commit("models/alice/blobs", tokens.alice, ...fresh(20), inline("a/../b", "x")), 400],
+        // Refusals decided where the commit is applied, after the whole body was read.
+        [await commit("models/alice/blobs", tokens.alice, ...fresh(20), { key: "deletedFile", value: { path: "nope.txt" } }), 404],
+        [await commit("models/alice/blobs", tokens.alice, ...fresh(20), inline("base.txt/inside", "x")), 400],
+        [
+          await call("POST", "/api/models/alice/blobs/commit/main", {
+            token: tokens.alice,
+            body: ndjson(header("stale", "0".repeat(40)), ...fresh(20)),
+            type: "application/x-ndjson",
+          }),
+          412,
+        ],
+      ];
+      for (const [answer, status] of refusals) assertStatus(answer, status);
+      assert.deepEqual(await stored(), before, "no refused commit left an inline blob");
+      const accepted = fresh(5);
+      assertStatus(await commit("models/alice/blobs", tokens.alice, ...accepted), 200);
+      const added = (await stored()).filter((name) => !before.includes(name)).map((name) => name.slice(-64));
+      const expected = accepted.map((op) => createHash("sha256").update(Buffer.from(op.value.content, "base64")).digest("hex"));
+      assert.deepEqual(added.sort(), expected.sort());
+      assert.deepEqual(await readdir(join(dataDir, "spool")).catch(() => []), [], "nothing left in the spool");
+    });
+
+    it("refuses paths that are dangerous on clients' disks with a 400 naming the rule, at commit and preupload", async () => {
+      const before = await head("models/alice/bert");
+      const cases: [string, RegExp][] = [
+        ["..\\evil", /backslash/],
+        ["a\\..\\..\\b", /backslash/],
+        ["line\nbreak.txt", /control character U\+000A/],
+        [" ", /starts or ends with white space/],
+        ["evil\u202etxt.exe", /U\+202E, an invisible character/],
+        ["%2e%2e/x", /percent-encoded/],
+        ["C:evil", /drive letter/],
+        ["name.", /ends with '\.'/],
+        [".GIT/config", /git's own folder/],
+      ];
+      for (const [path, rule] of cases) {
+        const refused = await commit("models/alice/bert", tokens.alice, inline(path, "x"));
+        assertStatus(refused, 400);
+        assert.match(refused.json().error, rule, JSON.stringify(path));
+        assert.match(refused.json().error, /^invalid path /);
+        const preupload = await call("POST", "/api/models/alice/bert/preupload/main", {
+          token: tokens.alice,
+          json: { files: [{ path, sample: "", size: 1 }] },
+        });
+        assertStatus(preupload, 400);
+        assert.match(preupload.json().error, rule);
+      }
+      const lfs = await commit("models/alice/bert", tokens.alice, {
+        key: "lfsFile",
+        value: { path: "w\\x.bin", algo: "sha256", oid: "ab".repeat(32), size: 1 },
+      });
+      assertStatus(lfs, 400);
+      assert.match(lfs.json().error, /backslash/);
+      assert.equal(await head("models/alice/bert"), before, "no refused commit moved the branch");
+    });
+
+    it("refuses a name that differs from another of its folder only in case or Unicode normalization", async () => {
+      assertStatus(await createRepo(tokens.alice, { name: "alice/names", type: "model" }), 200);
+      const nfc = "caf\u00e9.txt";
+      const nfd = "cafe\u0301.txt";
+      const both = await commit("models/alice/names", tokens.alice, inline(nfc, "composed"), inline(nfd, "decomposed"));
+      assertStatus(both, 400);
+      assert.match(
+        both.json().error,
+        /cannot add "cafe\u0301\.txt" to the repository's root: it holds "caf\u00e9\.txt", a name that differs only in letter case or Unicode normalization/,
+      );
+      assertStatus(await commit("models/alice/names", tokens.alice, inline(nfc, "composed"), inline("data/train.csv", "a,b\n")), 200);
+      const later = await commit("models/alice/names", tokens.alice, inline(nfd, "decomposed"));
+      assertStatus(later, 400);
+      assert.match(later.json().error, /macOS and Windows disks keep one file for both/);
+      const folder = await commit("models/alice/names", tokens.alice, inline("Data/test.csv", "c,d\n"));
+      assertStatus(folder, 400);
+      assert.match(folder.json().error, /cannot add "Data" to the repository's root: it holds "data"/);
+      const inFolder = await commit("models/alice/names", tokens.alice, inline("data/TRAIN.csv", "c,d\n"));
+      assertStatus(inFolder, 400);
+      assert.match(inFolder.json().error, /cannot add "TRAIN\.csv" to the folder "data": it holds "train\.csv"/);
+      // A rename in case replaces the old name in one commit; writing the same name again is an update.
+      assertStatus(await commit("models/alice/names", tokens.alice, { key: "deletedFile", value: { path: nfc } }, inline("CAF\u00c9.txt", "renamed")), 200);
+      assertStatus(await commit("models/alice/names", tokens.alice, inline("CAF\u00c9.txt", "updated")), 200);
+      const tree = (await call("GET", "/api/models/alice/names/tree/main", { token: tokens.alice })).json();
+      assert.deepEqual(tree.map((entry: { path: string }) => entry.path).sort(), ["CAF\u00c9.txt", "data"]);
+    });
+
     it("a matching parentCommit is accepted; deletes remove files and emptied folders", async () => {
       const parent = await head("models/alice/bert");
       const answer = await call("POST", "/api/models/alice/bert/commit/main", {
@@ -513,6 +613,25 @@ describe("hub routes", () => {
       assertStatus(info, 200);
       assert.equal(info.json().sha, await head("models/alice/fileinfo"));
       assertStatus(await call("HEAD", "/alice/fileinfo/resolve/HEAD/notes.txt", { token: tokens.alice }), 200);
+    });
+
+    it("serves repository content so that no browser runs it as a page or script of castor's origin", async () => {
+      // alice/fileinfo from the tests before: w.bin through Xet, notes.txt inline.
+      const answers = [
+        await call("GET", "/alice/fileinfo/resolve/main/notes.txt", { token: tokens.alice }),
+        await call("HEAD", "/alice/fileinfo/resolve/main/notes.txt", { token: tokens.alice }),
+        await call("GET", "/alice/fileinfo/resolve/main/notes.txt", { token: tokens.alice, headers: { range: "bytes=0-3" } }),
+        await call("GET", "/alice/fileinfo/resolve/main/w.bin", { token: tokens.alice }),
+        await call("GET", "/alice/fileinfo/resolve/main/w.bin", { token: tokens.alice, headers: { accept: "application/vnd.xet-fileinfo+json" } }),
+        await call("HEAD", "/alice/fileinfo/resolve/main/w.bin", { token: tokens.alice }),
+        await call("GET", "/alice/fileinfo/raw/main/notes.txt", { token: tokens.alice }),
+        await call("HEAD", "/alice/fileinfo/raw/main/w.bin", { token: tokens.alice }),
+      ];
+      for (const answer of answers) {
+        assert.ok(answer.status === 200 || answer.status === 206, answer.text);
+        assert.equal(answer.headers.get("x-content-type-options"), "nosniff");
+        assert.equal(answer.headers.get("content-security-policy"), "default-src 'none'; sandbox");
+      }
     });
 
     it("commit history pages by ?limit= with rel=next links that keep the limit, pinned to the commit", async () => {

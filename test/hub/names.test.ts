@@ -12,6 +12,7 @@ import {
   repoNameProblem,
   revisionNameProblem,
 } from "../../src/hub/index.js";
+import { newRevisionNameProblem, requireNewRevisionName } from "../../src/hub/names.js";
 
 function throwsHub400(fn: () => unknown, message: RegExp): void {
   assert.throws(fn, (err: unknown) => {
@@ -110,6 +111,22 @@ describe("revision names", () => {
       "a\x7f",
     ]) {
       assert.notEqual(revisionNameProblem(bad), null, JSON.stringify(bad));
+    }
+  });
+});
+
+describe("names of new branches and tags", () => {
+  it("refuses HEAD, which names the default branch where revisions are read, and commit ids", () => {
+    assert.match(newRevisionNameProblem("HEAD") ?? "", /revision name "HEAD" is reserved: it names the default branch \(main\), as in git/);
+    assert.match(newRevisionNameProblem("a".repeat(40)) ?? "", /looks like a commit id/);
+    throwsHub400(() => requireNewRevisionName("HEAD"), /"HEAD" is reserved/);
+    // What no revision may be named stays refused with its own reason.
+    assert.match(newRevisionNameProblem("a..b") ?? "", /is not valid: it contains '\.\.'/);
+  });
+
+  it("accepts every other valid revision name, HEAD in other spellings or as a part included", () => {
+    for (const ok of ["main", "feature/x", "v1.0", "head", "HEADS", "HEAD-1", "x/HEAD", "0123abc", "a".repeat(39), "A".repeat(40)]) {
+      assert.equal(newRevisionNameProblem(ok), null, ok);
     }
   });
 });

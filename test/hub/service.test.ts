@@ -85,6 +85,9 @@ describe("HubService repositories and revisions", () => {
 
     await rejectsWith(hub.createRevision("model/alice/bert", "dev", "branch"), 400, /TYPE:NAMESPACE\/NAME/);
     await rejectsWith(hub.createRevision("model:alice/bert", "bad..name", "branch"), 400, /revision name "bad\.\.name"/);
+    await rejectsWith(hub.createRevision("model:alice/bert", "HEAD", "branch"), 400, /revision name "HEAD" is reserved/);
+    await rejectsWith(hub.createRevision("model:alice/bert", "HEAD", "tag"), 400, /revision name "HEAD" is reserved/);
+    await rejectsWith(hub.createRevision("model:alice/bert", "c0ffee".padEnd(40, "0"), "branch"), 400, /looks like a commit id/);
     await rejectsWith(hub.createRevision("model:alice/bert", "dev", "note" as never), 400, /branch or tag/);
     await rejectsWith(hub.createRevision("dataset:alice/bert", "dev", "branch"), 404, /dataset:alice\/bert does not exist/);
     await rejectsWith(hub.createRevision("model:alice/bert", "feature/x", "tag"), 409, /"feature\/x" already exists in model:alice\/bert/);

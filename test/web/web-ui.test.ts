@@ -389,6 +389,57 @@ describe("the web interface in Chromium", () => {
     assert.equal(gone.status, 404);
   });
 
+  it("runs no script of an uploaded file as a script or page of castor's origin, where the signed-in token lives", async () => {
+    await hubJson("POST", "/api/repos/create", { type: "model", name: "alice/pages", private: false });
+    const leak = `sessionStorage.setItem("castor.leaked", String(sessionStorage.getItem("castor.hubToken")))`;
+    const pages = new CastorClient({ endpoint: server.url, hubToken: adminToken, repo: "model:alice/pages" });
+    await pages.commit({
+      summary: "Add a page and a script",
+      operations: [
+        { kind: "file", path: "page.html", content: Buffer.from(`<!doctype html><title>uploaded page</title><script>${leak}</script>`) },
+        { kind: "file", path: "script.js", content: Buffer.from(`${leak};\n`) },
+      ],
+    });
+    // A tab of its own (sessionStorage is per tab), signed in; its console is not the interface's.
+    const probe = await context.newPage();
+    try {
+      await probe.goto(`${server.url}/-/ui/`);
+      await probe.evaluate((token: string) => sessionStorage.setItem("castor.hubToken", token), adminToken);
+      // What markup injected into a page of the interface could add: a script element naming the
+      // uploaded file. The interface's policy lets scripts of its own origin run.
+      const outcome = await probe.evaluate(
+        (src: string) =>
+          new Promise((resolve) => {
+            const script = document.createElement("script");
+            script.src = src;
+            script.onload = () => resolve("loaded");
+            script.onerror = () => resolve("refused");
+            document.head.append(script);
+          }),
+        "/alice/pages/resolve/main/script.js",
+      );
+      assert.equal(await probe.evaluate(() => sessionStorage.getItem("castor.leaked")), null, "the uploaded script ran with the page's token");
+      assert.equal(outcome, "refused");
+      // Opened directly, the uploaded page is not rendered as a page of castor's origin.
+      for (const route of ["resolve", "raw"]) {
+        const opened = await context.newPage();
+        try {
+          const [download] = await Promise.all([
+            opened.waitForEvent("download"),
+            opened.goto(`${server.url}/alice/pages/${route}/main/page.html`).catch(() => null),
+          ]);
+          assert.equal(download.suggestedFilename(), "page.html");
+          assert.notEqual(await opened.title(), "uploaded page");
+        } finally {
+          await opened.close();
+        }
+      }
+      assert.equal(await probe.evaluate(() => sessionStorage.getItem("castor.leaked")), null);
+    } finally {
+      await probe.close();
+    }
+  });
+
   it("signs out back to anonymous browsing", async () => {
     await open("", "Repositories");
     await page.getByRole("button", { name: "Sign out" }).click();

@@ -2,23 +2,23 @@
  * Hub routes about the files of a revision: tree listings, paths-info, preupload and the
  * NDJSON commit.
  *
- * The commit body is read as a stream, one line at a time, each line bounded, and parsed by
- * hub/commit-payload.ts: inline file contents go to the blob store (content-addressed, so a
- * refused commit leaves at most an unreferenced object) as their lines arrive, and only the
- * operations' small descriptions are kept until the commit is applied in one step.
+ * The commit body is read as a stream (raw-body.ts: timed out like any body), one line at a
+ * time, each line bounded, and parsed by hub/commit-payload.ts: inline file contents are kept
+ * aside (inline-contents.ts) and reach the blob store only once the whole commit has validated,
+ * just before its branch moves; only the operations' small descriptions are kept in memory.
  */
 import type { Readable } from "node:stream";
-import type { FastifyInstance } from "fastify";
-import { leaseForWrite } from "../../cas/leases.js";
-import { TaskPool } from "../../client/concurrency.js";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { type CommitHeader, CommitPayloadParser, maxCommitLineBytes } from "../../hub/commit-payload.js";
 import { HubError, notSupported } from "../../hub/errors.js";
 import type { CommitOperation } from "../../hub/history.js";
 import type { HubRepositories, ListedEntry, PreuploadFile } from "../../hub/repositories.js";
 import type { GcRecords } from "../../metadata/gc.js";
 import type { CommitRecord, Repo } from "../../metadata/store.js";
-import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
+import type { BlobStore } from "../../storage/blob-store.js";
+import { bodyPieces, parseTextBodies } from "../raw-body.js";
 import { addressOf, API_REVISION_SEGMENT, revisionAndPath, urlPrefixOf } from "./address.js";
+import { DEFAULT_INLINE_MEMORY_BYTES, InlineContents } from "./inline-contents.js";
 import { readLines } from "./ndjson.js";
 import { treeEntryJson } from "./render.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
@@ -30,6 +30,8 @@ export interface HubFileRouteDeps extends HubRouteDeps {
   store: Pick<GcRecords, "leaseObjects">;
   /** Largest file a commit may carry inline (`config.hubInlineMaxBytes`). */
   inlineMaxBytes: number;
+  /** Where a commit's inline contents wait on disk, past the first few MiB, until it has validated. */
+  spoolDir: string;
 }
 
 interface RepoParams {
@@ -64,9 +66,7 @@ function encodePath(path: string): string {
 
 export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): Promise<void> {
   // paths-info comes as a form (huggingface_hub) or JSON; the commit as NDJSON, read as a stream.
-  app.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string", bodyLimit: PATHS_INFO_BODY_LIMIT }, (_request, body, done) => {
-    done(null, new URLSearchParams(body as string));
-  });
+  parseTextBodies(app, "application/x-www-form-urlencoded", (text) => new URLSearchParams(text));
   app.addContentTypeParser("application/x-ndjson", (_request, payload, done) => done(null, payload));
 
   /** Listed entries as the Hub renders them; with `expand`, each with the commit that last changed it. */
@@ -155,9 +155,14 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
     await deps.repos.writable(caller, address);
     const { revision } = revisionAndPath(request, API_REVISION_SEGMENT);
     if (!isStream(request.body)) throw new HubError(415, "send the commit as Content-Type: application/x-ndjson");
-    const { header, operations } = await readCommitPayload(request.body, deps);
-    const commit = await deps.repos.commit(caller, address, revision, header, operations);
-    return { commitOid: commit.oid, commitUrl: `${deps.publicUrl()}/${urlPrefixOf(address.type)}${address.name}/commit/${commit.oid}`, success: true };
+    const contents = new InlineContents({ dir: deps.spoolDir, memoryBytes: DEFAULT_INLINE_MEMORY_BYTES });
+    try {
+      const { header, operations } = await readCommitPayload(request, deps.inlineMaxBytes, contents);
+      const commit = await deps.repos.commit(caller, address, revision, header, operations, () => contents.store(deps.blobs, deps.store));
+      return { commitOid: commit.oid, commitUrl: `${deps.publicUrl()}/${urlPrefixOf(address.type)}${address.name}/commit/${commit.oid}`, success: true };
+    } finally {
+      await contents.close();
+    }
   });
 }
 
@@ -179,34 +184,22 @@ function preuploadFiles(body: unknown): PreuploadFile[] {
 }
 
 /**
- * Inline contents are stored concurrently while the body is read: each store is a durable write
- * (two fsyncs) of several milliseconds, which one after another made a commit of 2,500 small
- * files take 20 s. Many small files may be in flight; large ones (up to the inline limit each)
- * few, which bounds the memory held to about 4 MiB + 4 lines.
+ * Parses the NDJSON commit (hub/commit-payload.ts), keeping inline contents in `contents`.
+ * HubError 400/413 for bad input; a refusal before the body's end is answered at once, and
+ * connection-limits.ts drops the rest of the body within the linger bounds.
+ *
+ * The body as a whole has no byte cap: its lines are bounded, and so is their number
+ * (MAX_COMMIT_OPERATIONS); the body timeouts bound how long it may take.
  */
-const SMALL_INLINE_BYTES = 64 * 1024;
-const SMALL_WRITES_IN_FLIGHT = 64;
-const LARGE_WRITES_IN_FLIGHT = 4;
-
-/** Parses the NDJSON commit (hub/commit-payload.ts), storing inline contents as they arrive. HubError 400/413 for bad input. */
-async function readCommitPayload(body: Readable, deps: HubFileRouteDeps): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
-  const small = new TaskPool(SMALL_WRITES_IN_FLIGHT);
-  const large = new TaskPool(LARGE_WRITES_IN_FLIGHT);
-  try {
-    const payload = new CommitPayloadParser(deps.inlineMaxBytes);
-    for await (const line of readLines(body, maxCommitLineBytes(deps.inlineMaxBytes))) {
-      const inline = payload.line(line);
-      if (inline === null) continue;
-      const { sha256, content } = inline;
-      await (content.length <= SMALL_INLINE_BYTES ? small : large).submit(async () => {
-        await leaseForWrite(deps.store, "inline", Buffer.from(sha256, "hex"));
-        await deps.blobs.putIfAbsent(blobKeyFromHex("inline", sha256), content);
-      });
-    }
-    const result = payload.finish();
-    await Promise.all([small.drain(), large.drain()]);
-    return result;
-  } finally {
-    await Promise.all([small.settle(), large.settle()]);
+async function readCommitPayload(
+  request: FastifyRequest,
+  inlineMaxBytes: number,
+  contents: InlineContents,
+): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
+  const payload = new CommitPayloadParser(inlineMaxBytes);
+  for await (const line of readLines(bodyPieces(request, Number.POSITIVE_INFINITY), maxCommitLineBytes(inlineMaxBytes))) {
+    const inline = payload.line(line);
+    if (inline !== null) await contents.add(inline.sha256, inline.content);
   }
+  return payload.finish();
 }

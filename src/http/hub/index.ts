@@ -4,12 +4,13 @@
  * operation (`…/xet-read-token/…`) lives in ../hub-token.ts next to the CAS it hands out
  * access to.
  */
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { GcRecords } from "../../metadata/gc.js";
 import type { BlobStore } from "../../storage/blob-store.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import type { StoredFileLookup } from "../../hub/lfs-batch.js";
 import type { StorageStatsService } from "../../hub/stats.js";
+import { parseTextBodies } from "../raw-body.js";
 import { fileRoutes } from "./file-routes.js";
 import { lfsRoutes } from "./lfs-routes.js";
 import { moveRoutes } from "./move-routes.js";
@@ -30,6 +31,8 @@ export interface HubHttpDeps {
   publicUrl: () => string;
   /** `config.hubInlineMaxBytes`. */
   inlineMaxBytes: number;
+  /** Where commits' inline contents wait on disk until the commit has validated (the data dir's spool). */
+  spoolDir: string;
   /** Storage statistics, for `GET /api/stats`. */
   stats: StorageStatsService;
 }
@@ -43,4 +46,21 @@ export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promis
   await moveRoutes(app, deps);
   await statsRoutes(app, deps);
   await unsupportedRoutes(app);
+}
+
+/**
+ * JSON and text bodies of every hub route in `scope` (the hub's, the token operation's and the
+ * admin routes' scope) read by castor rather than by fastify, so the body timeouts answer 408 on
+ * them as on uploads (see `parseTextBodies`); JSON is still parsed by fastify's parser (which
+ * refuses `__proto__` and `constructor` keys). Call before the routes are registered.
+ */
+export function acceptHubBodies(scope: FastifyInstance): void {
+  const parseJson = scope.getDefaultJsonParser("error", "error");
+  scope.removeContentTypeParser(["application/json", "text/plain"]);
+  parseTextBodies(
+    scope,
+    "application/json",
+    (text, request: FastifyRequest) => new Promise((resolve, reject) => parseJson(request, text, (error, value) => (error ? reject(error) : resolve(value)))),
+  );
+  parseTextBodies(scope, "text/plain", (text) => text);
 }

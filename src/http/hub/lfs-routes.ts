@@ -10,6 +10,7 @@ import { HubError } from "../../hub/errors.js";
 import { LfsBatch, type LfsBatchAnswer, type StoredFileLookup } from "../../hub/lfs-batch.js";
 import type { HubRepositories } from "../../hub/repositories.js";
 import type { RepoType } from "../../metadata/store.js";
+import { parseTextBodies } from "../raw-body.js";
 import { addressOf, PLURAL_BY_REPO_TYPE, FILE_URL_PREFIXES } from "./address.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
 
@@ -30,7 +31,7 @@ const BATCH_BODY_LIMIT = 1024 * 1024;
 export async function lfsRoutes(app: FastifyInstance, deps: HubLfsRouteDeps): Promise<void> {
   const batch = new LfsBatch(deps.repos, deps.store);
   // Git LFS clients send (and accept) their own JSON media type.
-  app.addContentTypeParser(LFS_MEDIA_TYPE, { parseAs: "string", bodyLimit: BATCH_BODY_LIMIT }, (_request, body, done) => done(null, body));
+  parseTextBodies(app, LFS_MEDIA_TYPE, (text) => text);
 
   for (const [prefix, plural] of FILE_URL_PREFIXES) {
     app.post<{ Params: BatchParams }>(`${prefix}/:namespace/:repoGit/info/lfs/objects/batch`, { bodyLimit: BATCH_BODY_LIMIT }, async (request, reply) => {

@@ -3,12 +3,12 @@
  * client could use to fill the server's memory; this splitter refuses a line over the bound
  * (413) as soon as it has seen that many bytes without a newline.
  */
-import type { Readable } from "node:stream";
 import { HubError } from "../../hub/errors.js";
 
-export async function* readLines(body: Readable, maxLineBytes: number): AsyncGenerator<string> {
+/** The lines of `pieces` (a body read with raw-body.ts's `bodyPieces`, which leaves the rest unread when a line is refused). */
+export async function* readLines(pieces: AsyncIterable<Buffer>, maxLineBytes: number): AsyncGenerator<string> {
   const lines = new LineSplitter(maxLineBytes);
-  for await (const chunk of body as AsyncIterable<Buffer>) yield* lines.push(chunk);
+  for await (const piece of pieces) yield* lines.push(piece);
   yield* lines.end();
 }
 

@@ -13,7 +13,7 @@ import type { HubRepositories } from "../../hub/repositories.js";
 import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
 import { addressOf, revisionAndPath, FILE_URL_PREFIXES } from "./address.js";
 import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
-import { requestedRange } from "./resolve-routes.js";
+import { REPOSITORY_CONTENT_HEADERS, requestedRange } from "./resolve-routes.js";
 
 export interface HubRawRouteDeps extends HubRouteDeps {
   repos: HubRepositories;
@@ -57,6 +57,7 @@ export async function rawRoutes(app: FastifyInstance, deps: HubRawRouteDeps): Pr
     const url = `${prefix}/:namespace/:name/raw/*`;
     const handler = async (request: FastifyRequest<{ Params: RawParams }>, reply: FastifyReply) => {
       const blob = await find(request, plural);
+      reply.headers(REPOSITORY_CONTENT_HEADERS);
       reply.headers({
         "x-repo-commit": blob.commitOid,
         etag: `"${blob.oid}"`,

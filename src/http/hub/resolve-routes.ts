@@ -94,8 +94,22 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
   }
 }
 
+/**
+ * Headers of every answer carrying a repository's content (`resolve`, `raw`). Users' files are
+ * served from the origin of the web interface, which keeps its hub token in sessionStorage:
+ * none may act as a page or a script of that origin. `nosniff` keeps a browser to the
+ * `application/octet-stream` the routes declare (no file runs as a script or renders as HTML by
+ * its looks), and the sandbox makes a file a browser renders anyway an opaque origin without
+ * scripts, forms or plugins. Download clients read neither.
+ */
+export const REPOSITORY_CONTENT_HEADERS: Readonly<Record<string, string>> = {
+  "x-content-type-options": "nosniff",
+  "content-security-policy": "default-src 'none'; sandbox",
+};
+
 /** The headers HEAD and GET share. */
 function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
+  reply.headers(REPOSITORY_CONTENT_HEADERS);
   reply.headers({
     "x-repo-commit": commit.oid,
     "accept-ranges": "bytes",
