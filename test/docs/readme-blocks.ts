@@ -361,6 +361,8 @@ export interface SectionRunOptions {
 export interface SectionRun {
   /** Every placeholder's value, by name. */
   bindings: Map<string, string>;
+  /** Seconds each block took, in order (skipped blocks too, at about 0). */
+  seconds: { block: DocBlock; seconds: number }[];
   stdout: string;
   stderr: string;
 }
@@ -381,7 +383,8 @@ export async function runSection(options: SectionRunOptions): Promise<SectionRun
       return to === undefined ? whole : `127.0.0.1:${to}`;
     });
   const parts: ScriptPart[] = [];
-  const script = ["set -eo pipefail", `doc_mark() { printf '${MARK}%s\\n' "$1"; printf '${MARK}%s\\n' "$1" >&2; }`];
+  // Each mark carries the time (bash's $EPOCHREALTIME), for the time each block took.
+  const script = ["set -eo pipefail", `doc_mark() { printf '${MARK}%s %s\\n' "$1" "$EPOCHREALTIME"; printf '${MARK}%s %s\\n' "$1" "$EPOCHREALTIME" >&2; }`];
   options.blocks.forEach((original, index) => {
     const block = { ...original, lines: original.lines.map(rewrite) };
     const anchors = anchorsOf(block);
@@ -406,8 +409,8 @@ export async function runSection(options: SectionRunOptions): Promise<SectionRun
     else
       script.push(
         `python3 - <<'${HEREDOC_END}'`,
-        "import sys as _doc_sys",
-        `def _doc_mark(name): print("${MARK}" + name, flush=True); print("${MARK}" + name, file=_doc_sys.stderr, flush=True)`,
+        "import sys as _doc_sys, time as _doc_time",
+        `def _doc_mark(name): print("${MARK}" + name, _doc_time.time(), flush=True); print("${MARK}" + name, _doc_time.time(), file=_doc_sys.stderr, flush=True)`,
         ...marked,
         HEREDOC_END,
       );
@@ -416,6 +419,7 @@ export async function runSection(options: SectionRunOptions): Promise<SectionRun
   await writeFile(scriptFile, `${script.join("\n")}\n`);
 
   const { code, signal, stdout, stderr } = await runBash(scriptFile, options);
+  const ended = Date.now() / 1000;
   const out = segments(stdout);
   const err = segments(stderr);
   const failure = (message: string, blockIndex: number, from: string) => {
@@ -454,7 +458,9 @@ export async function runSection(options: SectionRunOptions): Promise<SectionRun
       bindings = matched;
     });
   });
-  return { bindings, stdout, stderr };
+  const starts = blockStarts(stdout);
+  const seconds = parts.map(({ block }, index) => ({ block, seconds: (starts.get(index + 1) ?? ended) - (starts.get(index) ?? ended) }));
+  return { bindings, seconds, stdout, stderr };
 }
 
 /** The block's lines with a mark before and after each command that shows its output. */
@@ -475,10 +481,18 @@ function withMarks(block: DocBlock, anchors: Anchor[], index: number): string[] 
 
 /** What was printed after each mark, by the mark's name. */
 function segments(text: string): Map<string, string> {
-  const parts = text.split(new RegExp(`${MARK}([^\\n]*)\\n`));
+  const parts = text.split(new RegExp(`${MARK}(\\S+) [\\d.,]+\\n`));
   const found = new Map<string, string>();
   for (let i = 1; i < parts.length; i += 2) found.set(parts[i], parts[i + 1]);
   return found;
+}
+
+/** When each block started (its mark's time, seconds since the epoch), from the session's stdout. */
+function blockStarts(text: string): Map<number, number> {
+  const starts = new Map<number, number>();
+  // $EPOCHREALTIME has the locale's decimal separator.
+  for (const match of text.matchAll(new RegExp(`${MARK}block-(\\d+) ([\\d.,]+)\\n`, "g"))) starts.set(Number(match[1]), Number(match[2].replace(",", ".")));
+  return starts;
 }
 
 /**

@@ -83,7 +83,7 @@ describe("README.md: scaling out, step by step", () => {
 
     // The walkthrough's state, made the way the walkthrough makes it.
     const dataDir = join(work.dir, "castor-data");
-    await Promise.all([writeFile(join(work.dir, "model.bin"), randomBytes(50_000_000)), writeFile(join(work.dir, "notes.txt"), NOTES)]);
+    await Promise.all([writeFile(join(work.dir, "model.bin"), randomBytes(20_000_000)), writeFile(join(work.dir, "notes.txt"), NOTES)]);
     const embedded = await startCastorServer({ dataDir, compiled: true });
     try {
       const admin = async (args: string[]) => {
