@@ -4,6 +4,9 @@
 #
 #   scripts/services/postgres.sh start   # install if needed, init, start, print the exports
 #   scripts/services/postgres.sh env     # re-print the exports of the running cluster
+#   scripts/services/postgres.sh database NAME
+#                                        # create database NAME unless it exists; print
+#                                        # `export CASTOR_DATABASE_URL=…` naming it (castor's setting)
 #   scripts/services/postgres.sh stop    # stop it and remove its state
 #   scripts/services/postgres.sh restart [--down SECONDS]
 #                                        # fast shutdown (sessions ended, open transactions rolled
@@ -137,10 +140,27 @@ restart() {
   wait_until_answering
 }
 
+database_cmd() {
+  local name=${1:-}
+  [[ "$name" =~ ^[a-z_][a-z0-9_]*$ ]] || die "usage: $0 database NAME (lower-case letters, digits and _)"
+  BIN_DIR="$(find_bin_dir || true)"
+  { [ -n "$BIN_DIR" ] && is_running; } || die "no cluster is running in $STATE_DIR: run scripts/services/postgres.sh start"
+  local psql=("$BIN_DIR/psql" -X -q -h 127.0.0.1 -p "$PORT" -U "$SUPERUSER" -d postgres -v ON_ERROR_STOP=1)
+  if [ -z "$("${psql[@]}" -tAc "SELECT 1 FROM pg_database WHERE datname = '$name'")" ]; then
+    say "creating database $name"
+    "${psql[@]}" -c "CREATE DATABASE $name" >&2
+  fi
+  echo "export CASTOR_DATABASE_URL=postgres://$SUPERUSER@127.0.0.1:$PORT/$name"
+}
+
 env_cmd() {
   BIN_DIR="$(find_bin_dir || true)"
   { [ -n "$BIN_DIR" ] && is_running; } || die "no cluster is running in $STATE_DIR: run scripts/services/postgres.sh start"
   print_env
 }
 
+if [ "${1:-}" = database ]; then
+  database_cmd "${2:-}"
+  exit
+fi
 run_command "$@"

@@ -24,6 +24,9 @@ else there, so it pipes),
 ("sent": bytes of its chunks that went over the network; "already stored, nothing sent" for a
 file the repository had whole), then the commit,
   commit <commit id>  <commit URL>
+or, when the branch holds every file at its path already, no commit (as 'hf upload' makes
+none) and the commit that holds them,
+  unchanged <commit id>  <commit URL>
 and a summary on stderr. 'castor download --repo … PATH' takes the path ('--hash' the file
 hash); 'castor repo files' lists the branch. Non-empty files are stored through Xet (listed as
 "xet"); an empty file travels inside the commit ("inline"). A DIR is uploaded recursively, its
@@ -108,9 +111,9 @@ export function run(argv: string[]): Promise<number> {
     process.stderr.write(`${summarize(result)}\n`);
     if (!commit) return EXIT_OK;
 
-    let committed: CommitResult;
+    let outcome: { commit: CommitResult; committed: boolean };
     try {
-      committed = await client.commit({
+      outcome = await client.commitChanges({
         ...message,
         operations: commitOperationsFor(result.files.map((file, i) => ({ ...file, pathInRepo: paths[i] }))),
       });
@@ -118,9 +121,15 @@ export function run(argv: string[]): Promise<number> {
       const reason = error instanceof Error ? error.message : String(error);
       throw new Error(`${reason} — the content is stored (file hashes above) but not committed to ${client.revision}`);
     }
-    process.stdout.write(`commit ${committed.commitOid}${committed.commitUrl === "" ? "" : `  ${committed.commitUrl}`}\n`);
+    const { commit: head, committed } = outcome;
+    process.stdout.write(`${committed ? "commit" : "unchanged"} ${head.commitOid}${head.commitUrl === "" ? "" : `  ${head.commitUrl}`}\n`);
     const count = result.files.length === 1 ? "1 file" : `${result.files.length} files`;
-    process.stderr.write(`Committed ${count} to branch ${client.revision} of ${formatRepoRef(client.repo)}.\n`);
+    const where = `branch ${client.revision} of ${formatRepoRef(client.repo)}`;
+    process.stderr.write(
+      committed
+        ? `Committed ${count} to ${where}.\n`
+        : `No files have changed: ${where} holds ${result.files.length === 1 ? "it" : "them"} as uploaded already (commit ${head.commitOid}); nothing committed.\n`,
+    );
     return EXIT_OK;
   });
 }

@@ -8,6 +8,8 @@
  *   base64 content, deletions);
  * - `GET  /api/{type}s/{ns}/{name}/tree/{rev}[/{path}]?recursive=…`: the files of a revision,
  *   page after page through `Link: <…>; rel="next"`;
+ * - `POST /api/{type}s/{ns}/{name}/paths-info/{rev}`: what the revision holds at given paths
+ *   (JSON `{"paths": […]}`), to tell whether a commit would change anything;
  * - `HEAD /{prefix}{ns}/{name}/resolve/{rev}/{path}` (prefix "" for models, `datasets/`,
  *   `spaces/`): what a file is — the commit (`X-Repo-Commit`), size, ETag (SHA-256 of a
  *   Xet-stored file, git blob id of an inline one) and, for Xet-stored files, `X-Xet-Hash`;
@@ -23,6 +25,7 @@
  * server. Any other failure is reported with the warning that the commit may have been applied.
  */
 import { STATUS_CODES } from "node:http";
+import { gitBlobId } from "../format/git.js";
 import { CastorClientError, HttpStatusError } from "./errors.js";
 import { isRetryableStatus, readErrorMessage, readJson, type HttpClient } from "./http.js";
 import { formatRepoRef, type RepoRef } from "./token.js";
@@ -125,6 +128,8 @@ const FINAL_STATUSES: readonly number[] = ALL_ERROR_STATUSES.filter((status) => 
 const MAX_JSON_ANSWER_BYTES = 1024 * 1024;
 /** A tree page: 1,000 entries of paths up to 4 KiB each, with room to spare. */
 const MAX_TREE_PAGE_BYTES = 64 * 1024 * 1024;
+/** Paths asked about per paths-info request (the hub takes up to 10,000). */
+const PATHS_INFO_BATCH = 1000;
 /** Pages followed at most: a loop of `next` links must end. */
 const MAX_TREE_PAGES = 1_000_000;
 /** Attempts at a commit whose connection could not be made. */
@@ -245,6 +250,66 @@ export class HubClient {
     return sha;
   }
 
+  /** `/{prefix}{ns}/{name}/commit/{oid}`: a commit's page, as the hub's `commitUrl` names it. */
+  commitUrl(commitOid: string): string {
+    const [namespace, name] = this.repo.name.split("/");
+    const prefix = this.repo.type === "model" ? "" : `${this.repo.type}s/`;
+    return `${this.endpoint}/${prefix}${encodeURIComponent(namespace)}/${encodeURIComponent(name)}/commit/${commitOid}`;
+  }
+
+  /**
+   * The head commit of `branch` when applying `operations` to it would change nothing: every
+   * operation puts at its path exactly the file already there — the same SHA-256 stored through
+   * Xet for an `lfsFile`, the same git blob id stored inline for a `file` (the storage counts: the
+   * tree would change). Null when something would change, when an operation deletes, or when the
+   * branch does not exist yet (the commit creates it or is refused). The paths are looked up at
+   * the head's commit id, so the answer describes that one commit even if the branch moves.
+   * This is huggingface_hub's rule ("No files have been modified since last commit"): the hub
+   * itself accepts a commit that changes nothing, as huggingface.co does.
+   */
+  async unchangedHead(branch: string, operations: readonly CommitOperation[]): Promise<string | null> {
+    if (operations.some((op) => op.kind !== "lfsFile" && op.kind !== "file")) return null;
+    let head: string;
+    try {
+      head = await this.resolveRevision(branch);
+    } catch (error) {
+      if (error instanceof HubStatusError && error.status === 404 && error.errorCode === "RevisionNotFound") return null;
+      throw error;
+    }
+    const entries = await this.pathsInfo(
+      head,
+      operations.map((op) => op.path),
+    );
+    const current = new Map(entries.map((entry) => [entry.path, entry]));
+    const unchanged = operations.every((op) => {
+      const entry = current.get(op.path);
+      if (entry?.type !== "file") return false;
+      if (op.kind === "lfsFile") return entry.storage === "xet" && entry.sha256 === op.sha256 && entry.size === op.size;
+      return op.kind === "file" && entry.storage === "inline" && entry.oid === gitBlobId(op.content);
+    });
+    return unchanged ? head : null;
+  }
+
+  /** What `revision` holds at `paths` (`POST …/paths-info/{rev}`): the entries that exist, files and folders. */
+  async pathsInfo(revision: string, paths: readonly string[]): Promise<RepoTreeEntry[]> {
+    const what = `looking up ${paths.length} path${paths.length === 1 ? "" : "s"} at ${JSON.stringify(revision)} in ${formatRepoRef(this.repo)}`;
+    const entries: RepoTreeEntry[] = [];
+    for (let start = 0; start < paths.length; start += PATHS_INFO_BATCH) {
+      const body = Buffer.from(JSON.stringify({ paths: paths.slice(start, start + PATHS_INFO_BATCH), expand: false }));
+      const response = await this.send({
+        what,
+        url: this.apiUrl(`/paths-info/${encodeURIComponent(revision)}`),
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body,
+      });
+      const answer = await readJson(response, MAX_TREE_PAGE_BYTES, what);
+      if (!Array.isArray(answer)) throw new CastorClientError("protocol", `${what}: the answer is not a JSON array`);
+      for (const item of answer) entries.push(treeEntryOf(item, what));
+    }
+    return entries;
+  }
+
   /**
    * Applies one commit to `branch`. Sent again only when the connection could not be made;
    * otherwise a failure may leave the commit applied, which the error message says.
@@ -342,8 +407,14 @@ export class HubClient {
     return this.send({ what, url: this.fileUrl(revision, path), method: "GET", headers: { "accept-encoding": "identity" } });
   }
 
-  /** A hub request with the hub token; a 2xx response, or a HubStatusError. */
-  private async send(request: { what: string; url: string; method: "GET" | "HEAD"; headers?: Record<string, string> }): Promise<Response> {
+  /** A hub request with the hub token (reads only: it may be sent more than once); a 2xx response, or a HubStatusError. */
+  private async send(request: {
+    what: string;
+    url: string;
+    method: "GET" | "HEAD" | "POST";
+    headers?: Record<string, string>;
+    body?: Uint8Array;
+  }): Promise<Response> {
     const response = await this.options.http.request({
       ...request,
       headers: { authorization: `Bearer ${this.options.hubToken}`, ...request.headers },

@@ -128,10 +128,25 @@ export class CastorClient {
   }
 
   /**
+   * Applies the commit unless it would change nothing on the client's branch (every file
+   * already at its path: `HubClient.unchangedHead`); then no commit is made and `commit` is the
+   * branch's head, which holds the files (`committed: false`). A `parentCommit` other than the
+   * head is sent, for the hub to refuse.
+   */
+  async commitChanges(request: CommitRequest): Promise<{ commit: CommitResult; committed: boolean }> {
+    const head = await this.hub.unchangedHead(this.revision, request.operations);
+    if (head !== null && (request.parentCommit === undefined || request.parentCommit === head)) {
+      return { commit: { commitOid: head, commitUrl: this.hub.commitUrl(head) }, committed: false };
+    }
+    return { commit: await this.commit(request), committed: true };
+  }
+
+  /**
    * Uploads `files` through Xet, then commits them to the client's branch in one commit, at
    * the paths `repoPathsFor(files, options.pathInRepo)` gives: base names at the root by
    * default; one file: `pathInRepo` is its path (or its folder, ending with '/'); several: a
-   * folder. Paths are checked before anything is read. Nothing is committed if the upload fails.
+   * folder. Paths are checked before anything is read. Nothing is committed if the upload fails,
+   * nor when the branch holds every file at its path already (`committed: false`; see `commitChanges`).
    */
   async uploadToRepo(files: readonly string[], options: RepoUploadRunOptions = {}): Promise<RepoUploadResult> {
     if (files.length === 0) throw new CastorClientError("usage", "no files to upload");
@@ -140,8 +155,13 @@ export class CastorClient {
     const uploaded = await this.upload(expanded.files, options);
     const placed = uploaded.files.map((file, i) => ({ ...file, pathInRepo: paths[i] }));
     const { summary, description } = commitMessageOf(options.message, expanded.files.length);
-    const commit = await this.commit({ summary, description, parentCommit: options.parentCommit, operations: commitOperationsFor(placed) });
-    return { ...uploaded, files: placed, commit };
+    const { commit, committed } = await this.commitChanges({
+      summary,
+      description,
+      parentCommit: options.parentCommit,
+      operations: commitOperationsFor(placed),
+    });
+    return { ...uploaded, files: placed, commit, committed };
   }
 
   /** The files of the client's revision (recursively, below `path` if given), following every page. */
@@ -241,7 +261,10 @@ export interface RepoUploadedFile extends UploadedFile {
 
 export interface RepoUploadResult extends UploadResult {
   files: RepoUploadedFile[];
+  /** The commit made, or (`committed: false`) the branch's head, which already held every file as uploaded. */
   commit: CommitResult;
+  /** False when nothing changed: no commit was made, as `hf upload` makes none. */
+  committed: boolean;
 }
 
 export interface FileDownloadRunOptions {

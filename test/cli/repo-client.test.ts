@@ -187,6 +187,45 @@ describe("castor upload / repo files / download with repositories", () => {
     firstCommit = await headOfMain();
   });
 
+  it("makes no commit when the branch holds every file as uploaded already, and says so; a changed file commits", async () => {
+    const titles = await commitTitles();
+    const again = assertOk(await client(["upload", "--repo", REPO, "in/a.bin", "in/b.txt", "in/empty", "--path", "dir", "-m", "Nothing new"]));
+    const lines = again.stdout.trimEnd().split("\n");
+    assert.equal(lines.length, 4, again.stdout);
+    assert.equal(lines[3], `unchanged ${firstCommit}  ${server.publicUrl}/alice/bert/commit/${firstCommit}`, "the head that holds the files");
+    assert.match(
+      again.stderr,
+      new RegExp(
+        `^No files have changed: branch main of model:alice/bert holds them as uploaded already \\(commit ${firstCommit}\\); nothing committed\\.$`,
+        "m",
+      ),
+    );
+    assert.equal(await headOfMain(), firstCommit, "main did not move");
+    assert.deepEqual(await commitTitles(), titles, "no commit was added");
+
+    // The library does the same, and tells it apart.
+    const library = new CastorClient({ endpoint: server.url, hubToken: tokens.write, repo: REPO });
+    const same = await library.uploadToRepo([join(work, "in", "b.txt")], { pathInRepo: "dir/b.txt" });
+    assert.equal(same.committed, false);
+    assert.deepEqual(same.commit, { commitOid: firstCommit, commitUrl: `${server.publicUrl}/alice/bert/commit/${firstCommit}` });
+
+    // One file of several changed: a commit, as before.
+    await writeFile(join(work, "b-changed.txt"), "a small text file, changed\n");
+    const changed = await library.uploadToRepo([join(work, "in", "a.bin"), join(work, "b-changed.txt")], { pathInRepo: "dir/", message: "Change b" });
+    assert.equal(changed.committed, true);
+    assert.notEqual(changed.commit.commitOid, firstCommit);
+    assert.equal(await headOfMain(), changed.commit.commitOid);
+    assert.equal((await commitTitles())[0], "Change b");
+
+    // The same bytes stored another way (inline, by a hub commit) are a change of the tree: committed.
+    const inline = await library.commit({ summary: "Inline copy", operations: [{ kind: "file", path: "dir/inline.txt", content: data.b }] });
+    await writeFile(join(work, "inline.txt"), data.b);
+    const asXet = assertOk(await client(["upload", "--repo", REPO, "inline.txt", "--path", "dir/inline.txt"]));
+    assert.match(asXet.stdout, /^commit [0-9a-f]{40} /m);
+    assert.notEqual(await headOfMain(), inline.commitOid);
+    firstCommit = await headOfMain();
+  });
+
   it("reports a missing path, an unknown repository or revision with the server's message (exit 1), writing nothing", async () => {
     const [missing, unknownRepo, unknownRevision, unknownRepoFiles] = await Promise.all([
       client(["download", "--repo", REPO, "dir/missing.bin", "-o", "missing.bin"], { token: tokens.read }),

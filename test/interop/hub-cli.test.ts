@@ -26,6 +26,7 @@ import {
   filesBelow,
   lastJson,
   plural,
+  PYTHON_VENVS,
   pythonVenv,
   removeDir,
   REPO_TYPES,
@@ -41,7 +42,7 @@ import {
   type RepoType,
 } from "./hub-clients.js";
 
-const REQUIREMENTS = ["huggingface_hub==2.0.0", "hf_xet==1.6.0"];
+const REQUIREMENTS = PYTHON_VENVS["hub-cli"];
 const BIG_SIZE = 12 * MIB;
 
 /** What each repository holds once the uploads are done, by path. */

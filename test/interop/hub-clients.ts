@@ -58,13 +58,26 @@ export function heavySuiteSkip(what: string): string | false {
 // ---------------------------------------------------------------------------------------------
 // Python
 
+/**
+ * The Python venvs of the real clients, by name, with their pins: shared by every test that
+ * drives them and by README.md's walkthrough (test/docs), so that one venv of each serves all.
+ */
+export const PYTHON_VENVS = {
+  /** The `hf` CLI: huggingface_hub 2.x with hf_xet. */
+  "hub-cli": ["huggingface_hub==2.0.0", "hf_xet==1.6.0"],
+  /** transformers and datasets, which need huggingface_hub 1.x, with a CPU torch. */
+  "hub-libraries": ["huggingface_hub==1.33.0", "hf_xet==1.6.0", "transformers==5.17.0", "torch==2.13.0+cpu", "safetensors", "datasets==5.0.1"],
+} as const satisfies Record<string, readonly string[]>;
+
+export type PythonVenvName = keyof typeof PYTHON_VENVS;
+
 const venvs = new Map<string, Promise<string>>();
 
 /**
  * The python of the venv holding `requirements` (scripts/python-venv.mjs builds it once per
  * requirement list and reuses it afterwards). Its console scripts (`hf`) are beside it.
  */
-export function pythonVenv(name: string, requirements: string[]): Promise<string> {
+export function pythonVenv(name: string, requirements: readonly string[]): Promise<string> {
   const key = `${name} ${requirements.join(" ")}`;
   let python = venvs.get(key);
   if (python === undefined) {

@@ -22,9 +22,22 @@ import { after, before, describe, it } from "node:test";
 import type { GcReport } from "../../src/ops/gc.js";
 import { runCastor } from "../helpers/cli.js";
 import { pseudoRandomBytes } from "./harness.js";
-import { clientEnv, lastJson, pythonVenv, removeDir, runOk, sha256Hex, startHub, tempDir, USER, venvScript, type HubServer } from "./hub-clients.js";
+import {
+  clientEnv,
+  lastJson,
+  PYTHON_VENVS,
+  pythonVenv,
+  removeDir,
+  runOk,
+  sha256Hex,
+  startHub,
+  tempDir,
+  USER,
+  venvScript,
+  type HubServer,
+} from "./hub-clients.js";
 
-const REQUIREMENTS = ["huggingface_hub==2.0.0", "hf_xet==1.6.0"];
+const REQUIREMENTS = PYTHON_VENVS["hub-cli"];
 const REPO = `${USER}/features`;
 const MOVED = `${USER}/features-moved`;
 

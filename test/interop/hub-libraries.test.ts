@@ -31,6 +31,7 @@ import {
   filesBelow,
   heavySuiteSkip,
   lastJson,
+  PYTHON_VENVS,
   pythonVenv,
   removeDir,
   runOk,
@@ -41,7 +42,7 @@ import {
   type HubServer,
 } from "./hub-clients.js";
 
-const REQUIREMENTS = ["huggingface_hub==1.33.0", "hf_xet==1.6.0", "transformers==5.17.0", "torch==2.13.0+cpu", "safetensors", "datasets==5.0.1"];
+const REQUIREMENTS = PYTHON_VENVS["hub-libraries"];
 const DRIVER = fileURLToPath(new URL("./hub_libraries_driver.py", import.meta.url));
 const HFAPI_DRIVER = fileURLToPath(new URL("./hub_hfapi_driver.py", import.meta.url));
 /** Importing torch and transformers takes a while on two busy cores. */

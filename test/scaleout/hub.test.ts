@@ -10,7 +10,7 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { assertSameBytes, MIB, pseudoRandomBytes, readBytes } from "../interop/harness.js";
-import { clientEnv, lastJson, pythonVenv, removeDir, runOk, tempDir, USER, venvScript, type HubServer } from "../interop/hub-clients.js";
+import { clientEnv, lastJson, PYTHON_VENVS, pythonVenv, removeDir, runOk, tempDir, USER, venvScript, type HubServer } from "../interop/hub-clients.js";
 import { runCastor } from "../helpers/cli.js";
 import { startProxy, type TestProxy } from "../helpers/proxy.js";
 import { createScaleOutBackend, scaleOutUnavailable, startCastorServer, type ScaleOutBackend, type ServerProcess } from "../helpers/server.js";
@@ -18,7 +18,7 @@ import { createScaleOutBackend, scaleOutUnavailable, startCastorServer, type Sca
 const unavailable = scaleOutUnavailable();
 if (unavailable !== null) throw new Error(`the scale-out hub tests need PostgreSQL and S3: ${unavailable}`);
 
-const REQUIREMENTS = ["huggingface_hub==2.0.0", "hf_xet==1.6.0"];
+const REQUIREMENTS = PYTHON_VENVS["hub-cli"];
 const REPO_ID = `${USER}/scaled`;
 
 let backend: ScaleOutBackend;

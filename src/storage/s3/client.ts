@@ -56,6 +56,11 @@ export function createS3Client(options: S3ClientOptions): S3Client {
       "S3 credentials need both an access key id and a secret access key (CASTOR_S3_ACCESS_KEY_ID and CASTOR_S3_SECRET_ACCESS_KEY), or neither to use the default AWS credential chain",
     );
   }
+  // The SDK warns on Node < 22 at every client's creation that its releases from 2027 on will
+  // need Node 22. castor runs the release its lockfile pins, which supports Node 20 (its
+  // `engines`), so on castor's tested Node the notice only alarms operators; AWS documents this
+  // variable as its off switch. One set by the operator is left as it is.
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
   return new S3Client({
     region: options.region,
     ...(options.endpoint ? { endpoint: options.endpoint } : {}),
