@@ -21,7 +21,7 @@
 // is missing. Also importable: `ensureVenv(name, requirements)` returns the python path.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -33,7 +33,12 @@ const MARKER = "castor-venv.json";
 const WAIT_FOR_OTHER_BUILDER_MS = 30 * 60 * 1000;
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-export const VENV_ROOT = join(repoRoot, ".venv");
+/**
+ * `.venv` of the checkout, through any symbolic link: a checkout whose `.venv` links to another
+ * one's (a second worktree sharing the venvs) must write the real path into the console
+ * scripts' first lines, or they break when the linking checkout is removed.
+ */
+export const VENV_ROOT = existsSync(join(repoRoot, ".venv")) ? realpathSync(join(repoRoot, ".venv")) : join(repoRoot, ".venv");
 
 /** A problem the user fixes by installing something; reported without a stack trace. */
 export class SetupError extends Error {}
