@@ -25,8 +25,9 @@ export interface RequestObservation {
   route: string | undefined;
   status: number;
   seconds: number;
-  /** Content-Length of the request and of the response, when they carry one. */
+  /** Content-Length of the request, when it carries one. */
   requestBytes?: number;
+  /** Body bytes of the response written to the connection (none for HEAD, 204, 304). */
   responseBytes?: number;
 }
 
@@ -110,7 +111,7 @@ export class CastorMetrics {
     });
     this.responseBytes = new Counter({
       name: "castor_http_response_bytes_total",
-      help: "Response body bytes announced by Content-Length, by method and route pattern (streamed answers without one are not counted)",
+      help: "Response body bytes written to the connection, by method and route pattern (HEAD answers send none, whatever their Content-Length)",
       labelNames: ["method", "route"],
       registers,
     });
