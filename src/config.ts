@@ -38,6 +38,11 @@ export interface CastorConfig {
    * the port the OS picks, so the server derives it after binding (`publicUrlForBoundPort`).
    */
   publicUrl: string | null;
+  /**
+   * Whether `CASTOR_PUBLIC_URL` was set. One derived from the listen address gives way, on a
+   * loopback address, to the loopback name a client used (`localhost`; src/http/public-url.ts).
+   */
+  publicUrlSet: boolean;
   /** `postgres://…` selects PostgreSQL metadata; null = SQLite in the data dir. */
   databaseUrl: string | null;
   /** null = filesystem blobs in the data dir. */
@@ -246,6 +251,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     listenHost,
     listenPort,
     publicUrl,
+    publicUrlSet: explicitPublicUrl !== undefined,
     databaseUrl,
     s3,
     tokenTtlSeconds: positiveInt("CASTOR_TOKEN_TTL", get("CASTOR_TOKEN_TTL") ?? "3600"),

@@ -5,7 +5,7 @@
  * piece (e.g. the CAS auth hook with test routes).
  */
 import { join } from "node:path";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
@@ -77,8 +77,8 @@ export function createHttpApp(options: HttpAppOptions): FastifyInstance {
     routerOptions: { maxParamLength: MAX_PATH_PARAM_CHARS },
     // `request.ip` is then the client named by X-Forwarded-For from a trusted proxy: the address
     // the per-address hub limits count and the log shows. Fastify also takes X-Forwarded-Host
-    // and -Proto from such a peer (`request.host`, `request.protocol`), which castor never
-    // reads: every URL it hands out is built from CASTOR_PUBLIC_URL.
+    // and -Proto from such a peer (`request.host`, `request.protocol`), which castor reads only
+    // to warn of a CASTOR_PUBLIC_URL that clients will refuse (public-url.ts).
     trustProxy: options.trustedProxies?.length ? [...options.trustedProxies] : false,
     // Shutdown: idle keep-alive sockets close at once, requests in progress run to the end.
     forceCloseConnections: "idle",
@@ -117,8 +117,11 @@ export interface CastorAppDeps extends HttpAppOptions {
   hub: TokenRequestAuthorizer;
   issuer: CasTokenIssuer;
   verifier: CasTokenVerifier;
-  /** The base URL handed out as `casUrl`; a function because with port 0 it is known only after binding. */
-  publicUrl: () => string;
+  /**
+   * The base of the URLs in the answer to a request (`casUrl`, repository and commit URLs, `Link`
+   * headers): `PublicUrls.forRequest` (public-url.ts) in a server; known only once the port is bound.
+   */
+  publicUrl: (request: FastifyRequest) => string;
   blobs: BlobStore;
   xorbs: XorbIngestService;
   shards: ShardRegistrationService;

@@ -28,7 +28,7 @@ export interface HubHttpDeps {
   xetFiles: XetFileSource;
   /** The repositories' SHA-256 index, for the LFS batch call. */
   store: StoredFileLookup & Pick<GcRecords, "leaseObjects">;
-  publicUrl: () => string;
+  publicUrl: (request: FastifyRequest) => string;
   /** `config.hubInlineMaxBytes`. */
   inlineMaxBytes: number;
   /** Where commits' inline contents wait on disk until the commit has validated (the data dir's spool). */

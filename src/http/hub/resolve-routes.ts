@@ -59,7 +59,7 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
     const { commit } = await deps.repos.resolve(repo, revision);
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
     const file = await deps.repos.fileAt(repo, commit, path);
-    describe(reply, deps, repo, commit, file);
+    describe(reply, deps.publicUrl(request), repo, commit, file);
     return { repo, commit, file };
   };
 
@@ -71,7 +71,8 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
     });
     app.get<{ Params: ResolveParams }>(url, { exposeHeadRoute: false }, async (request, reply) => {
       const { repo, commit, file } = await find(request, plural, reply);
-      if (file.xetHash !== null && acceptsXetFileInfo(request.headers.accept)) return sendXetFileInfo(reply, deps, repo, commit, file, file.xetHash);
+      if (file.xetHash !== null && acceptsXetFileInfo(request.headers.accept))
+        return sendXetFileInfo(reply, deps.publicUrl(request), repo, commit, file, file.xetHash);
       const range = requestedRange(request.headers.range, file.size);
       if (range === "unsatisfiable") {
         return reply.code(416).header("content-range", `bytes */${file.size}`).header("content-length", "0").send();
@@ -108,7 +109,7 @@ export const REPOSITORY_CONTENT_HEADERS: Readonly<Record<string, string>> = {
 };
 
 /** The headers HEAD and GET share. */
-function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
+function describe(reply: FastifyReply, base: string, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
   reply.headers(REPOSITORY_CONTENT_HEADERS);
   reply.headers({
     "x-repo-commit": commit.oid,
@@ -125,7 +126,7 @@ function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, co
     reply.header("etag", `"${file.oid}"`);
     return;
   }
-  const { refreshUrl, reconstructionUrl } = xetUrls(deps, repo, commit, file.xetHash);
+  const { refreshUrl, reconstructionUrl } = xetUrls(base, repo, commit, file.xetHash);
   reply.headers({
     etag: `"${file.sha256}"`,
     "x-linked-etag": `"${file.sha256}"`,
@@ -136,8 +137,7 @@ function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, co
 }
 
 /** Where a Xet file's read token (at the commit) and its reconstruction are asked for. */
-function xetUrls(deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, xetHash: string): { refreshUrl: string; reconstructionUrl: string } {
-  const base = deps.publicUrl();
+function xetUrls(base: string, repo: Repo, commit: CommitRecord, xetHash: string): { refreshUrl: string; reconstructionUrl: string } {
   return {
     refreshUrl: `${base}/api/${PLURAL_BY_REPO_TYPE[repo.type]}/${repo.name}/xet-read-token/${commit.oid}`,
     reconstructionUrl: `${base}/v1/reconstructions/${xetHash}`,
@@ -155,8 +155,8 @@ function acceptsXetFileInfo(accept: string | undefined): boolean {
  * (`@huggingface/hub`'s fileDownloadInfo / downloadFile ask this way, with `Range: bytes=0-0`,
  * which is ignored here): 200 with the HEAD's headers and the same facts as JSON.
  */
-function sendXetFileInfo(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, file: TreeFileEntry, xetHash: string) {
-  const { refreshUrl, reconstructionUrl } = xetUrls(deps, repo, commit, xetHash);
+function sendXetFileInfo(reply: FastifyReply, base: string, repo: Repo, commit: CommitRecord, file: TreeFileEntry, xetHash: string) {
+  const { refreshUrl, reconstructionUrl } = xetUrls(base, repo, commit, xetHash);
   reply.removeHeader("content-length");
   reply.removeHeader("accept-ranges");
   return reply
