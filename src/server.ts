@@ -159,7 +159,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       dataDir: config.dataDir,
       minFreeBytes: config.minFreeBytes,
       metrics: { enabled: config.metrics, token: config.metricsToken, shared: worker?.metrics },
-      storageStats: { dailySamples: runsSchedules },
+      storageStats: { dailySamples: runsSchedules, afterChanges: true },
       gc: runsSchedules ? { ...config.gc, reserve: reserveOf(config) } : undefined,
       maxConcurrentUploads: config.maxConcurrentUploads,
       hubLimits: config.hubLimits,

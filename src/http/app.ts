@@ -26,7 +26,8 @@ import { dedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
 import { healthRoutes } from "./health.js";
 import type { HubRepositories } from "../hub/repositories.js";
-import { DailyStatsSampler, StorageStatsService } from "../hub/stats.js";
+import { StorageStatsService } from "../hub/stats.js";
+import { StatsSampler } from "../hub/stats-sampler.js";
 import { HubService } from "../hub/service.js";
 import { castorRoutes } from "./hub/castor-routes.js";
 import { acceptHubBodies, hubRoutes, type XetFileSource } from "./hub/index.js";
@@ -152,10 +153,13 @@ export interface CastorAppDeps extends HttpAppOptions {
    */
   metrics?: { enabled: boolean; token: string | null; shared?: SharedMetrics };
   /**
-   * Storage statistics (`GET /api/stats`): their clock, and whether the app keeps daily samples
-   * from the moment it is ready until it closes (`castor serve` does; test apps only when asked).
+   * Storage statistics (`GET /api/stats`): their clock; whether the app takes the daily samples
+   * (at start-up, after each UTC midnight) and measures again after the requests that change
+   * something, from the moment it is ready until it closes (hub/stats-sampler.ts; `castor serve`
+   * does both, one worker of several only the latter; test apps only when asked); how long after
+   * a change (`changeDelayMs`, DEFAULT_CHANGE_DELAY_MS by default).
    */
-  storageStats?: { dailySamples: boolean; now?: () => Date };
+  storageStats?: { dailySamples: boolean; afterChanges?: boolean; changeDelayMs?: number; now?: () => Date };
   /** `config.gc`: collections on a schedule when `intervalMs` is set (src/ops/gc-schedule.ts). */
   gc?: { intervalMs: number | null; graceMs: number; reserve?: Reserve | null };
   /** `config.maxConcurrentUploads`; the default when absent. */
@@ -164,6 +168,11 @@ export interface CastorAppDeps extends HttpAppOptions {
   hubLimits?: Partial<HubLimits>;
   /** The web interface's built files (web-ui.ts); dist/web/ by default. */
   webUi?: WebUiOptions;
+}
+
+/** Whether a request may have changed what the storage statistics count: any write that succeeded. */
+function changesSomething(method: string, status: number): boolean {
+  return method !== "GET" && method !== "HEAD" && method !== "OPTIONS" && status < 400;
 }
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
@@ -181,6 +190,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     shared?.attach(metrics);
     installMetrics(app, { metrics, token: deps.metrics?.token ?? null, expose: shared && (() => shared.expose()) });
     metrics.watchMaintenance(() => deps.store.lastMaintenanceRuns());
+    metrics.watchStorageSamples(async () => (await deps.store.listStatsSamples()).at(-1) ?? null);
   }
   const hub: TokenRequestAuthorizer = {
     authorizeTokenRequest: async (request) => {
@@ -190,19 +200,26 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     },
   };
   const stats = new StorageStatsService(deps.store, { now: deps.storageStats?.now });
-  if (deps.storageStats?.dailySamples) {
-    const sampler = new DailyStatsSampler(stats, {
-      now: deps.storageStats.now,
+  const { dailySamples = false, afterChanges = false } = deps.storageStats ?? {};
+  if (dailySamples || afterChanges) {
+    const sampler = new StatsSampler(stats, {
+      now: deps.storageStats?.now,
+      daily: dailySamples,
+      delayMs: deps.storageStats?.changeDelayMs,
       onSample: (sample) => {
-        metrics?.storageSampled(sample);
         const { logicalBytes, storedBytes, recordedXorbBytes } = sample;
         app.log.info({ day: sample.day, logicalBytes, storedBytes, recordedXorbBytes }, "storage statistics sample");
       },
-      onError: (error) => app.log.warn({ err: error }, "the daily storage statistics sample failed; trying again later"),
+      onError: (error) => app.log.warn({ err: error }, "the storage statistics sample failed; trying again later"),
     });
     // Started once the app is ready, stopped before the stores close (server.ts closes them after the app).
     app.addHook("onReady", async () => sampler.start());
     app.addHook("onClose", () => sampler.stop());
+    if (afterChanges) {
+      app.addHook("onResponse", async (request, reply) => {
+        if (changesSomething(request.method, reply.statusCode)) sampler.changed();
+      });
+    }
   }
   if (deps.gc?.intervalMs != null) {
     const schedule = new GcSchedule(deps.store, deps.blobs, {

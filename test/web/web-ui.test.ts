@@ -331,8 +331,10 @@ describe("the web interface in Chromium", () => {
     const expected = JSON.parse(await cli("stats", "--json"));
     const value = async (testId: string) => page.getByTestId(testId).getAttribute("value");
     assert.equal(await value("total-logical"), String(expected.totals.logicalBytes));
+    assert.equal(await value("total-unique"), String(expected.totals.uniqueBytes));
     assert.equal(await value("total-stored"), String(expected.totals.storedBytes));
-    assert.equal(Number(await value("total-ratio")), expected.totals.dedupRatio);
+    assert.equal(Number(await value("total-dedup")), expected.totals.dedupRatio);
+    assert.equal(Number(await value("total-compression")), expected.totals.compressionRatio);
     assert.equal(await value("total-unreferenced"), String(expected.totals.unreferencedXorbBytes));
     assert.ok(expected.totals.logicalBytes > expected.totals.storedBytes, "the shared chunks are stored once");
     for (const repo of expected.repositories) {
@@ -343,7 +345,9 @@ describe("the web interface in Chromium", () => {
       ]);
     }
     await page.getByTestId("history-chart").waitFor();
-    assert.match((await page.getByTestId("history-chart").getAttribute("aria-label"))!, /daily sample/);
+    // Today's sample is the measurement the page shows: the chart's last point is today's uploads.
+    assert.match((await page.getByTestId("history-chart").getAttribute("aria-label"))!, new RegExp(`daily samples?\\); on ${expected.history.at(-1).day}: `));
+    assert.equal(expected.history.at(-1).logicalBytes, expected.totals.logicalBytes);
     await shoot("storage");
     await checkAccessibility("the storage dashboard");
   });

@@ -6,7 +6,7 @@
  * - `GET /api/castor/me`: who the bearer is, and whether it is an admin token (the interface
  *   shows the admin pages only then). Anonymous callers get `{anonymous: true}`.
  * - `GET /api/castor/repos/{type}s/{ns}/{name}/storage`: a repository's live files and logical
- *   bytes, for anyone who may read it; stored bytes and the dedup ratio for admin tokens only,
+ *   bytes, for anyone who may read it; stored bytes and the ratios for admin tokens only,
  *   since they depend on xorbs other repositories share (like `GET /api/stats`).
  * - `GET /api/castor/sharing?repo=TYPE:NS/NAME&revision=R&path=P` (admin): how many chunks of
  *   a file other files share (hub/sharing.ts).
@@ -24,7 +24,7 @@ import { parseExpires } from "../../hub/expires.js";
 import { formatRepoRef, parseRepoRef } from "../../hub/names.js";
 import type { HubService } from "../../hub/service.js";
 import { chunkSharing, type SharingStore } from "../../hub/sharing.js";
-import { dedupRatio, liveContentOf, type StatsStore } from "../../hub/stats.js";
+import { liveContentOf, ratiosOf, type StatsStore } from "../../hub/stats.js";
 import { hubTokenState } from "../../hub/tokens.js";
 import type { GcRecords } from "../../metadata/gc.js";
 import type { HubToken, Repo } from "../../metadata/store.js";
@@ -75,7 +75,7 @@ export async function castorRoutes(app: FastifyInstance, deps: CastorRouteDeps):
     const content = await liveContentOf(deps.store, repo);
     reply.header("cache-control", "no-store");
     if (caller.token === null || !isAdminToken(caller.token)) return { files: content.files, logicalBytes: content.logicalBytes };
-    return { ...content, dedupRatio: dedupRatio(content) };
+    return { ...content, ...ratiosOf(content) };
   });
 
   app.get<{ Querystring: Record<string, unknown> }>("/api/castor/sharing", async (request) => {
