@@ -12,6 +12,7 @@ import type { DestinationStream, Logger } from "pino";
 import { CasTokenIssuer, CasTokenVerifier } from "./auth/cas-token.js";
 import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
 import { ConfigError, listenUrl, type CastorConfig } from "./config.js";
+import { DownloadLinks } from "./auth/download-link.js";
 import { HmacTransferUrls } from "./auth/transfer-url.js";
 import { DedupService } from "./cas/dedup.js";
 import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
@@ -154,6 +155,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       // them as given, any loopback name reaches the same server, and answers are cached across clients.
       transferUrls: new HmacTransferUrls({ key: keys.urlKey, publicUrl: () => publicUrls.configured(), ttlSeconds: config.transferUrlTtlSeconds }),
       presignedUrls,
+      downloadLinks: new DownloadLinks({ urlKey: keys.urlKey }),
       transferUrlTtlSeconds: config.transferUrlTtlSeconds,
       v2Reconstruction: config.v2Reconstruction,
       dataDir: config.dataDir,

@@ -7,6 +7,7 @@
 import { join } from "node:path";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
+import type { DownloadLinks } from "../auth/download-link.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
 import type { RangeUrlSigner } from "../cas/reconstruction-render.js";
@@ -128,6 +129,8 @@ export interface CastorAppDeps extends HttpAppOptions {
   shards: ShardRegistrationService;
   dedup: DedupService;
   transferUrls: HmacTransferUrls;
+  /** Signs the web interface's download links, which `resolve` accepts without a token (auth/download-link.ts). */
+  downloadLinks: DownloadLinks;
   /**
    * CASTOR_TRANSFER_MODE=presigned: reconstruction answers hand out these URLs (presigned S3
    * GETs, one range per V2 entry) instead of `transferUrls`. Absent in the default proxy mode.
@@ -246,6 +249,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       xetFiles: deps.xetFiles,
       store: deps.store,
       publicUrl: deps.publicUrl,
+      downloadLinks: deps.downloadLinks,
       inlineMaxBytes: deps.hubInlineMaxBytes,
       spoolDir: join(deps.dataDir, SPOOL_DIR_NAME),
       stats,
@@ -253,6 +257,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     await hubScope.register(castorRoutes, {
       repos: deps.hubRepos,
       publicUrl: deps.publicUrl,
+      downloadLinks: deps.downloadLinks,
       store: deps.store,
       tokens: new HubService(deps.store),
     });

@@ -21,7 +21,8 @@ import type { FileBody, FileReader } from "../../cas/file-reader.js";
 import { hashFromHex } from "../../format/hash.js";
 import { halfOpenByteRange, type HalfOpenByteRange } from "../../format/ranges.js";
 import { HubError } from "../../hub/errors.js";
-import type { HubRepositories } from "../../hub/repositories.js";
+import type { HubRepositories, RepoAddress } from "../../hub/repositories.js";
+import { DownloadLinkError, DownloadLinks } from "../../auth/download-link.js";
 import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js";
 import { parseRangeHeader, ReconstructionError, resolveFileRange } from "../../cas/reconstruction.js";
 import { sendHijacked } from "../hijacked-body.js";
@@ -36,6 +37,8 @@ export interface HubResolveRouteDeps extends HubRouteDeps {
   repos: HubRepositories;
   blobs: BlobStore;
   xetFiles: XetFileSource;
+  /** The web interface's signed download links, which authorise a GET without a token. */
+  downloadLinks: DownloadLinks;
 }
 
 interface ResolveParams {
@@ -53,8 +56,10 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
   const find = async (request: FastifyRequest<{ Params: ResolveParams }>, plural: string, reply: FastifyReply): Promise<Resolved> => {
     // `/{ns}/{name}/resolve/{rev}` for models, one segment more for `/datasets/…` and `/spaces/…`.
     const revisionSegment = plural === "models" ? 4 : 5;
-    const caller = await callerOfRequest(deps, request);
-    const repo = await deps.repos.readable(caller, addressOf(plural, request.params.namespace, request.params.name));
+    const address = addressOf(plural, request.params.namespace, request.params.name);
+    const repo = DownloadLinks.isLink(request.url)
+      ? await deps.repos.linked(verifiedLink(deps, request.url, address))
+      : await deps.repos.readable(await callerOfRequest(deps, request), address);
     const { revision, path } = revisionAndPath(request, revisionSegment);
     const { commit } = await deps.repos.resolve(repo, revision);
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
@@ -107,6 +112,17 @@ export const REPOSITORY_CONTENT_HEADERS: Readonly<Record<string, string>> = {
   "x-content-type-options": "nosniff",
   "content-security-policy": "default-src 'none'; sandbox",
 };
+
+/** `address`, once the download link `pathAndQuery` is found genuine and current; 403 otherwise. */
+function verifiedLink(deps: HubResolveRouteDeps, pathAndQuery: string, address: RepoAddress): RepoAddress {
+  try {
+    deps.downloadLinks.verify(pathAndQuery);
+  } catch (error) {
+    if (error instanceof DownloadLinkError) throw new HubError(403, error.message);
+    throw error;
+  }
+  return address;
+}
 
 /** The headers HEAD and GET share. */
 function describe(reply: FastifyReply, base: string, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
