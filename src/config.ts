@@ -103,6 +103,11 @@ export interface CastorConfig {
   /** Garbage collection inside `castor serve`: every `intervalMs` (null: never, the default), keeping `graceMs`. */
   gc: { intervalMs: number | null; graceMs: number };
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+  /**
+   * How `castor serve` writes its log (CASTOR_LOG_FORMAT): JSON lines, or lines for a person to
+   * read; null: readable on a terminal, JSON otherwise (src/http/logging.ts `logFormatFor`).
+   */
+  logFormat: "json" | "pretty" | null;
 }
 
 const MiB = 1024 * 1024;
@@ -171,6 +176,7 @@ export const SETTINGS = [
   "CASTOR_SHUTDOWN_GRACE",
   "CASTOR_WORKERS",
   "CASTOR_LOG_LEVEL",
+  "CASTOR_LOG_FORMAT",
   "CASTOR_METRICS",
   "CASTOR_METRICS_TOKEN",
   "CASTOR_GC_INTERVAL",
@@ -291,6 +297,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
       graceMs: duration("CASTOR_GC_GRACE", get("CASTOR_GC_GRACE") ?? DEFAULT_GC_GRACE, 0),
     },
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
+    logFormat: get("CASTOR_LOG_FORMAT") === undefined ? null : oneOf("CASTOR_LOG_FORMAT", get("CASTOR_LOG_FORMAT")!, ["json", "pretty"] as const),
   };
 }
 
