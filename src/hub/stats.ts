@@ -87,7 +87,8 @@ class Tally {
   content(): LiveContent {
     const { files, logicalBytes, xorbs, chunks, inlineBlobs, inlineBytes } = this;
     const storedBytes = this.xorbBytes + inlineBytes;
-    return { files, logicalBytes, storedBytes, uniqueBytes: this.xorbUncompressedBytes + inlineBytes, xorbs, chunks, inlineBlobs, inlineBytes };
+    const uniqueBytes = this.xorbUncompressedBytes + inlineBytes;
+    return { files, logicalBytes, storedBytes, uniqueBytes, xorbs, chunks, inlineBlobs, inlineBytes };
   }
 }
 

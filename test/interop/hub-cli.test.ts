@@ -10,7 +10,8 @@
  * Xet (its `xetHash` in the tree, castor saw xorbs and a shard), uploading it again from another
  * machine stores no new xorb, `hf auth whoami`, plain HTTP `resolve` (whole and ranged, the Xet
  * file reconstructed by castor) with a token on a private repository and without one on a
- * public one, and `HF_HUB_DISABLE_XET=1 hf download` of the Xet-stored file.
+ * public one, `HF_HUB_DISABLE_XET=1 hf download` of the Xet-stored file, and create, upload and
+ * download with `HF_ENDPOINT=http://localhost:PORT` while castor names itself 127.0.0.1.
  *
  * A failing command reports its output, castor's requests meanwhile and castor's warnings.
  */
