@@ -38,6 +38,11 @@ export interface CastorConfig {
    * the port the OS picks, so the server derives it after binding (`publicUrlForBoundPort`).
    */
   publicUrl: string | null;
+  /**
+   * Whether `CASTOR_PUBLIC_URL` was set. One derived from the listen address gives way, on a
+   * loopback address, to the loopback name a client used (`localhost`; src/http/public-url.ts).
+   */
+  publicUrlSet: boolean;
   /** `postgres://…` selects PostgreSQL metadata; null = SQLite in the data dir. */
   databaseUrl: string | null;
   /** null = filesystem blobs in the data dir. */
@@ -98,6 +103,11 @@ export interface CastorConfig {
   /** Garbage collection inside `castor serve`: every `intervalMs` (null: never, the default), keeping `graceMs`. */
   gc: { intervalMs: number | null; graceMs: number };
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+  /**
+   * How `castor serve` writes its log (CASTOR_LOG_FORMAT): JSON lines, or lines for a person to
+   * read; null: readable on a terminal, JSON otherwise (src/http/logging.ts `logFormatFor`).
+   */
+  logFormat: "json" | "pretty" | null;
 }
 
 const MiB = 1024 * 1024;
@@ -166,6 +176,7 @@ export const SETTINGS = [
   "CASTOR_SHUTDOWN_GRACE",
   "CASTOR_WORKERS",
   "CASTOR_LOG_LEVEL",
+  "CASTOR_LOG_FORMAT",
   "CASTOR_METRICS",
   "CASTOR_METRICS_TOKEN",
   "CASTOR_GC_INTERVAL",
@@ -246,6 +257,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     listenHost,
     listenPort,
     publicUrl,
+    publicUrlSet: explicitPublicUrl !== undefined,
     databaseUrl,
     s3,
     tokenTtlSeconds: positiveInt("CASTOR_TOKEN_TTL", get("CASTOR_TOKEN_TTL") ?? "3600"),
@@ -285,6 +297,7 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
       graceMs: duration("CASTOR_GC_GRACE", get("CASTOR_GC_GRACE") ?? DEFAULT_GC_GRACE, 0),
     },
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
+    logFormat: get("CASTOR_LOG_FORMAT") === undefined ? null : oneOf("CASTOR_LOG_FORMAT", get("CASTOR_LOG_FORMAT")!, ["json", "pretty"] as const),
   };
 }
 

@@ -25,8 +25,9 @@ export interface RequestObservation {
   route: string | undefined;
   status: number;
   seconds: number;
-  /** Content-Length of the request and of the response, when they carry one. */
+  /** Content-Length of the request, when it carries one. */
   requestBytes?: number;
+  /** Body bytes of the response written to the connection (none for HEAD, 204, 304). */
   responseBytes?: number;
 }
 
@@ -82,9 +83,10 @@ export class CastorMetrics {
   private readonly dedupQueries: Counter<"result">;
   private readonly tokenRequests: Counter<"outcome">;
   private readonly refusals: Counter<"reason">;
-  private readonly storageGauges: { [K in "logicalBytes" | "storedBytes" | "recordedXorbBytes"]: Gauge } & { takenAt: Gauge };
   /** Where the last `castor gc` and `castor fsck` runs are read from at each scrape (null: not shown). */
   private maintenanceRuns: (() => Promise<MaintenanceRun[]>) | null = null;
+  /** Where the latest storage statistics sample is read from at each scrape (null: not shown). */
+  private latestStorageSample: (() => Promise<StatsSample | null>) | null = null;
 
   constructor() {
     const registers = [this.registry];
@@ -110,7 +112,7 @@ export class CastorMetrics {
     });
     this.responseBytes = new Counter({
       name: "castor_http_response_bytes_total",
-      help: "Response body bytes announced by Content-Length, by method and route pattern (streamed answers without one are not counted)",
+      help: "Response body bytes written to the connection, by method and route pattern (HEAD answers send none, whatever their Content-Length)",
       labelNames: ["method", "route"],
       registers,
     });
@@ -168,26 +170,49 @@ export class CastorMetrics {
       buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 20000],
       registers,
     });
-    // Set from the daily storage sample (hub/stats.ts), never computed per scrape: a walk of
-    // every repository is far too slow for that. With several workers only one takes the
-    // samples and the others hold 0, so the workers' metrics put together (src/cluster/primary.ts)
-    // show the largest value, not a sum (prom-client's `aggregator`).
-    const gauge = (name: string, help: string) => new Gauge({ name, help, registers, aggregator: "max" });
-    this.storageGauges = {
-      logicalBytes: gauge(
-        "castor_storage_logical_bytes",
-        "Sum of the sizes of the live files (at branch and tag heads) of all repositories, at the last daily sample",
-      ),
-      storedBytes: gauge(
-        "castor_storage_stored_bytes",
-        "Bytes of the distinct xorbs and inline blobs the live files need, each counted once, at the last daily sample",
-      ),
-      recordedXorbBytes: gauge(
-        "castor_storage_recorded_xorb_bytes",
-        "Bytes of every recorded xorb, referenced by a live file or not, at the last daily sample",
-      ),
-      takenAt: gauge("castor_storage_sample_timestamp_seconds", "When the last daily storage sample was taken, Unix time (0: none since the server started)"),
-    };
+    // The latest storage statistics sample (hub/stats.ts), read from the metadata store at each
+    // scrape (one row): never computed per scrape, a walk of every repository is far too slow for
+    // that. The server keeps today's sample current (hub/stats-sampler.ts), and every node and
+    // worker reads the same row, so workers' values are not added up but one is shown.
+    const latestSample = async (): Promise<StatsSample | null> => (await this.latestStorageSample?.()) ?? null;
+    const storageGauge = (name: string, help: string, value: (sample: StatsSample) => number | null) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        aggregator: "first",
+        async collect() {
+          const sample = await latestSample();
+          const measured = sample === null ? null : value(sample);
+          if (measured === null) this.reset();
+          else this.set(measured);
+        },
+      });
+    storageGauge(
+      "castor_storage_logical_bytes",
+      "Sum of the sizes of the live files (at branch and tag heads) of all repositories, at the latest storage sample",
+      (sample) => sample.logicalBytes,
+    );
+    storageGauge(
+      "castor_storage_unique_bytes",
+      "Bytes of the distinct content the live files need, before compression, at the latest storage sample",
+      (sample) => sample.uniqueBytes,
+    );
+    storageGauge(
+      "castor_storage_stored_bytes",
+      "Bytes of the distinct xorbs and inline blobs the live files need, each counted once, at the latest storage sample",
+      (sample) => sample.storedBytes,
+    );
+    storageGauge(
+      "castor_storage_recorded_xorb_bytes",
+      "Bytes of every recorded xorb, referenced by a live file or not, at the latest storage sample",
+      (sample) => sample.recordedXorbBytes,
+    );
+    storageGauge(
+      "castor_storage_sample_timestamp_seconds",
+      "When the latest storage sample was taken, Unix time (0: none yet)",
+      (sample) => sample.takenAt.getTime() / 1000,
+    );
     // Read from the metadata store at each scrape (two rows): gc and fsck run as commands, on
     // any machine, and every node shows their last results. Every worker reads the same rows,
     // so workers' values are not added up but one is shown.
@@ -219,6 +244,11 @@ export class CastorMetrics {
   /** Shows the last maintenance runs `read` returns (the metadata store's). */
   watchMaintenance(read: () => Promise<MaintenanceRun[]>): void {
     this.maintenanceRuns = read;
+  }
+
+  /** Shows the totals of the storage sample `read` returns (the metadata store's latest). */
+  watchStorageSamples(read: () => Promise<StatsSample | null>): void {
+    this.latestStorageSample = read;
   }
 
   observeRequest(o: RequestObservation): void {
@@ -255,13 +285,6 @@ export class CastorMetrics {
 
   refused(reason: RefusalReason): void {
     this.refusals.inc({ reason });
-  }
-
-  storageSampled(sample: StatsSample): void {
-    this.storageGauges.logicalBytes.set(sample.logicalBytes);
-    this.storageGauges.storedBytes.set(sample.storedBytes);
-    this.storageGauges.recordedXorbBytes.set(sample.recordedXorbBytes);
-    this.storageGauges.takenAt.set(sample.takenAt.getTime() / 1000);
   }
 
   /** The exposition text and its content type (Prometheus text format 0.0.4). */

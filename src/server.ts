@@ -11,7 +11,8 @@ import type { FastifyInstance } from "fastify";
 import type { DestinationStream, Logger } from "pino";
 import { CasTokenIssuer, CasTokenVerifier } from "./auth/cas-token.js";
 import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
-import { ConfigError, listenUrl, publicUrlForBoundPort, type CastorConfig } from "./config.js";
+import { ConfigError, listenUrl, type CastorConfig } from "./config.js";
+import { DownloadLinks } from "./auth/download-link.js";
 import { HmacTransferUrls } from "./auth/transfer-url.js";
 import { DedupService } from "./cas/dedup.js";
 import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
@@ -23,6 +24,7 @@ import { HubRepositories } from "./hub/repositories.js";
 import { buildCastorApp, SPOOL_DIR_NAME } from "./http/app.js";
 import { sweepSpool } from "./http/body-spool.js";
 import { createLogger } from "./http/logging.js";
+import { PublicUrls } from "./http/public-url.js";
 import { openMetadataStore, type OpenMetadataOptions } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
 import type { SharedMetrics } from "./metrics.js";
@@ -123,11 +125,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     backgroundCheckpoints: true,
   });
   try {
-    let boundPublicUrl: string | null = config.publicUrl;
-    const publicUrl = () => {
-      if (boundPublicUrl === null) throw new Error("the public URL is not known before the server has bound its port");
-      return boundPublicUrl;
-    };
+    const publicUrls = new PublicUrls({ config, logger });
     let presignedUrls: PresignedTransferUrls | undefined;
     if (config.transferMode === "presigned") {
       if (blobs.createRangePresigner === undefined) {
@@ -148,26 +146,30 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       xetFiles: new FileReader({ metadata: store, blobs }),
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
       verifier: new CasTokenVerifier(keys.jwtPublicKey),
-      publicUrl,
+      publicUrl: (request) => publicUrls.forRequest(request),
       blobs,
       xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: config.maxXorbBytes }),
       shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: config.maxShardBytes, maxChunkReferences: config.maxShardChunkRefs }),
       dedup: new DedupService({ metadata: store, dedupKeySeed: keys.dedupKeySeed }),
-      transferUrls: new HmacTransferUrls({ key: keys.urlKey, publicUrl, ttlSeconds: config.transferUrlTtlSeconds }),
+      // Transfer URLs stay on the configured public URL whatever name a client used: hf_xet follows
+      // them as given, any loopback name reaches the same server, and answers are cached across clients.
+      transferUrls: new HmacTransferUrls({ key: keys.urlKey, publicUrl: () => publicUrls.configured(), ttlSeconds: config.transferUrlTtlSeconds }),
       presignedUrls,
+      downloadLinks: new DownloadLinks({ urlKey: keys.urlKey }),
       transferUrlTtlSeconds: config.transferUrlTtlSeconds,
       v2Reconstruction: config.v2Reconstruction,
       dataDir: config.dataDir,
       minFreeBytes: config.minFreeBytes,
       metrics: { enabled: config.metrics, token: config.metricsToken, shared: worker?.metrics },
-      storageStats: { dailySamples: runsSchedules },
+      storageStats: { dailySamples: runsSchedules, afterChanges: true },
       gc: runsSchedules ? { ...config.gc, reserve: reserveOf(config) } : undefined,
       maxConcurrentUploads: config.maxConcurrentUploads,
       hubLimits: config.hubLimits,
     });
-    const boundPort = await listen(app, config);
-    boundPublicUrl = publicUrlForBoundPort(config, boundPort);
-    const url = listenUrl(config.listenHost, boundPort);
+    const bound = await listen(app, config);
+    publicUrls.bind(bound.address, bound.port);
+    const boundPublicUrl = publicUrls.configured();
+    const url = listenUrl(config.listenHost, bound.port);
     if (worker) {
       // The primary says "castor listening" once every worker is; this line is the worker's own.
       logger.info({ listenUrl: url }, `worker ${worker.id} listening on ${url}`);
@@ -205,7 +207,7 @@ async function makeReserve(config: CastorConfig, logger: Logger): Promise<void> 
   }
 }
 
-async function listen(app: FastifyInstance, config: CastorConfig): Promise<number> {
+async function listen(app: FastifyInstance, config: CastorConfig): Promise<AddressInfo> {
   try {
     await app.listen({ host: config.listenHost, port: config.listenPort });
   } catch (error) {
@@ -219,7 +221,7 @@ async function listen(app: FastifyInstance, config: CastorConfig): Promise<numbe
     }
     throw error;
   }
-  return (app.server.address() as AddressInfo).port;
+  return app.server.address() as AddressInfo;
 }
 
 /**

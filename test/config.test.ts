@@ -78,6 +78,7 @@ describe("loadConfig", () => {
       const config = loadConfig({ CASTOR_LISTEN: "127.0.0.1:0" });
       assert.equal(config.listenPort, 0);
       assert.equal(config.publicUrl, null);
+      assert.equal(config.publicUrlSet, false, "derived, so a loopback name a client uses may replace it");
       assert.equal(publicUrlForBoundPort(config, 43210), "http://127.0.0.1:43210");
       assert.equal(listenUrl("::1", 5), "http://[::1]:5");
     });
@@ -85,6 +86,7 @@ describe("loadConfig", () => {
     it("prefers an explicit public URL over the bound port", () => {
       const config = loadConfig({ CASTOR_LISTEN: "127.0.0.1:0", CASTOR_PUBLIC_URL: "https://cas.example.com/" });
       assert.equal(config.publicUrl, "https://cas.example.com");
+      assert.equal(config.publicUrlSet, true);
       assert.equal(publicUrlForBoundPort(config, 43210), "https://cas.example.com");
     });
 

@@ -8,20 +8,22 @@
 import cluster from "node:cluster";
 import { WORKER_ID_ENV } from "../cluster/messages.js";
 import { loadConfig } from "../config.js";
-import { startServer } from "../server.js";
+import { HeldBackLines, logDestination, logFormatFor, type LogFormat } from "../http/logging.js";
+import { startServer, type CastorServer } from "../server.js";
 import { CONFIG_FLAGS_HELP, EXIT_FAILURE, EXIT_OK, expectPositionals, parseCommandLine, runCommand } from "./args.js";
 
 const USAGE = `Usage: castor serve [--listen HOST:PORT] [--data-dir DIR] [--public-url URL] […]
 
 Starts the CAS server and the hub token operation; stops gracefully on SIGINT or SIGTERM.
-Logs go to stdout as JSON lines, one per request; on a terminal a short banner (URL, data
-dir, the next commands) comes first.
+Logs go to stdout, a line per request: on a terminal a short banner (URL, data dir, the next
+commands) comes first and the lines are written to be read; elsewhere they are JSON lines.
 
   --listen HOST:PORT     address to bind (CASTOR_LISTEN, default 127.0.0.1:8080; port 0 = any free port)
   --data-dir DIR         embedded data folder (CASTOR_DATA_DIR, default ./castor-data)
   --public-url URL       base URL handed to clients as casUrl (CASTOR_PUBLIC_URL)
   --token-ttl SECONDS    lifetime of CAS access tokens (CASTOR_TOKEN_TTL, default 3600)
   --log-level LEVEL      fatal, error, warn, info, debug, trace or silent (CASTOR_LOG_LEVEL)
+  --log-format FORMAT    json or pretty (CASTOR_LOG_FORMAT; default: pretty on a terminal)
   --workers N            processes serving the port (CASTOR_WORKERS, default: one per core);
                          1 runs a single process, more a primary that forks N workers
 
@@ -44,13 +46,31 @@ export async function run(argv: string[]): Promise<number> {
     if (workerId !== null && Number.isSafeInteger(workerId) && workerId >= 1) {
       return (await import("../cluster/worker.js")).runWorker(config, workerId);
     }
-    const printBanner = (publicUrl: string) => {
-      if (process.stdout.isTTY) process.stdout.write(banner(publicUrl, config.databaseUrl === null ? config.dataDir : null));
+    const format = logFormatFor(config.logFormat);
+    // On a terminal the banner comes first: the start-up's log lines wait for it.
+    const lines = new HeldBackLines(logDestination(format));
+    const terminal = process.stdout.isTTY === true;
+    if (!terminal) lines.release();
+    const serving = (publicUrl: string) => {
+      if (terminal) process.stdout.write(banner(publicUrl, config.databaseUrl === null ? config.dataDir : null, format));
+      lines.release();
     };
-    if (config.workers > 1) return (await import("../cluster/primary.js")).runPrimary(config, printBanner);
+    if (config.workers > 1) {
+      const status = await (await import("../cluster/primary.js")).runPrimary(config, lines, serving);
+      // Stopped before every worker served: the lines held back say why.
+      lines.release();
+      return status;
+    }
 
-    const server = await startServer(config);
-    printBanner(server.publicUrl);
+    let server: CastorServer;
+    try {
+      server = await startServer(config, { logDestination: lines });
+    } catch (error) {
+      // No banner when the start failed: the lines tell why.
+      lines.release();
+      throw error;
+    }
+    serving(server.publicUrl);
 
     const signal = await nextShutdownSignal();
     for (const name of SHUTDOWN_SIGNALS) {
@@ -65,8 +85,8 @@ export async function run(argv: string[]): Promise<number> {
   });
 }
 
-/** What a person starting the server on a terminal needs next; logs (JSON lines) follow it. */
-export function banner(publicUrl: string, dataDir: string | null): string {
+/** What a person starting the server on a terminal needs next; the log follows it. */
+export function banner(publicUrl: string, dataDir: string | null, format: LogFormat = "pretty"): string {
   const where = dataDir === null ? "metadata in PostgreSQL" : `data dir ${dataDir}`;
   const dirFlag = dataDir === null ? "" : ` --data-dir ${dataDir}`;
   return [
@@ -74,7 +94,7 @@ export function banner(publicUrl: string, dataDir: string | null): string {
     "Next, in another terminal:",
     `  npx castor token create${dirFlag} --user alice --namespace alice --access write   # a hub token`,
     `  export HF_ENDPOINT=${publicUrl} HF_TOKEN=<that token>   # for hf / huggingface_hub; CASTOR_ENDPOINT, CASTOR_HUB_TOKEN for castor upload`,
-    "Request logs follow as JSON lines.",
+    format === "json" ? "Logs follow, as JSON lines (CASTOR_LOG_FORMAT=json)." : "Logs follow, a line per request (CASTOR_LOG_FORMAT=json for JSON lines).",
     "",
   ].join("\n");
 }

@@ -1,11 +1,11 @@
 /**
  * `castor stats`: storage statistics of the configured stores (src/hub/stats.ts defines every
- * number) as tables on stdout, or as the JSON of `GET /api/stats` with `--json`; the first
- * computation of a UTC day is kept as its sample. `--history` lists the samples instead.
+ * number) as tables on stdout, or as the JSON of `GET /api/stats` with `--json`; the
+ * computation is kept as its UTC day's sample. `--history` lists the samples instead.
  */
 import { formatBytes } from "../client/progress.js";
 import { loadAdminConfig } from "./stores.js";
-import { dedupRatio, historyJson, StorageStatsService, storageStatsJson, unreferencedXorbBytes } from "../hub/stats.js";
+import { compressionRatio, dedupRatio, historyJson, StorageStatsService, storageStatsJson, unreferencedXorbBytes } from "../hub/stats.js";
 import { formatRepoRef } from "../hub/names.js";
 import { openMetadataStore } from "../metadata/open.js";
 import type { StatsSample, StorageTotals } from "../metadata/store.js";
@@ -18,15 +18,21 @@ per repository and in total:
   FILES     live files: those at the heads of the repository's branches and tags, each path
             and version once
   LOGICAL   the sum of their sizes (the total adds up the repositories)
-  STORED    bytes stored for them: the distinct xorbs their content is in, plus their inline
-            blobs (the total counts each once; repositories sharing content both count it)
-  DEDUP     LOGICAL / STORED
+  UNIQUE    their distinct content before compression: the uncompressed sizes of the distinct
+            xorbs their content is in, plus their inline blobs
+  STORED    bytes stored for them: those xorbs as stored (compressed), plus the inline blobs
+            (the total counts each once; repositories sharing content both count it)
+  DEDUP     LOGICAL / UNIQUE: what storing each chunk once saves
+  COMPRESSION   UNIQUE / STORED: what compressing the chunks saves (DEDUP x COMPRESSION is
+            LOGICAL / STORED)
   XORBS, CHUNKS, INLINE   distinct xorbs and their chunks, distinct inline blobs
 and what every recorded xorb takes, including xorbs no live file references any more (what a
-garbage collection could reclaim). The first computation of each UTC day (by this command,
-GET /api/stats or the server's daily run) is kept as that day's sample.
+garbage collection could reclaim). The computation is kept as the sample of its UTC day: a
+day's sample is its last computation (by this command, GET /api/stats or the server, which
+measures again after uploads and after each UTC midnight).
 
-  --history   list the daily samples instead, oldest first (computes nothing)
+  --history   list the daily samples instead, oldest first (computes nothing; today's is the
+              last computation, which a running server keeps current)
   --json      print JSON instead of tables: the answer of GET /api/stats (with --history:
               {"history": [...]}); byte counts are exact
 
@@ -62,7 +68,7 @@ export function run(argv: string[]): Promise<number> {
       const { totals } = stats;
       process.stdout.write(
         `Storage statistics at ${formatTime(stats.takenAt)}\n\n` +
-          formatTable(["REPOSITORY", "FILES", "LOGICAL", "STORED", "DEDUP", "XORBS", "CHUNKS", "INLINE"], rows) +
+          formatTable(["REPOSITORY", "FILES", "LOGICAL", "UNIQUE", "STORED", "DEDUP", "COMPRESSION", "XORBS", "CHUNKS", "INLINE"], rows) +
           "\nA repository's STORED counts the xorbs its own files need: repositories sharing content overlap; the total counts each xorb once.\n" +
           `All recorded xorbs: ${totals.recordedXorbs} (${formatBytes(totals.recordedXorbBytes)}, ${totals.recordedChunks} chunks); ` +
           `${formatBytes(unreferencedXorbBytes(totals))} of them referenced by no live file (what a garbage collection could reclaim).\n`,
@@ -74,36 +80,40 @@ export function run(argv: string[]): Promise<number> {
   });
 }
 
-type Content = Pick<StorageTotals, "files" | "logicalBytes" | "storedBytes" | "xorbs" | "chunks" | "inlineBlobs">;
+type Content = Pick<StorageTotals, "files" | "logicalBytes" | "storedBytes" | "xorbs" | "chunks" | "inlineBlobs"> & { uniqueBytes: number | null };
 
 function contentCells(content: Content): string[] {
   return [
     String(content.files),
     formatBytes(content.logicalBytes),
-    formatBytes(content.storedBytes),
-    formatRatio(content),
+    ...sizeCells(content),
     String(content.xorbs),
     String(content.chunks),
     String(content.inlineBlobs),
   ];
 }
 
-function formatRatio(content: Pick<StorageTotals, "logicalBytes" | "storedBytes">): string {
-  const ratio = dedupRatio(content);
-  return ratio === null ? "-" : ratio.toFixed(2);
+/** UNIQUE, STORED, DEDUP, COMPRESSION; "-" for what a sample from an older castor lacks. */
+function sizeCells(content: Content): string[] {
+  const ratio = (value: number | null) => (value === null ? "-" : value.toFixed(2));
+  return [
+    content.uniqueBytes === null ? "-" : formatBytes(content.uniqueBytes),
+    formatBytes(content.storedBytes),
+    ratio(dedupRatio(content)),
+    ratio(compressionRatio(content)),
+  ];
 }
 
 function historyTable(history: readonly StatsSample[]): string {
   if (history.length === 0) return "No daily samples yet: 'castor stats' (or a running server) takes the first.\n";
   return formatTable(
-    ["DAY", "REPOS", "FILES", "LOGICAL", "STORED", "DEDUP", "XORBS", "CHUNKS", "RECORDED", "UNREFERENCED"],
+    ["DAY", "REPOS", "FILES", "LOGICAL", "UNIQUE", "STORED", "DEDUP", "COMPRESSION", "XORBS", "CHUNKS", "RECORDED", "UNREFERENCED"],
     history.map((sample) => [
       sample.day,
       String(sample.repositories),
       String(sample.files),
       formatBytes(sample.logicalBytes),
-      formatBytes(sample.storedBytes),
-      formatRatio(sample),
+      ...sizeCells(sample),
       String(sample.xorbs),
       String(sample.chunks),
       formatBytes(sample.recordedXorbBytes),

@@ -23,6 +23,8 @@ export type WorkerMessage =
 export type PrimaryMessage =
   /** Stop accepting, finish the requests in progress, exit 0 (the server's graceful shutdown). */
   | { castor: "shutdown" }
+  /** Every worker serves and the terminal banner is printed: log lines held back may go out. */
+  | { castor: "serving" }
   /** Send this process's metrics (`metrics`), for a scrape another worker received. */
   | { castor: "collect"; id: number }
   /** Answer to `scrape`: every worker's metrics put together, or why they could not be. */
@@ -33,7 +35,7 @@ export function isWorkerMessage(message: unknown): message is WorkerMessage {
 }
 
 export function isPrimaryMessage(message: unknown): message is PrimaryMessage {
-  return isCastorMessage(message, ["shutdown", "collect", "exposition"]);
+  return isCastorMessage(message, ["shutdown", "serving", "collect", "exposition"]);
 }
 
 function isCastorMessage(message: unknown, kinds: readonly string[]): boolean {

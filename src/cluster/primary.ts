@@ -27,7 +27,7 @@
  */
 import cluster, { type Worker } from "node:cluster";
 import { AggregatorRegistry, Counter, Gauge, Registry } from "prom-client";
-import type { Logger } from "pino";
+import type { DestinationStream, Logger } from "pino";
 import type { CastorConfig } from "../config.js";
 import { createLogger } from "../http/logging.js";
 import type { MetricsExposition } from "../metrics.js";
@@ -69,11 +69,17 @@ interface Slot {
 }
 
 /**
- * Runs the primary until its workers have stopped; returns the exit status. `onServing` hears
- * the public URL once every worker serves (`castor serve` prints its terminal banner then).
+ * Runs the primary until its workers have stopped; returns the exit status. Its log lines go to
+ * `logDestination` (stdout by default). `onServing` hears the public URL once every worker
+ * serves (`castor serve` prints its terminal banner then); the workers, told so, then let their
+ * log lines out, which on a terminal they hold back until the banner is printed.
  */
-export async function runPrimary(config: CastorConfig, onServing: (publicUrl: string) => void = () => undefined): Promise<number> {
-  const logger = createLogger(config.logLevel, undefined, PRIMARY_LOG_ID);
+export async function runPrimary(
+  config: CastorConfig,
+  logDestination?: DestinationStream,
+  onServing: (publicUrl: string) => void = () => undefined,
+): Promise<number> {
+  const logger = createLogger(config.logLevel, logDestination, PRIMARY_LOG_ID);
   // Once, before any worker: folder, schema, keys, staging leftovers. Closed again, since
   // the primary serves nothing itself.
   const opened = await openStores(config, logger, loneServerSweep(config));
@@ -187,9 +193,11 @@ class Primary {
               `castor listening on ${listenUrl} with ${this.slots.length} workers`,
             );
             this.onServing(publicUrl);
+            for (const each of this.slots) if (each.worker !== null) this.tell(each.worker, { castor: "serving" });
           }
         } else {
           this.logger.info({ replacedWorker: slot.id, workerPid: worker.process.pid }, `worker ${slot.id} replaced and serving (pid ${worker.process.pid})`);
+          this.tell(worker, { castor: "serving" });
         }
         return;
       case "failed":

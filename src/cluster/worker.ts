@@ -14,6 +14,7 @@ import cluster from "node:cluster";
 import type { Registry } from "prom-client";
 import { ConfigError, type CastorConfig } from "../config.js";
 import { HttpError } from "../http/errors.js";
+import { HeldBackLines, logDestination, logFormatFor } from "../http/logging.js";
 import type { CastorMetrics, MetricsExposition, SharedMetrics } from "../metrics.js";
 import { startServer, type CastorServer } from "../server.js";
 import { perWorkerConfig } from "./limits.js";
@@ -49,11 +50,16 @@ function leave(status: number): number {
 export async function runWorker(config: CastorConfig, id: number): Promise<number> {
   process.on("SIGINT", () => undefined);
   const metrics = new WorkerMetrics();
+  // The log goes to the stdout the primary shares with the workers. On a terminal the primary
+  // prints its banner once every worker serves, and says so: lines wait until then.
+  const lines = new HeldBackLines(logDestination(logFormatFor(config.logFormat)));
+  if (process.stdout.isTTY !== true) lines.release();
   // Listened for from the start: a shutdown may come while the server is still starting.
   const stopRequested = new Promise<string>((resolve) => {
     process.on("message", (message: unknown) => {
       if (!isPrimaryMessage(message)) return;
       if (message.castor === "shutdown") resolve("the primary asked");
+      else if (message.castor === "serving") lines.release();
       else metrics.onMessage(message);
     });
     process.once("SIGTERM", () => resolve("SIGTERM"));
@@ -61,8 +67,9 @@ export async function runWorker(config: CastorConfig, id: number): Promise<numbe
 
   let server: CastorServer;
   try {
-    server = await startServer(perWorkerConfig(config), { worker: { id, runsSchedules: id === 1, metrics } });
+    server = await startServer(perWorkerConfig(config), { worker: { id, runsSchedules: id === 1, metrics }, logDestination: lines });
   } catch (error) {
+    lines.release();
     const message = error instanceof Error ? error.message : String(error);
     const usage = error instanceof ConfigError;
     // The primary prints it once for all workers; without a primary, this worker does.
@@ -73,6 +80,8 @@ export async function runWorker(config: CastorConfig, id: number): Promise<numbe
   void send({ castor: "ready", listenUrl: server.listenUrl, publicUrl: server.publicUrl });
 
   const reason = await stopRequested;
+  // Stopped before the primary said it serves (Ctrl-C during the start-up): nothing to wait for.
+  lines.release();
   process.once("SIGTERM", () => {
     server.logger.warn("second SIGTERM during shutdown: exiting without waiting for requests in progress");
     process.exit(EXIT_FAILURE);
@@ -115,7 +124,7 @@ class WorkerMetrics implements SharedMetrics {
     });
   }
 
-  onMessage(message: Exclude<PrimaryMessage, { castor: "shutdown" }>): void {
+  onMessage(message: Exclude<PrimaryMessage, { castor: "shutdown" | "serving" }>): void {
     if (message.castor === "collect") {
       void this.collect(message.id);
       return;

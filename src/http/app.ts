@@ -5,8 +5,9 @@
  * piece (e.g. the CAS auth hook with test routes).
  */
 import { join } from "node:path";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
+import type { DownloadLinks } from "../auth/download-link.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
 import type { RangeUrlSigner } from "../cas/reconstruction-render.js";
@@ -26,7 +27,8 @@ import { dedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
 import { healthRoutes } from "./health.js";
 import type { HubRepositories } from "../hub/repositories.js";
-import { DailyStatsSampler, StorageStatsService } from "../hub/stats.js";
+import { StorageStatsService } from "../hub/stats.js";
+import { StatsSampler } from "../hub/stats-sampler.js";
 import { HubService } from "../hub/service.js";
 import { castorRoutes } from "./hub/castor-routes.js";
 import { acceptHubBodies, hubRoutes, type XetFileSource } from "./hub/index.js";
@@ -77,8 +79,8 @@ export function createHttpApp(options: HttpAppOptions): FastifyInstance {
     routerOptions: { maxParamLength: MAX_PATH_PARAM_CHARS },
     // `request.ip` is then the client named by X-Forwarded-For from a trusted proxy: the address
     // the per-address hub limits count and the log shows. Fastify also takes X-Forwarded-Host
-    // and -Proto from such a peer (`request.host`, `request.protocol`), which castor never
-    // reads: every URL it hands out is built from CASTOR_PUBLIC_URL.
+    // and -Proto from such a peer (`request.host`, `request.protocol`), which castor reads only
+    // to warn of a CASTOR_PUBLIC_URL that clients will refuse (public-url.ts).
     trustProxy: options.trustedProxies?.length ? [...options.trustedProxies] : false,
     // Shutdown: idle keep-alive sockets close at once, requests in progress run to the end.
     forceCloseConnections: "idle",
@@ -117,13 +119,18 @@ export interface CastorAppDeps extends HttpAppOptions {
   hub: TokenRequestAuthorizer;
   issuer: CasTokenIssuer;
   verifier: CasTokenVerifier;
-  /** The base URL handed out as `casUrl`; a function because with port 0 it is known only after binding. */
-  publicUrl: () => string;
+  /**
+   * The base of the URLs in the answer to a request (`casUrl`, repository and commit URLs, `Link`
+   * headers): `PublicUrls.forRequest` (public-url.ts) in a server; known only once the port is bound.
+   */
+  publicUrl: (request: FastifyRequest) => string;
   blobs: BlobStore;
   xorbs: XorbIngestService;
   shards: ShardRegistrationService;
   dedup: DedupService;
   transferUrls: HmacTransferUrls;
+  /** Signs the web interface's download links, which `resolve` accepts without a token (auth/download-link.ts). */
+  downloadLinks: DownloadLinks;
   /**
    * CASTOR_TRANSFER_MODE=presigned: reconstruction answers hand out these URLs (presigned S3
    * GETs, one range per V2 entry) instead of `transferUrls`. Absent in the default proxy mode.
@@ -149,10 +156,13 @@ export interface CastorAppDeps extends HttpAppOptions {
    */
   metrics?: { enabled: boolean; token: string | null; shared?: SharedMetrics };
   /**
-   * Storage statistics (`GET /api/stats`): their clock, and whether the app keeps daily samples
-   * from the moment it is ready until it closes (`castor serve` does; test apps only when asked).
+   * Storage statistics (`GET /api/stats`): their clock; whether the app takes the daily samples
+   * (at start-up, after each UTC midnight) and measures again after the requests that change
+   * something, from the moment it is ready until it closes (hub/stats-sampler.ts; `castor serve`
+   * does both, one worker of several only the latter; test apps only when asked); how long after
+   * a change (`changeDelayMs`, DEFAULT_CHANGE_DELAY_MS by default).
    */
-  storageStats?: { dailySamples: boolean; now?: () => Date };
+  storageStats?: { dailySamples: boolean; afterChanges?: boolean; changeDelayMs?: number; now?: () => Date };
   /** `config.gc`: collections on a schedule when `intervalMs` is set (src/ops/gc-schedule.ts). */
   gc?: { intervalMs: number | null; graceMs: number; reserve?: Reserve | null };
   /** `config.maxConcurrentUploads`; the default when absent. */
@@ -161,6 +171,11 @@ export interface CastorAppDeps extends HttpAppOptions {
   hubLimits?: Partial<HubLimits>;
   /** The web interface's built files (web-ui.ts); dist/web/ by default. */
   webUi?: WebUiOptions;
+}
+
+/** Whether a request may have changed what the storage statistics count: any write that succeeded. */
+function changesSomething(method: string, status: number): boolean {
+  return method !== "GET" && method !== "HEAD" && method !== "OPTIONS" && status < 400;
 }
 
 /** The whole castor HTTP surface: the hub (Hugging Face routes and token operation), health probes and the CAS routes. */
@@ -178,6 +193,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     shared?.attach(metrics);
     installMetrics(app, { metrics, token: deps.metrics?.token ?? null, expose: shared && (() => shared.expose()) });
     metrics.watchMaintenance(() => deps.store.lastMaintenanceRuns());
+    metrics.watchStorageSamples(async () => (await deps.store.listStatsSamples()).at(-1) ?? null);
   }
   const hub: TokenRequestAuthorizer = {
     authorizeTokenRequest: async (request) => {
@@ -187,19 +203,26 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     },
   };
   const stats = new StorageStatsService(deps.store, { now: deps.storageStats?.now });
-  if (deps.storageStats?.dailySamples) {
-    const sampler = new DailyStatsSampler(stats, {
-      now: deps.storageStats.now,
+  const { dailySamples = false, afterChanges = false } = deps.storageStats ?? {};
+  if (dailySamples || afterChanges) {
+    const sampler = new StatsSampler(stats, {
+      now: deps.storageStats?.now,
+      daily: dailySamples,
+      delayMs: deps.storageStats?.changeDelayMs,
       onSample: (sample) => {
-        metrics?.storageSampled(sample);
         const { logicalBytes, storedBytes, recordedXorbBytes } = sample;
         app.log.info({ day: sample.day, logicalBytes, storedBytes, recordedXorbBytes }, "storage statistics sample");
       },
-      onError: (error) => app.log.warn({ err: error }, "the daily storage statistics sample failed; trying again later"),
+      onError: (error) => app.log.warn({ err: error }, "the storage statistics sample failed; trying again later"),
     });
     // Started once the app is ready, stopped before the stores close (server.ts closes them after the app).
     app.addHook("onReady", async () => sampler.start());
     app.addHook("onClose", () => sampler.stop());
+    if (afterChanges) {
+      app.addHook("onResponse", async (request, reply) => {
+        if (changesSomething(request.method, reply.statusCode)) sampler.changed();
+      });
+    }
   }
   if (deps.gc?.intervalMs != null) {
     const schedule = new GcSchedule(deps.store, deps.blobs, {
@@ -226,6 +249,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       xetFiles: deps.xetFiles,
       store: deps.store,
       publicUrl: deps.publicUrl,
+      downloadLinks: deps.downloadLinks,
       inlineMaxBytes: deps.hubInlineMaxBytes,
       spoolDir: join(deps.dataDir, SPOOL_DIR_NAME),
       stats,
@@ -233,6 +257,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     await hubScope.register(castorRoutes, {
       repos: deps.hubRepos,
       publicUrl: deps.publicUrl,
+      downloadLinks: deps.downloadLinks,
       store: deps.store,
       tokens: new HubService(deps.store),
     });

@@ -28,7 +28,8 @@ export type TokenRequestAuthorizer = Pick<HubService, "authorizeTokenRequest">;
 export interface HubTokenRouteDeps {
   hub: TokenRequestAuthorizer;
   issuer: CasTokenIssuer;
-  publicUrl: () => string;
+  /** The base of `casUrl` in the answer to a request (src/http/public-url.ts). */
+  publicUrl: (request: FastifyRequest) => string;
 }
 
 export interface HubTokenResponse {
@@ -110,7 +111,7 @@ async function issueToken(
     rev: decision.revision,
     scope: access,
   });
-  const casUrl = deps.publicUrl();
+  const casUrl = deps.publicUrl(request);
   reply.headers({
     "cache-control": "no-store",
     "x-xet-access-token": token,

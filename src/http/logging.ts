@@ -1,5 +1,8 @@
 /**
- * Logs: pino JSON lines through fastify, exactly one line per request, and no secrets.
+ * Logs: pino JSON lines through fastify, exactly one line per request, and no secrets. On a
+ * terminal (or with CASTOR_LOG_FORMAT=pretty) the same records are written for a person to
+ * read by pino-pretty; redaction happens before, in pino, so both formats carry the same
+ * (secret-free) fields.
  *
  * Secrets reach castor in three places: the `Authorization` header (hub tokens, CAS tokens),
  * the token operation's response (a CAS token in the body and in `X-Xet-Access-Token`) and
@@ -12,6 +15,7 @@ import { hostname } from "node:os";
 import type { IncomingMessage } from "node:http";
 import { LogController, type FastifyReply, type FastifyRequest } from "fastify";
 import { pino, type DestinationStream, type Logger } from "pino";
+import pinoPretty from "pino-pretty";
 import type { CastorConfig } from "../config.js";
 import { pathOf, REQUEST_ID_HEADER } from "./errors.js";
 
@@ -38,6 +42,65 @@ export function createLogger(level: CastorConfig["logLevel"], destination?: Dest
     },
     destination ?? pino.destination({ fd: 1, sync: true }),
   );
+}
+
+export type LogFormat = "json" | "pretty";
+
+/** CASTOR_LOG_FORMAT, or by default: readable lines on a terminal, JSON lines otherwise (a file, a pipe, a log collector). */
+export function logFormatFor(configured: LogFormat | null, stdout: { isTTY?: boolean } = process.stdout): LogFormat {
+  return configured ?? (stdout.isTTY === true ? "pretty" : "json");
+}
+
+/**
+ * Where a server's log lines go: stdout (or `out`), as JSON lines or through pino-pretty. Both
+ * write synchronously, so a line is out before the process can exit.
+ */
+export function logDestination(format: LogFormat, out?: NodeJS.WritableStream): DestinationStream {
+  if (format === "json") return out ?? pino.destination({ fd: 1, sync: true });
+  return pinoPretty({
+    destination: out ?? 1,
+    sync: true,
+    translateTime: "SYS:HH:MM:ss",
+    singleLine: true,
+    // Shown in the message (see readableMessage) or of no use to a person watching the server:
+    // the request id and session ids are in the JSON format for whoever correlates requests.
+    ignore: "pid,hostname,worker,reqId,method,path,route,statusCode,durationMs,remoteAddress,xetSessionId,casTokenId",
+    messageFormat: readableMessage,
+  });
+}
+
+/** A line's message on a terminal: requests as `GET /path 200 3.1 ms`, each line with its worker. */
+function readableMessage(line: Record<string, unknown>, messageKey: string): string {
+  const worker = typeof line.worker === "number" ? (line.worker === 0 ? "[primary] " : `[worker ${line.worker}] `) : "";
+  const message = String(line[messageKey] ?? "");
+  if (typeof line.method !== "string" || typeof line.statusCode !== "number") return `${worker}${message}`;
+  const request = `${line.method} ${String(line.path)} ${line.statusCode} ${String(line.durationMs)} ms`;
+  return `${worker}${message === "request" ? request : `${message}: ${request}`}`;
+}
+
+/** Most lines a `HeldBackLines` keeps; past it they are let through (a start-up that logs that much is worth watching). */
+const MAX_HELD_LINES = 1000;
+
+/**
+ * A destination that holds lines back until `release()`, then writes them and everything after
+ * at once: `castor serve` prints its terminal banner before the start-up's log lines.
+ */
+export class HeldBackLines implements DestinationStream {
+  private held: string[] | null = [];
+
+  constructor(private readonly target: DestinationStream) {}
+
+  write(line: string): void {
+    if (this.held === null) this.target.write(line);
+    else if (this.held.push(line) >= MAX_HELD_LINES) this.release();
+  }
+
+  /** Writes the lines held so far; from now on lines pass straight through. Idempotent. */
+  release(): void {
+    const held = this.held ?? [];
+    this.held = null;
+    for (const line of held) this.target.write(line);
+  }
 }
 
 /** What any code that logs a request object gets: never the query, never a header. */

@@ -124,6 +124,16 @@ export class HubRepositories {
     return requireReadable(caller, await this.store.getRepo(address.type, address.name), address);
   }
 
+  /**
+   * The repository a signed download link names (auth/download-link.ts). The link is the read
+   * permission itself, checked when it was issued to a caller who could read the repository.
+   */
+  async linked(address: RepoAddress): Promise<Repo> {
+    const repo = await this.store.getRepo(address.type, address.name);
+    if (repo === null) throw new HubError(404, `repository ${formatRepoRef(address)} not found: it was deleted or renamed since this download link was made`);
+    return repo;
+  }
+
   async writable(caller: Caller, address: RepoAddress): Promise<Repo> {
     return requireWritable(caller, await this.store.getRepo(address.type, address.name), address);
   }

@@ -15,7 +15,11 @@
  *   (`inline/<sha256>` in the blob store). A repository's figure is what its own live files
  *   need, so repositories sharing xorbs each count them: per-repository figures overlap and do
  *   not add up to the total, which counts each xorb and inline blob once.
- * - Dedup ratio: logical / stored bytes.
+ * - Unique bytes: the same distinct content before compression — the uncompressed lengths of
+ *   those xorbs plus the inline blobs (stored whole).
+ * - Deduplication ratio: logical / unique bytes, what storing each chunk once saves.
+ * - Compression ratio: unique / stored bytes, what compressing the chunks in xorbs saves. The
+ *   two multiply to logical / stored bytes.
  * - Recorded xorbs: every xorb the metadata records, referenced by a live file or not. Their
  *   bytes beyond the live xorbs' are what a garbage collection could reclaim: xorbs of deleted
  *   files, of files only older commits hold, of uploads never committed.
@@ -39,7 +43,7 @@ export type StatsStore = Pick<
 >;
 
 /** What one repository's live files hold and need (the totals' fields of the same names, for one repository). */
-export type LiveContent = Pick<StorageTotals, "files" | "logicalBytes" | "storedBytes" | "xorbs" | "chunks" | "inlineBlobs" | "inlineBytes">;
+export type LiveContent = Pick<StorageTotals, "files" | "logicalBytes" | "storedBytes" | "uniqueBytes" | "xorbs" | "chunks" | "inlineBlobs" | "inlineBytes">;
 
 export interface RepoStorage extends LiveContent {
   type: Repo["type"];
@@ -64,6 +68,7 @@ class Tally {
   xorbs = 0;
   chunks = 0;
   xorbBytes = 0;
+  xorbUncompressedBytes = 0;
   inlineBlobs = 0;
   inlineBytes = 0;
 
@@ -71,6 +76,7 @@ class Tally {
     this.xorbs++;
     this.chunks += footprint.chunks;
     this.xorbBytes += footprint.serializedLength;
+    this.xorbUncompressedBytes += footprint.uncompressedLength;
   }
 
   addInline(size: number): void {
@@ -80,7 +86,9 @@ class Tally {
 
   content(): LiveContent {
     const { files, logicalBytes, xorbs, chunks, inlineBlobs, inlineBytes } = this;
-    return { files, logicalBytes, storedBytes: this.xorbBytes + inlineBytes, xorbs, chunks, inlineBlobs, inlineBytes };
+    const storedBytes = this.xorbBytes + inlineBytes;
+    const uniqueBytes = this.xorbUncompressedBytes + inlineBytes;
+    return { files, logicalBytes, storedBytes, uniqueBytes, xorbs, chunks, inlineBlobs, inlineBytes };
   }
 }
 
@@ -269,19 +277,32 @@ export function sampleOf(stats: StorageStats): StatsSample {
   return { day: utcDay(stats.takenAt), takenAt: stats.takenAt, ...stats.totals };
 }
 
-/** Logical / stored bytes; null when nothing is stored (no ratio to speak of). */
-export function dedupRatio(content: Pick<StorageTotals, "logicalBytes" | "storedBytes">): number | null {
-  return content.storedBytes === 0 ? null : content.logicalBytes / content.storedBytes;
+/** What the ratios are computed from; `uniqueBytes` is null in samples recorded before castor measured it. */
+type RatioInputs = Pick<StorageTotals, "logicalBytes" | "storedBytes"> & { uniqueBytes: number | null };
+
+/** Logical / unique bytes: what deduplication saves; null when there is nothing (or no measurement). */
+export function dedupRatio(content: RatioInputs): number | null {
+  return content.uniqueBytes === null || content.uniqueBytes === 0 ? null : content.logicalBytes / content.uniqueBytes;
+}
+
+/** Unique / stored bytes: what compression saves; null when nothing is stored (or no measurement). */
+export function compressionRatio(content: RatioInputs): number | null {
+  return content.uniqueBytes === null || content.storedBytes === 0 ? null : content.uniqueBytes / content.storedBytes;
+}
+
+/** Both ratios, as JSON answers show them beside the totals. */
+export function ratiosOf(content: RatioInputs) {
+  return { dedupRatio: dedupRatio(content), compressionRatio: compressionRatio(content) };
 }
 
 /** Recorded xorb bytes no live file references (never negative: a xorb recorded during the walk is in both). */
-export function unreferencedXorbBytes(totals: StorageTotals): number {
+export function unreferencedXorbBytes(totals: Pick<StorageTotals, "recordedXorbBytes" | "storedBytes" | "inlineBytes">): number {
   return Math.max(0, totals.recordedXorbBytes - (totals.storedBytes - totals.inlineBytes));
 }
 
 /** Totals with what follows from them, as JSON answers and tables show them. */
-function totalsJson(totals: StorageTotals) {
-  return { ...totals, dedupRatio: dedupRatio(totals), unreferencedXorbBytes: unreferencedXorbBytes(totals) };
+function totalsJson(totals: Omit<StatsSample, "day" | "takenAt">) {
+  return { ...totals, ...ratiosOf(totals), unreferencedXorbBytes: unreferencedXorbBytes(totals) };
 }
 
 /** The JSON of `GET /api/stats` and `castor stats --json`: numbers of bytes are exact integers. */
@@ -289,7 +310,7 @@ export function storageStatsJson(stats: StorageStats, history: readonly StatsSam
   return {
     takenAt: stats.takenAt.toISOString(),
     totals: totalsJson(stats.totals),
-    repositories: stats.repositories.map((repo) => ({ ...repo, dedupRatio: dedupRatio(repo) })),
+    repositories: stats.repositories.map((repo) => ({ ...repo, ...ratiosOf(repo) })),
     history: historyJson(history),
   };
 }
@@ -303,7 +324,7 @@ export interface StorageStatsServiceOptions {
   now?: () => Date;
 }
 
-/** Computing statistics and keeping daily samples, for the API, the CLI and the daily timer. */
+/** Computing statistics and keeping daily samples, for the API, the CLI and the server's sampler (stats-sampler.ts). */
 export class StorageStatsService {
   private readonly now: () => Date;
   private running: Promise<StorageStats> | null = null;
@@ -316,8 +337,8 @@ export class StorageStatsService {
   }
 
   /**
-   * Computes the statistics, and keeps them as the sample of their UTC day unless that day has
-   * one already: the first computation of a day is its sample, whoever made it.
+   * Computes the statistics, and keeps them as the sample of their UTC day: a day's sample is
+   * its last measurement, whoever made it (the server, `castor stats`, `GET /api/stats`).
    */
   async measure(signal?: AbortSignal): Promise<StorageStats> {
     const stats = await computeStorageStats(this.store, { now: this.now, signal });
@@ -341,77 +362,13 @@ export class StorageStatsService {
     return limit === undefined ? samples : samples.slice(Math.max(0, samples.length - limit));
   }
 
-  /** Today's sample: the one kept already (by `castor stats`, another node, an earlier start), or a new one. */
+  /**
+   * Today's sample: the one kept already (by `castor stats`, another node, an earlier start), or
+   * a new one (also when the kept one is from a castor that did not measure unique bytes yet).
+   */
   async sampleToday(signal?: AbortSignal): Promise<StatsSample> {
     const latest = (await this.store.listStatsSamples()).at(-1);
-    if (latest !== undefined && latest.day === utcDay(this.now())) return latest;
+    if (latest !== undefined && latest.day === utcDay(this.now()) && latest.uniqueBytes !== null) return latest;
     return sampleOf(await this.measure(signal));
-  }
-}
-
-/** After a failed sample, the next attempt comes this much later (or at midnight, if sooner). */
-const RETRY_AFTER_FAILURE_MS = 60 * 60 * 1000;
-
-export interface DailySamplerOptions {
-  now?: () => Date;
-  /** Receives each day's sample (the server's Prometheus gauges). */
-  onSample?: (sample: StatsSample) => void;
-  /** Receives what made a sample fail; the sampler tries again later. */
-  onError?: (error: unknown) => void;
-}
-
-/**
- * The server's samples: one at start-up (unless the day has one), then one after each UTC
- * midnight. Its timer never keeps the process alive, and `stop` ends it, abandoning a walk in
- * progress, before the store closes. Of the workers of `castor serve --workers N`, worker 1
- * alone runs one: a walk of every repository is too costly to do N times a day.
- */
-export class DailyStatsSampler {
-  private readonly now: () => Date;
-  private readonly abort = new AbortController();
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<void> | null = null;
-  private stopped = false;
-
-  constructor(
-    private readonly service: StorageStatsService,
-    private readonly options: DailySamplerOptions = {},
-  ) {
-    this.now = options.now ?? (() => new Date());
-  }
-
-  start(): void {
-    if (this.running === null && this.timer === undefined) this.run();
-  }
-
-  private run(): void {
-    this.timer = undefined;
-    if (this.stopped) return;
-    let failed = false;
-    this.running = this.service
-      .sampleToday(this.abort.signal)
-      .then(
-        (sample) => this.options.onSample?.(sample),
-        (error: unknown) => {
-          failed = true;
-          if (!this.stopped) this.options.onError?.(error);
-        },
-      )
-      .finally(() => {
-        this.running = null;
-        if (this.stopped) return;
-        // A timer that fires a little early finds today's sample kept and comes back at midnight.
-        const untilMidnight = msUntilNextUtcDay(this.now());
-        this.timer = setTimeout(() => this.run(), failed ? Math.min(RETRY_AFTER_FAILURE_MS, untilMidnight) : untilMidnight).unref();
-      });
-  }
-
-  /** Ends the sampling; resolves once a sample in progress has stopped. Idempotent. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    this.abort.abort(new Error("the server is stopping"));
-    await this.running;
   }
 }

@@ -4,9 +4,10 @@
  * a xorb's size and chunk count without its chunk table, the xorbs a file's terms name without
  * building its terms, and sums over every recorded xorb computed by the database.
  *
- * A sample is kept per UTC day: the first one recorded for a day stays (insert-or-ignore), so
- * several nodes and `castor stats` sampling the same day write one row between them. The field
- * list and the codecs live here so both backends store the same columns.
+ * A sample is kept per UTC day: a later measurement of a day replaces an earlier one (never the
+ * other way round), so the day's row is its last measurement, and several nodes and
+ * `castor stats` sampling the same day write one row between them. The field list and the
+ * codecs live here so both backends store the same columns.
  */
 import { hashToHex, type Hash } from "../format/hash.js";
 import { unpackFileTerms } from "./cas.js";
@@ -21,6 +22,8 @@ export interface StorageTotals {
   logicalBytes: number;
   /** Bytes of distinct content the live files need: their xorbs' serialized lengths plus their inline blobs. */
   storedBytes: number;
+  /** The same distinct content before compression: their xorbs' uncompressed lengths plus their inline blobs. */
+  uniqueBytes: number;
   /** Distinct xorbs the live files reference, and their chunks. */
   xorbs: number;
   chunks: number;
@@ -33,15 +36,18 @@ export interface StorageTotals {
   recordedChunks: number;
 }
 
-export interface StatsSample extends StorageTotals {
+export interface StatsSample extends Omit<StorageTotals, "uniqueBytes"> {
   /** The UTC day the sample is of, `YYYY-MM-DD`. */
   day: string;
   takenAt: Date;
+  /** null in samples recorded before castor measured it. */
+  uniqueBytes: number | null;
 }
 
 /** A recorded xorb's size, read without its chunk table. */
 export interface XorbFootprint {
   serializedLength: number;
+  uncompressedLength: number;
   chunks: number;
 }
 
@@ -54,9 +60,10 @@ export interface XorbTotals {
 
 export interface StatsMetadata {
   /**
-   * Records the sample of `sample.day` unless that day has one already (the first is kept
-   * unchanged); true when this call inserted it. InvalidRecordError (nothing stored) for a day
-   * that is not `YYYY-MM-DD` or a total that is not a non-negative safe integer.
+   * Records the sample of `sample.day`, replacing the day's sample if this one was taken later
+   * (`takenAt`; the same sample again changes nothing); true when this call stored it. InvalidRecordError (nothing stored) for a
+   * day that is not `YYYY-MM-DD` or a total that is not a non-negative safe integer (`uniqueBytes`
+   * may be null).
    */
   recordStatsSample(sample: StatsSample): Promise<boolean>;
   /** Every sample, oldest day first. */
@@ -85,7 +92,11 @@ export const STATS_TOTAL_COLUMNS: readonly (readonly [keyof StorageTotals, strin
   ["recordedXorbs", "recorded_xorbs"],
   ["recordedXorbBytes", "recorded_xorb_bytes"],
   ["recordedChunks", "recorded_chunks"],
+  ["uniqueBytes", "unique_bytes"],
 ];
+
+/** Totals absent (null) from samples recorded before castor measured them. */
+const NULLABLE_TOTALS: ReadonlySet<keyof StorageTotals> = new Set(["uniqueBytes"]);
 
 /** Whether `day` is a calendar day written `YYYY-MM-DD` (what a PostgreSQL `date` takes, 2024-02-30 not). */
 function isDay(day: unknown): day is string {
@@ -95,7 +106,7 @@ function isDay(day: unknown): day is string {
 }
 
 /** InvalidRecordError unless `sample` can be stored; returns its totals in column order. */
-export function checkStatsSample(sample: StatsSample): number[] {
+export function checkStatsSample(sample: StatsSample): (number | null)[] {
   if (!isDay(sample?.day)) {
     throw new InvalidRecordError(`a statistics sample's day must be YYYY-MM-DD, got ${JSON.stringify(sample?.day)}`);
   }
@@ -104,7 +115,8 @@ export function checkStatsSample(sample: StatsSample): number[] {
   }
   return STATS_TOTAL_COLUMNS.map(([field]) => {
     const value = sample[field];
-    if (!Number.isSafeInteger(value) || value < 0) {
+    if (value === null && NULLABLE_TOTALS.has(field)) return null;
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
       throw new InvalidRecordError(`${field} of the statistics sample of ${sample.day} must be a non-negative safe integer, got ${String(value)}`);
     }
     return value;
@@ -116,6 +128,10 @@ export function statsSampleOf(row: Record<string, unknown>, takenAt: Date): Stat
   const sample = { day: row.day, takenAt } as StatsSample;
   for (const [field, column] of STATS_TOTAL_COLUMNS) {
     const value = row[column];
+    if (value === null && NULLABLE_TOTALS.has(field)) {
+      (sample as unknown as Record<string, null>)[field] = null;
+      continue;
+    }
     if (typeof value !== "number" || !Number.isSafeInteger(value)) {
       throw new CorruptRecordError(
         `the stored ${column} of the statistics sample of ${String(row.day)} is not an integer: the metadata database is damaged (restore it from a backup)`,

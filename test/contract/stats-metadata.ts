@@ -1,6 +1,6 @@
 /**
  * The storage-statistics half of the MetadataStore contract: daily samples (one per UTC day,
- * the first kept) and the reads statistics are computed from (xorb footprints, the xorbs of
+ * the last measurement kept) and the reads statistics are computed from (xorb footprints, the xorbs of
  * files, sums over all xorbs). `runMetadataStoreContract` calls it with its `withStore`
  * wrapper, so every backend runs these cases unchanged.
  */
@@ -29,6 +29,7 @@ function sample(day: string, takenAt: Date, value: number | ((i: number) => numb
     recordedXorbs: at(8),
     recordedXorbBytes: at(9),
     recordedChunks: at(10),
+    uniqueBytes: at(11),
   };
 }
 
@@ -43,15 +44,28 @@ const hexes = (hashes: readonly Hash[]) => hashes.map(hashToHex);
 export function runStatsMetadataContract(withStore: WithStore): void {
   describe("storage statistics: daily samples", () => {
     it(
-      "keeps one sample per day, the first recorded; lists them oldest day first",
+      "keeps one sample per day, its last measurement; lists them oldest day first",
       withStore(async (store) => {
         assert.deepEqual(await store.listStatsSamples(), []);
         const second = sample("2030-01-02", new Date("2030-01-02T00:00:01.234Z"), (i) => 200 + i);
         const first = sample("2030-01-01", new Date("2030-01-01T23:59:59.999Z"), (i) => 100 + i);
         assert.equal(await store.recordStatsSample(second), true);
         assert.equal(await store.recordStatsSample(first), true, "an earlier day recorded later");
-        assert.equal(await store.recordStatsSample(sample("2030-01-02", new Date("2030-01-02T12:00:00Z"), 7)), false, "a second sample of a day");
-        assert.deepEqual(await store.listStatsSamples(), [first, second]);
+        const later = sample("2030-01-02", new Date("2030-01-02T12:00:00Z"), (i) => 300 + i);
+        assert.equal(await store.recordStatsSample(later), true, "a later measurement of a day replaces its sample");
+        assert.deepEqual(await store.listStatsSamples(), [first, later]);
+        assert.equal(await store.recordStatsSample(second), false, "an earlier measurement does not replace a later one");
+        assert.equal(await store.recordStatsSample(later), false, "the same sample again changes nothing");
+        assert.deepEqual(await store.listStatsSamples(), [first, later]);
+      }),
+    );
+
+    it(
+      "keeps a sample without unique bytes (recorded before castor measured them) as null",
+      withStore(async (store) => {
+        const old = { ...sample("2029-12-31", new Date("2029-12-31T08:00:00Z"), 5), uniqueBytes: null };
+        assert.equal(await store.recordStatsSample(old), true);
+        assert.deepEqual(await store.listStatsSamples(), [old]);
       }),
     );
 
@@ -90,15 +104,15 @@ export function runStatsMetadataContract(withStore: WithStore): void {
     );
 
     it(
-      "lets exactly one of concurrent samples of a day insert, across instances, and shows it to both",
+      "keeps the latest of concurrent samples of a day, across instances, and shows it to both",
       withStore(async (store, reopen) => {
         const second = await reopen();
-        const results = await Promise.all(
-          Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? store : second).recordStatsSample(sample("2030-05-05", new Date(), i))),
-        );
-        assert.equal(results.filter((inserted) => inserted).length, 1, `one true among ${JSON.stringify(results)}`);
+        const base = Date.parse("2030-05-05T10:00:00Z");
+        // Taken in an order the writes do not follow: the last taken must win whatever lands last.
+        const order = [3, 7, 0, 5, 1, 6, 2, 4];
+        await Promise.all(order.map((i, n) => (n % 2 === 0 ? store : second).recordStatsSample(sample("2030-05-05", new Date(base + i * 1000), i))));
         const kept = await store.listStatsSamples();
-        assert.equal(kept.length, 1);
+        assert.deepEqual(kept, [sample("2030-05-05", new Date(base + 7000), 7)]);
         assert.deepEqual(await second.listStatsSamples(), kept);
       }),
     );
@@ -129,7 +143,11 @@ export function runStatsMetadataContract(withStore: WithStore): void {
         const found = await store.xorbFootprints([...absent, ...present.map((x) => x.hash), present[3].hash]);
         assert.equal(found.size, present.length);
         for (const xorb of present) {
-          assert.deepEqual(found.get(hashToHex(xorb.hash)), { serializedLength: xorb.serializedLength, chunks: xorb.chunks.length });
+          assert.deepEqual(found.get(hashToHex(xorb.hash)), {
+            serializedLength: xorb.serializedLength,
+            uncompressedLength: xorb.uncompressedLength,
+            chunks: xorb.chunks.length,
+          });
         }
         for (const hash of absent) assert.equal(found.has(hashToHex(hash)), false);
       }),

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
+import { DownloadLinks } from "../../src/auth/download-link.js";
 import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
 import { DedupService } from "../../src/cas/dedup.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
@@ -31,6 +32,7 @@ export type CasDeps = Pick<
   | "shards"
   | "dedup"
   | "transferUrls"
+  | "downloadLinks"
   | "transferUrlTtlSeconds"
   | "v2Reconstruction"
   | "dataDir"
@@ -56,6 +58,7 @@ export async function casDepsForTest(
     shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: DEFAULT_MAX_SHARD_BYTES }),
     dedup: new DedupService({ metadata: store, dedupKeySeed: Buffer.alloc(32, 7) }),
     transferUrls: new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS }),
+    downloadLinks: new DownloadLinks({ urlKey: Buffer.alloc(32, 9) }),
     transferUrlTtlSeconds: TRANSFER_URL_TTL_SECONDS,
     v2Reconstruction: "on",
     dataDir,

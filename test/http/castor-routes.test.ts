@@ -11,7 +11,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { CastorClient } from "../../src/client/index.js";
+import { DOWNLOAD_LINK_TTL_SECONDS, DownloadLinks } from "../../src/auth/download-link.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
+import { until } from "../helpers/wait.js";
 
 const SHARED = randomBytes(400_000);
 /** SHARED with more after it: content-defined chunking finds most of SHARED's chunks in it. */
@@ -20,7 +22,9 @@ const NOTES = Buffer.from("# Notes\n\nan inline file\n");
 
 let castor: TestApp;
 let work: string;
-const tokens = { admin: "", reader: "" };
+const tokens = { admin: "", reader: "", stranger: "" };
+/** Every line the app logged. */
+const logLines: string[] = [];
 
 async function call(method: string, path: string, options: { token?: string; json?: unknown; headers?: Record<string, string> } = {}) {
   const headers: Record<string, string> = { ...options.headers };
@@ -43,9 +47,10 @@ before(async () => {
   await writeFile(join(buildDir, "index.html"), '<!doctype html><title>castor</title><script type="module" src="/-/ui/assets/app-abc.js"></script>');
   await writeFile(join(buildDir, "assets", "app-abc.js"), "console.log('castor')");
   await writeFile(join(buildDir, "assets", "app-abc.css"), "body{}");
-  castor = await startTestApp({ name: "castor-routes", inlineMaxBytes: 64 * 1024, webUi: { dir: buildDir } });
+  castor = await startTestApp({ name: "castor-routes", inlineMaxBytes: 64 * 1024, webUi: { dir: buildDir }, logLines: (line) => logLines.push(line) });
   tokens.admin = (await castor.hub.createToken({ repos: "all", access: "write", expiresAt: null, owner: "root" })).secret;
   tokens.reader = (await castor.hub.createToken({ repos: [], namespaces: ["alice"], access: "read", expiresAt: null })).secret;
+  tokens.stranger = (await castor.hub.createToken({ repos: [], namespaces: ["bob"], access: "read", expiresAt: null })).secret;
   await castor.hub.createRepo("model", "alice/public", { private: false });
   await castor.hub.createRepo("model", "alice/private", { private: true });
   const client = (repo: string) => new CastorClient({ endpoint: castor.url, hubToken: tokens.admin, repo });
@@ -132,6 +137,77 @@ describe("GET /api/castor/sharing", () => {
     assert.deepEqual([inline.xet, inline.chunks, inline.otherFiles], [false, 0, 0]);
     assert.equal((await sharing("model:alice/public", "nothing.bin")).status, 404);
     assert.equal((await call("GET", "/api/castor/sharing?repo=model:alice/public", { token: tokens.admin })).status, 400);
+  });
+});
+
+describe("POST /api/castor/download-links", () => {
+  const link = (token: string | undefined, json: unknown) => call("POST", "/api/castor/download-links", { token, json });
+  /** GET of a link or other path, without any Authorization header. */
+  const follow = async (path: string, method = "GET") => {
+    const response = await fetch(`${castor.url}${path}`, { method });
+    return { status: response.status, bytes: Buffer.from(await response.arrayBuffer()), headers: response.headers };
+  };
+
+  it("gives a reader of a private file a short-lived link at the commit, which serves it without a token", async () => {
+    const answer = await link(tokens.reader, { repo: "model:alice/private", revision: "main", path: "bigger.bin" });
+    assert.equal(answer.status, 200, answer.text);
+    assert.equal(answer.headers.get("cache-control"), "no-store");
+    const { url, expiresAt } = answer.json();
+    const head = (await call("GET", "/api/models/alice/private/revision/main", { token: tokens.reader })).json().sha;
+    assert.match(url, new RegExp(`^/alice/private/resolve/${head}/bigger\\.bin\\?expires=\\d+&signature=[A-Za-z0-9_-]{43}$`));
+    const lifetime = Date.parse(expiresAt) - Date.now();
+    assert.ok(lifetime > 60_000 && lifetime <= 300_000, `the link lives a few minutes: ${lifetime} ms`);
+    assert.equal((await follow("/alice/private/resolve/main/bigger.bin")).status, 401, "without the link, the file needs a token");
+    const got = await follow(url);
+    assert.equal(got.status, 200);
+    assert.ok(got.bytes.equals(SHARED_PLUS), "the file, byte-exact");
+    assert.equal((await follow(url, "HEAD")).status, 200);
+  });
+
+  it("keeps serving the file of its commit after the branch moved", async () => {
+    const { url } = (await link(tokens.admin, { repo: "model:alice/public", revision: "main", path: "NOTES.md" })).json();
+    const client = new CastorClient({ endpoint: castor.url, hubToken: tokens.admin, repo: "model:alice/public" });
+    await client.commit({ summary: "Rewrite the notes", operations: [{ kind: "file", path: "NOTES.md", content: Buffer.from("other notes\n") }] });
+    assert.ok((await follow(url)).bytes.equals(NOTES));
+    await client.commit({ summary: "Restore the notes", operations: [{ kind: "file", path: "NOTES.md", content: NOTES }] });
+  });
+
+  it("refuses a caller who may not read the file, a missing file, a bad body", async () => {
+    assert.equal((await link(undefined, { repo: "model:alice/private", path: "bigger.bin" })).status, 401);
+    assert.equal((await link(tokens.stranger, { repo: "model:alice/private", path: "bigger.bin" })).status, 404);
+    assert.equal((await link(tokens.reader, { repo: "model:alice/private", path: "nothing.bin" })).status, 404);
+    assert.equal((await link(tokens.reader, { repo: "model:alice/private", revision: "no-such-branch", path: "bigger.bin" })).status, 404);
+    assert.equal((await link(tokens.reader, { path: "bigger.bin" })).status, 400);
+    assert.equal((await link(tokens.reader, { repo: "alice/private", path: "bigger.bin" })).status, 400);
+  });
+
+  it("refuses an altered link, a link moved to another file, an expired link (403, saying what to do)", async () => {
+    const { url } = (await link(tokens.reader, { repo: "model:alice/private", path: "bigger.bin" })).json();
+    const [path, query] = url.split("?");
+    const signature = query.slice(query.indexOf("signature=") + "signature=".length);
+    const flipped = `${signature.slice(0, -1)}${signature.endsWith("A") ? "B" : "A"}`;
+    const expired = new DownloadLinks({ urlKey: Buffer.alloc(32, 9), now: () => Date.now() - DOWNLOAD_LINK_TTL_SECONDS * 1000 - 1 }).sign(path).url;
+    const otherKey = new DownloadLinks({ urlKey: Buffer.alloc(32, 8) }).sign(path).url;
+    for (const [what, target, message] of [
+      ["another signature", `${path}?${query.replace(signature, flipped)}`, /not valid/],
+      ["another file", `${path.replace("bigger.bin", "copy.bin")}?${query}`, /not valid/],
+      ["a later expiry", `${path}?${query.replace(/expires=\d+/, `expires=${Date.now() + 86_400_000}`)}`, /not valid/],
+      ["another server's key", otherKey, /not valid/],
+      ["an expired link", expired, /expired/],
+    ] as const) {
+      const refused = await call("GET", target);
+      assert.equal(refused.status, 403, `${what}: ${refused.text}`);
+      assert.match(refused.json().error, message, what);
+      assert.match(refused.json().error, /download the file again from the web interface/i, what);
+    }
+  });
+
+  it("never writes a link's signature into the log", async () => {
+    const { url } = (await link(tokens.reader, { repo: "model:alice/private", path: "copy.bin" })).json();
+    assert.equal((await follow(url)).status, 200);
+    const signature = url.slice(url.indexOf("signature=") + "signature=".length);
+    await until(() => logLines.some((line) => line.includes("/alice/private/resolve/")), "the request's log line");
+    for (const line of logLines) assert.ok(!line.includes(signature) && !line.includes("expires="), line);
   });
 });
 

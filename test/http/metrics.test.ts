@@ -5,8 +5,13 @@
  * CASTOR_METRICS_TOKEN gates it and CASTOR_METRICS=off removes it.
  */
 import assert from "node:assert/strict";
-import { generateKeyPairSync } from "node:crypto";
+import { generateKeyPairSync, randomBytes } from "node:crypto";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { CastorClient } from "../../src/client/index.js";
 import parsePrometheusTextFormat, { type PrometheusFamily } from "parse-prometheus-text-format";
 import { ConfigError, loadConfig } from "../../src/config.js";
 import { hashToHex } from "../../src/format/hash.js";
@@ -15,6 +20,7 @@ import { startTestApp, type TestApp } from "../helpers/app.js";
 import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { counterValue, families } from "../helpers/metrics.js";
 import { fromHex, loadVector } from "../helpers/vectors.js";
+import { until } from "../helpers/wait.js";
 
 const HASH_64_HEX = /[0-9a-f]{64}/i;
 const XORB_ROUTE = "/v1/xorbs/:prefix/:hash";
@@ -193,6 +199,80 @@ describe("GET /metrics, open (the default)", () => {
     } finally {
       await other.close();
     }
+  });
+});
+
+/**
+ * Response bytes are the body bytes written, not the Content-Length announced: HEAD answers of a
+ * file announce its size and send nothing; a range sends the range; a download the client
+ * abandons sends less than it announced.
+ */
+describe("castor_http_response_bytes_total", () => {
+  const RESOLVE = "/:namespace/:name/resolve/*";
+  const WEIGHTS = randomBytes(24 * 1024 * 1024);
+  const NOTES = Buffer.from("an inline file\n");
+  let castor: TestApp;
+  let work: string;
+  let token: string;
+
+  const responseBytes = async (method: string) =>
+    counterValue((await families(castor.url)).get("castor_http_response_bytes_total"), { method, route: RESOLVE });
+
+  before(async () => {
+    castor = await startTestApp({ name: "metrics-bytes", inlineMaxBytes: 1024 });
+    work = await mkdtemp(join(tmpdir(), "castor-metrics-bytes-"));
+    token = (await castor.hub.createToken({ repos: "all", access: "write", expiresAt: null, owner: "root" })).secret;
+    await castor.hub.createRepo("model", "alice/bert", { private: false });
+    const weights = join(work, "weights.bin");
+    await writeFile(weights, WEIGHTS);
+    const client = new CastorClient({ endpoint: castor.url, hubToken: token, repo: "model:alice/bert" });
+    await client.uploadToRepo([weights], { message: "Add the weights" });
+    await client.commit({ summary: "Add notes", operations: [{ kind: "file", path: "notes.txt", content: NOTES }] });
+  });
+
+  after(async () => {
+    await castor?.close();
+    if (work) await rm(work, { recursive: true, force: true });
+  });
+
+  it("counts nothing for HEAD answers, whatever Content-Length they announce", async () => {
+    for (const path of ["weights.bin", "notes.txt"]) {
+      const head = await fetch(`${castor.url}/alice/bert/resolve/main/${path}`, { method: "HEAD" });
+      assert.equal(head.status, 200);
+      assert.ok(Number(head.headers.get("content-length")) > 0);
+    }
+    assert.equal(await responseBytes("HEAD"), 0);
+  });
+
+  it("counts the bytes of whole files, of ranges, of Xet and inline files as sent", async () => {
+    const before = await responseBytes("GET");
+    const whole = await fetch(`${castor.url}/alice/bert/resolve/main/weights.bin`);
+    assert.ok(Buffer.from(await whole.arrayBuffer()).equals(WEIGHTS));
+    const range = await fetch(`${castor.url}/alice/bert/resolve/main/weights.bin`, { headers: { range: "bytes=1000-1999" } });
+    assert.equal(range.status, 206);
+    assert.equal((await range.arrayBuffer()).byteLength, 1000);
+    const notes = await fetch(`${castor.url}/alice/bert/resolve/main/notes.txt`);
+    assert.equal(await notes.text(), NOTES.toString());
+    assert.equal((await responseBytes("GET")) - before, WEIGHTS.length + 1000 + NOTES.length);
+  });
+
+  it("counts what was written before a client abandoned a download, not its Content-Length", async () => {
+    const before = await responseBytes("GET");
+    // Read the first bytes, then close the connection: castor stops writing.
+    await new Promise<void>((resolve, reject) => {
+      const request = httpRequest(`${castor.url}/alice/bert/resolve/main/weights.bin`, (response) => {
+        response.once("data", () => {
+          request.destroy();
+          resolve();
+        });
+      });
+      request.on("error", (error) => (request.destroyed ? undefined : reject(error)));
+      request.end();
+    });
+    // The request is counted once castor has seen the connection close.
+    await until(async () => (await responseBytes("GET")) > before, "the abandoned download to be counted");
+    const sent = (await responseBytes("GET")) - before;
+    assert.ok(sent > 0 && sent < WEIGHTS.length, `${sent} bytes counted of a ${WEIGHTS.length}-byte file abandoned after its first bytes`);
   });
 });
 

@@ -3,7 +3,8 @@
  * repositories sharing a Xet file and an inline file, tags and branches, a second version of a
  * file, a deletion; expected numbers come from the xorb objects in the blob store (parsed) and
  * the bytes uploaded. Then `GET /api/stats` (401 / 403 / 400 / 200), `castor stats`, and the
- * daily samples on a clock the tests turn: one per UTC day, the server's timer, its gauges.
+ * samples on a clock the tests turn: one per UTC day (its last measurement), the server's
+ * sampler at start-up, after changes and after midnight, its gauges.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -17,8 +18,8 @@ import { CastorClient } from "../../src/client/index.js";
 import { validateXorb } from "../../src/format/xorb.js";
 import {
   computeStorageStats,
-  DailyStatsSampler,
   msUntilNextUtcDay,
+  sampleOf,
   StorageStatsService,
   storageStatsJson,
   utcDay,
@@ -26,23 +27,25 @@ import {
   type RepoStorage,
   type StatsStore,
 } from "../../src/hub/stats.js";
+import { StatsSampler } from "../../src/hub/stats-sampler.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import type { Repo, StatsSample, StorageTotals } from "../../src/metadata/store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
 import { runCastor } from "../helpers/cli.js";
 import { withTempDir } from "../helpers/temp-dir.js";
-import { until, within } from "../helpers/wait.js";
+import { settlesWithin, until, within } from "../helpers/wait.js";
 
 const SHARED = randomBytes(300_000);
 const ONLY_A = randomBytes(200_000);
 const NOTES = Buffer.from("notes both repositories hold\n");
 const NOTES_V2 = Buffer.from("notes, a second version, on the dev branch only\n");
 
-/** What some xorb objects take in the blob store: how many, their bytes, their chunks. */
+/** What some xorb objects take in the blob store: how many, their bytes, their chunks' bytes before compression, their chunks. */
 interface Objects {
   count: number;
   bytes: number;
+  uncompressed: number;
   chunks: number;
 }
 
@@ -54,6 +57,7 @@ function content(files: readonly Buffer[], objects: readonly Objects[], inline: 
     files: files.length,
     logicalBytes: files.reduce((sum, file) => sum + file.length, 0),
     storedBytes: xorbBytes + inlineBytes,
+    uniqueBytes: objects.reduce((sum, o) => sum + o.uncompressed, 0) + inlineBytes,
     xorbs: objects.reduce((sum, o) => sum + o.count, 0),
     chunks: objects.reduce((sum, o) => sum + o.chunks, 0),
     inlineBlobs: inline.length,
@@ -72,11 +76,12 @@ describe("storage statistics of uploaded content", () => {
   let onlyAObjects: Objects;
 
   /** Every xorb object in the blob store, read back and parsed: key → bytes and chunks. */
-  async function xorbObjects(): Promise<Map<string, { bytes: number; chunks: number }>> {
-    const found = new Map<string, { bytes: number; chunks: number }>();
+  async function xorbObjects(): Promise<Map<string, { bytes: number; uncompressed: number; chunks: number }>> {
+    const found = new Map<string, { bytes: number; uncompressed: number; chunks: number }>();
     for await (const key of blobs.list("xorbs/")) {
       const body = await buffer(await blobs.read(key));
-      found.set(key, { bytes: body.length, chunks: validateXorb(body).chunks.length });
+      const xorb = validateXorb(body);
+      found.set(key, { bytes: body.length, uncompressed: xorb.uncompressedLength, chunks: xorb.chunks.length });
     }
     return found;
   }
@@ -86,7 +91,8 @@ describe("storage statistics of uploaded content", () => {
     const before = await xorbObjects();
     await upload();
     const added = [...(await xorbObjects())].filter(([key]) => !before.has(key)).map(([, object]) => object);
-    return { count: added.length, bytes: added.reduce((sum, o) => sum + o.bytes, 0), chunks: added.reduce((sum, o) => sum + o.chunks, 0) };
+    const sum = (field: "bytes" | "uncompressed" | "chunks") => added.reduce((total, object) => total + object[field], 0);
+    return { count: added.length, bytes: sum("bytes"), uncompressed: sum("uncompressed"), chunks: sum("chunks") };
   }
 
   function client(repo: string, revision?: string): CastorClient {
@@ -159,8 +165,13 @@ describe("storage statistics of uploaded content", () => {
       content([SHARED, ONLY_A, NOTES, SHARED, NOTES], [sharedObjects, onlyAObjects], [NOTES]),
     );
     const json = storageStatsJson(await computeStorageStats(castor.store), []);
-    assert.equal(json.totals.dedupRatio, (2 * SHARED.length + ONLY_A.length + 2 * NOTES.length) / (sharedObjects.bytes + onlyAObjects.bytes + NOTES.length));
-    assert.equal(json.repositories[1].dedupRatio, (SHARED.length + NOTES.length) / (sharedObjects.bytes + NOTES.length));
+    const unique = sharedObjects.uncompressed + onlyAObjects.uncompressed + NOTES.length;
+    assert.equal(json.totals.dedupRatio, (2 * SHARED.length + ONLY_A.length + 2 * NOTES.length) / unique);
+    assert.equal(json.totals.compressionRatio, unique / (sharedObjects.bytes + onlyAObjects.bytes + NOTES.length));
+    assert.equal(json.repositories[1].dedupRatio, (SHARED.length + NOTES.length) / (sharedObjects.uncompressed + NOTES.length));
+    assert.equal(json.repositories[1].compressionRatio, (sharedObjects.uncompressed + NOTES.length) / (sharedObjects.bytes + NOTES.length));
+    // Random bytes do not compress: deduplication alone makes the difference (DEDUP × COMPRESSION = LOGICAL / STORED).
+    assert.ok(json.totals.dedupRatio! > 1.4 && Math.abs(json.totals.compressionRatio! - 1) < 0.01, JSON.stringify(json.totals));
     assert.equal(json.totals.unreferencedXorbBytes, 0, "every recorded xorb is live");
   });
 
@@ -219,7 +230,7 @@ describe("storage statistics of uploaded content", () => {
       }
     });
 
-    it("answers an admin token with the statistics and the daily samples, the day's first computation kept", async () => {
+    it("answers an admin token with the statistics and the daily samples, today's being this measurement", async () => {
       const response = await get("", tokens.admin);
       assert.equal(response.status, 200);
       assert.equal(response.headers.get("cache-control"), "no-store");
@@ -249,21 +260,24 @@ describe("storage statistics of uploaded content", () => {
       const expected = storageStatsJson(await computeStorageStats(castor.store), await castor.store.listStatsSamples());
       assert.deepEqual(body.totals, expected.totals);
       assert.deepEqual(body.repositories, expected.repositories);
-      assert.deepEqual(body.history, expected.history, "the API took today's sample: kept");
+      assert.deepEqual(body.history, expected.history, "today's sample is this command's measurement");
     });
 
     it("prints a table per repository with a total, and the daily samples with --history", async () => {
       const { totals } = await computeStorageStats(castor.store);
       const table = await castorStats();
       assert.equal(table.code, 0, table.stderr);
-      assert.match(table.stdout, /^REPOSITORY +FILES +LOGICAL +STORED +DEDUP +XORBS +CHUNKS +INLINE$/m);
-      assert.match(table.stdout, /^model:alice\/a +2 +\S+ \S+ +\S+ \S+ +\d+\.\d\d +\d+ +\d+ +1$/m);
+      assert.match(table.stdout, /^REPOSITORY +FILES +LOGICAL +UNIQUE +STORED +DEDUP +COMPRESSION +XORBS +CHUNKS +INLINE$/m);
+      assert.match(table.stdout, /^model:alice\/a +2 +\S+ \S+ +\S+ \S+ +\S+ \S+ +\d+\.\d\d +\d+\.\d\d +\d+ +\d+ +1$/m);
       assert.match(table.stdout, new RegExp(`^total +${totals.files} .* ${totals.inlineBlobs}$`, "m"));
       assert.match(table.stdout, new RegExp(`^All recorded xorbs: ${totals.recordedXorbs} `, "m"));
 
       const history = await castorStats("--history");
       assert.equal(history.code, 0, history.stderr);
-      assert.match(history.stdout, /^DAY +REPOS +FILES +LOGICAL +STORED +DEDUP +XORBS +CHUNKS +RECORDED +UNREFERENCED\n\d{4}-\d\d-\d\d +2 +5 +/);
+      assert.match(
+        history.stdout,
+        /^DAY +REPOS +FILES +LOGICAL +UNIQUE +STORED +DEDUP +COMPRESSION +XORBS +CHUNKS +RECORDED +UNREFERENCED\n\d{4}-\d\d-\d\d +2 +5 +/,
+      );
       assert.equal(history.stdout.trimEnd().split("\n").length, 2, "one sample: today's");
     });
 
@@ -274,6 +288,33 @@ describe("storage statistics of uploaded content", () => {
         assert.match(result.stderr, /^castor stats: .*\nRun 'castor stats --help' for usage\.\n$/);
       }
     });
+  });
+});
+
+describe("deduplication and compression, apart", () => {
+  it("shows a text file stored in two repositories as deduplicated 2× and compressed, the two multiplying to logical ÷ stored", async () => {
+    const castor = await startTestApp({ name: "stats-ratios" });
+    try {
+      // Words drawn at random from a short list, like text: no chunk repeats, yet LZ4 finds the words again.
+      const words = ["castor", "stores", "chunks", "once", "in", "xorbs", "and", "compresses", "each", "of", "them", "with", "lz4"];
+      const text = Buffer.from(Array.from(randomBytes(100_000), (byte) => words[byte % words.length]).join(" "));
+      const token = (await castor.hub.createToken({ repos: "all", access: "write", expiresAt: null })).secret;
+      const path = join(castor.dataDir, "letters.txt");
+      await writeFile(path, text);
+      for (const repo of ["model:alice/one", "dataset:alice/two"]) {
+        const [type, name] = repo.split(":");
+        await castor.hub.createRepo(type, name);
+        await new CastorClient({ endpoint: castor.url, hubToken: token, repo }).uploadToRepo([path], { message: "Add letters" });
+      }
+      const { totals } = storageStatsJson(await computeStorageStats(castor.store), []);
+      assert.equal(totals.logicalBytes, 2 * text.length);
+      assert.equal(totals.dedupRatio, (2 * text.length) / totals.uniqueBytes!, "logical ÷ unique");
+      assert.ok(Math.abs(totals.dedupRatio! - 2) < 0.01, `stored once for two repositories: ${totals.dedupRatio}`);
+      assert.ok(totals.compressionRatio! > 1.1, `the letters compress: ${totals.compressionRatio}`);
+      assert.ok(Math.abs(totals.dedupRatio! * totals.compressionRatio! - totals.logicalBytes / totals.storedBytes) < 1e-9);
+    } finally {
+      await castor.close();
+    }
   });
 });
 
@@ -289,7 +330,7 @@ describe("daily storage statistics samples", () => {
       }
     });
 
-  it("keeps one sample per UTC day: the first computation of the day", async () => {
+  it("keeps one sample per UTC day: the last measurement of the day", async () => {
     await withStore(async (store) => {
       let now = new Date("2030-01-01T10:00:00Z");
       const service = new StorageStatsService(store, { now: () => now });
@@ -298,14 +339,15 @@ describe("daily storage statistics samples", () => {
 
       await store.createRepo("model", "alice/later");
       now = new Date("2030-01-01T23:59:59.999Z");
-      assert.deepEqual(await service.sampleToday(), first, "the day has its sample");
-      assert.equal((await service.measure()).totals.repositories, 1, "a later computation counts the new repository…");
-      assert.deepEqual(await service.history(), [first], "…but does not replace the day's sample");
+      assert.deepEqual(await service.sampleToday(), first, "the day has its sample: nothing measured");
+      const last = sampleOf(await service.measure());
+      assert.equal(last.repositories, 1, "a later measurement counts the new repository…");
+      assert.deepEqual(await service.history(), [last], "…and becomes the day's sample");
 
       now = new Date("2030-01-02T00:00:00Z");
       const second = await service.sampleToday();
       assert.deepEqual([second.day, second.repositories], ["2030-01-02", 1]);
-      assert.deepEqual(await service.history(), [first, second]);
+      assert.deepEqual(await service.history(), [last, second]);
       assert.deepEqual(await service.history(1), [second]);
     });
   });
@@ -316,7 +358,7 @@ describe("daily storage statistics samples", () => {
     assert.equal(msUntilNextUtcDay(new Date("2030-12-31T12:00:00Z")), 12 * 3600 * 1000);
   });
 
-  it("the daily sampler samples at its start and after midnight, until stopped", async () => {
+  it("the sampler samples at its start and after midnight, until stopped", async () => {
     await withStore(async (store) => {
       // A clock 300 ms before midnight that runs as fast as the real one.
       const start = Date.now();
@@ -325,7 +367,7 @@ describe("daily storage statistics samples", () => {
       const samples: StatsSample[] = [];
       let secondSample: () => void = () => undefined;
       const twoSamples = new Promise<void>((resolve) => (secondSample = resolve));
-      const sampler = new DailyStatsSampler(new StorageStatsService(store, { now }), {
+      const sampler = new StatsSampler(new StorageStatsService(store, { now }), {
         now,
         onSample: (sample) => {
           samples.push(sample);
@@ -360,7 +402,7 @@ describe("daily storage statistics samples", () => {
         },
       });
       const errors: unknown[] = [];
-      const sampler = new DailyStatsSampler(new StorageStatsService(slow), { onError: (error) => errors.push(error) });
+      const sampler = new StatsSampler(new StorageStatsService(slow), { onError: (error) => errors.push(error) });
       sampler.start();
       await within(walking, "the walk to start");
       const stopped = sampler.stop();
@@ -390,8 +432,60 @@ describe("daily storage statistics samples", () => {
     });
   });
 
-  it("sets the server's Prometheus gauges from the day's sample", async () => {
-    const castor = await startTestApp({ name: "stats-gauges", storageStats: { dailySamples: true } });
+  it("measures again after changes: one measurement for a burst of them, another for a change during one", async () => {
+    await withStore(async (store) => {
+      let release: () => void = () => undefined;
+      let walks = 0;
+      let walking: () => void = () => undefined;
+      const firstWalk = new Promise<void>((resolve) => (walking = resolve));
+      // The first walk, having listed the repositories, waits until the test lets it go.
+      const held = new Promise<void>((resolve) => (release = resolve));
+      const slow: StatsStore = Object.assign(Object.create(store) as SqliteMetadataStore, {
+        listRepos: async () => {
+          walks++;
+          const repos = await store.listRepos();
+          walking();
+          if (walks === 1) await held;
+          return repos;
+        },
+      });
+      const samples: StatsSample[] = [];
+      let sampled: () => void = () => undefined;
+      const sampler = new StatsSampler(new StorageStatsService(slow), {
+        daily: false,
+        delayMs: 20,
+        onSample: (sample) => {
+          samples.push(sample);
+          sampled();
+        },
+        onError: (error) => assert.fail(String(error)),
+      });
+      try {
+        sampler.start();
+        assert.equal(await settlesWithin(firstWalk, 200), false, "not daily: nothing measured at start");
+        for (let i = 0; i < 5; i++) sampler.changed();
+        await within(firstWalk, "the measurement after the changes");
+        await store.createRepo("model", "alice/during");
+        sampler.changed();
+        let second = new Promise<void>((resolve) => (sampled = resolve));
+        release();
+        await within(second, "the first sample");
+        second = new Promise<void>((resolve) => (sampled = resolve));
+        await within(second, "the measurement after the change made during the first");
+        assert.equal(walks, 2, "five changes, one measurement; one change during it, one more");
+        assert.deepEqual(
+          samples.map((sample) => sample.repositories),
+          [0, 1],
+        );
+        assert.deepEqual(await store.listStatsSamples(), [samples[1]], "the day's sample is its last measurement");
+      } finally {
+        await sampler.stop();
+      }
+    });
+  });
+
+  it("keeps today's sample, the gauges and castor stats --history current with the server's uploads", async () => {
+    const castor = await startTestApp({ name: "stats-gauges", storageStats: { dailySamples: true, afterChanges: true, changeDelayMs: 20 } });
     try {
       const gauge = async (name: string): Promise<number> => {
         const text = await (await fetch(`${castor.url}/metrics`)).text();
@@ -399,11 +493,29 @@ describe("daily storage statistics samples", () => {
         return Number(line?.split(" ")[1] ?? Number.NaN);
       };
       await until(async () => (await gauge("castor_storage_sample_timestamp_seconds")) > 0, "the start-up sample", 10_000, 50);
+      assert.equal(await gauge("castor_storage_logical_bytes"), 0, "an empty store at start-up");
+
+      const token = (await castor.hub.createToken({ repos: "all", access: "write", expiresAt: null })).secret;
+      await castor.hub.createRepo("model", "alice/today");
+      const weights = join(castor.dataDir, "weights.bin");
+      await writeFile(weights, SHARED);
+      await new CastorClient({ endpoint: castor.url, hubToken: token, repo: "model:alice/today" }).uploadToRepo([weights], { message: "Add weights" });
+      await until(async () => (await gauge("castor_storage_logical_bytes")) === SHARED.length, "the sample after the upload", 10_000, 20);
+
       const [sample] = await castor.store.listStatsSamples();
+      assert.equal(sample.day, utcDay(new Date()));
       assert.equal(await gauge("castor_storage_sample_timestamp_seconds"), sample.takenAt.getTime() / 1000);
-      assert.equal(await gauge("castor_storage_logical_bytes"), sample.logicalBytes);
       assert.equal(await gauge("castor_storage_stored_bytes"), sample.storedBytes);
+      assert.equal(await gauge("castor_storage_unique_bytes"), sample.uniqueBytes);
       assert.equal(await gauge("castor_storage_recorded_xorb_bytes"), sample.recordedXorbBytes);
+      assert.ok(sample.storedBytes > 0 && sample.recordedXorbBytes > 0);
+      const history = await runCastor(["stats", "--history", "--json"], { env: { CASTOR_DATA_DIR: castor.dataDir } });
+      assert.equal(history.code, 0, history.stderr);
+      const days = JSON.parse(history.stdout).history;
+      assert.deepEqual(
+        days.map((day: { day: string; logicalBytes: number }) => [day.day, day.logicalBytes]),
+        [[sample.day, SHARED.length]],
+      );
     } finally {
       await castor.close();
     }

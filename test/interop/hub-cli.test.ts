@@ -10,7 +10,8 @@
  * Xet (its `xetHash` in the tree, castor saw xorbs and a shard), uploading it again from another
  * machine stores no new xorb, `hf auth whoami`, plain HTTP `resolve` (whole and ranged, the Xet
  * file reconstructed by castor) with a token on a private repository and without one on a
- * public one, and `HF_HUB_DISABLE_XET=1 hf download` of the Xet-stored file.
+ * public one, `HF_HUB_DISABLE_XET=1 hf download` of the Xet-stored file, and create, upload and
+ * download with `HF_ENDPOINT=http://localhost:PORT` while castor names itself 127.0.0.1.
  *
  * A failing command reports its output, castor's requests meanwhile and castor's warnings.
  */
@@ -418,5 +419,56 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
       `the file came from a plain GET of resolve:\n${describeRequests(requests)}`,
     );
     assert.ok(!requests.some((line) => /reconstructions|xet-read-token/.test(line.path)), `no Xet request was made:\n${describeRequests(requests)}`);
+  });
+
+  /**
+   * castor serves 127.0.0.1 and names itself so (CASTOR_PUBLIC_URL unset); a user sets
+   * HF_ENDPOINT=http://localhost:PORT. huggingface_hub refuses URLs on a host other than
+   * HF_ENDPOINT's, so castor answers that client with the localhost origin it used.
+   */
+  it("HF_ENDPOINT=http://localhost:PORT: hf repos create, hf upload (inline and through Xet), hf download", async () => {
+    const endpoint = hub.endpoint.replace("//127.0.0.1:", "//localhost:");
+    assert.notEqual(endpoint, hub.endpoint);
+    const env = machine({ HF_ENDPOINT: endpoint });
+    const id = `${USER}/through-localhost`;
+    const dir = join(workDir, "data", "localhost");
+    const expected = new Map<string, Uint8Array>([
+      ["small.txt", Buffer.from("uploaded through http://localhost\n")],
+      ["big.bin", pseudoRandomBytes("hub-cli: 12 MiB through localhost", BIG_SIZE)],
+    ]);
+    await mkdir(dir, { recursive: true });
+    for (const [path, bytes] of expected) await writeFile(join(dir, path), bytes);
+    const from = hub.server.logLines().length;
+    const created = lastJson<{ url: string }>(await runOk(hub, "hf repos create (localhost)", hf, ["repos", "create", id, "--format", "json"], { env }));
+    assert.equal(created.url, `${endpoint}/${id}`);
+    for (const path of expected.keys()) {
+      const uploaded = lastJson<{ url: string }>(
+        await runOk(hub, `hf upload ${path} (localhost)`, hf, ["upload", id, join(dir, path), path, "--format", "json"], { env }),
+      );
+      assert.match(uploaded.url, new RegExp(`^${endpoint}/${id}/commit/[0-9a-f]{40}$`), "the commit URL is on the host the client used");
+    }
+    const downloaded = lastJson<{ path: string }>(
+      await runOk(
+        hub,
+        "hf download (localhost)",
+        hf,
+        ["download", id, "--max-workers", "1", "--local-dir", join(workDir, "through-localhost"), "--format", "json"],
+        {
+          env: machine({ HF_ENDPOINT: endpoint }),
+        },
+      ),
+    );
+    assertSameFiles(await filesBelow(downloaded.path), expected, "hf download through localhost");
+    const requests = hub.server.requestLog(from);
+    assert.ok(
+      requests.some((line) => line.method === "POST" && line.path.startsWith("/v1/xorbs/") && line.statusCode === 200) &&
+        requests.some((line) => /^\/v[12]\/reconstructions\//.test(line.path) && line.statusCode === 200),
+      `big.bin went both ways through Xet:\n${describeRequests(requests)}`,
+    );
+    const warnings = hub.server
+      .logLines()
+      .slice(from)
+      .filter((line) => line.requestOrigin !== undefined);
+    assert.deepEqual(warnings, [], "localhost is no mismatch to warn of");
   });
 });

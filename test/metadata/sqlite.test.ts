@@ -204,7 +204,8 @@ describe("SqliteMetadataStore CAS specifics", () => {
   it("upgrades a database whose SHA-256 index was indexed by file: entries kept and answered, the collector still deletes them", async () => {
     const [file, digest] = [hashOf("file before the upgrade"), hashOf("digest before the upgrade")];
     await checkUpgradeFrom(
-      MIGRATIONS.length - 1,
+      // The version before the migration that keyed file_sha256.
+      6,
       (raw) => {
         raw.prepare("INSERT INTO repos (id, type, name, created_at) VALUES (1, 'model', 'alice/old', 1000)").run();
         raw.prepare("INSERT INTO files (hash, size, sha256, created_at, terms) VALUES (?, 0, ?, 1000, x'')").run(file, digest);
@@ -223,6 +224,25 @@ describe("SqliteMetadataStore CAS specifics", () => {
         } finally {
           raw.close();
         }
+      },
+    );
+  });
+
+  it("upgrades a database whose storage samples had no unique bytes: they read as null, new samples record them", async () => {
+    await checkUpgradeFrom(
+      // The version before the migration that added unique_bytes.
+      7,
+      (raw) => {
+        raw.prepare("INSERT INTO stats_samples VALUES ('2030-01-01', 1000, 1, 2, 300, 100, 1, 3, 1, 10, 1, 90, 3)").run();
+      },
+      async (store) => {
+        const [old] = await store.listStatsSamples();
+        assert.deepEqual([old.day, old.logicalBytes, old.storedBytes, old.uniqueBytes], ["2030-01-01", 300, 100, null]);
+        await store.recordStatsSample({ ...old, day: "2030-01-02", uniqueBytes: 150 });
+        assert.deepEqual(
+          (await store.listStatsSamples()).map((sample) => sample.uniqueBytes),
+          [null, 150],
+        );
       },
     );
   });

@@ -136,12 +136,36 @@ describe("PostgresMetadataStore specifics", () => {
       });
     });
 
+    it("upgrades a database whose storage samples had no unique bytes: they read as null, new samples record them", async () => {
+      await withDatabase(async (database, sql) => {
+        await sql.query("CREATE TABLE castor_schema (one boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)");
+        // The version before the migration that added unique_bytes.
+        const before = 6;
+        await sql.query("INSERT INTO castor_schema (version) VALUES ($1)", [before]);
+        for (const migration of MIGRATIONS.slice(0, before)) await sql.query(migration);
+        await sql.query("INSERT INTO stats_samples VALUES ('2030-01-01', to_timestamp(1), 1, 2, 300, 100, 1, 3, 1, 10, 1, 90, 3)");
+
+        await withStores(database, 1, async ([store]) => {
+          assert.equal(await schemaVersion(sql), MIGRATIONS.length);
+          const [old] = await store.listStatsSamples();
+          assert.deepEqual([old.day, old.logicalBytes, old.storedBytes, old.uniqueBytes], ["2030-01-01", 300, 100, null]);
+          await store.recordStatsSample({ ...old, day: "2030-01-02", uniqueBytes: 150 });
+          assert.deepEqual(
+            (await store.listStatsSamples()).map((sample) => sample.uniqueBytes),
+            [null, 150],
+          );
+        });
+      });
+    });
+
     it("upgrades a database whose SHA-256 index was indexed by file: entries kept and answered, the collector still deletes them", async () => {
       const [file, digest] = [hashOf("file before the upgrade"), hashOf("digest before the upgrade")];
       await withDatabase(async (database, sql) => {
         await sql.query("CREATE TABLE castor_schema (one boolean NOT NULL PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL)");
-        await sql.query("INSERT INTO castor_schema (version) VALUES ($1)", [MIGRATIONS.length - 1]);
-        for (const migration of MIGRATIONS.slice(0, -1)) await sql.query(migration);
+        // The version before the migration that dropped the index by file.
+        const before = 5;
+        await sql.query("INSERT INTO castor_schema (version) VALUES ($1)", [before]);
+        for (const migration of MIGRATIONS.slice(0, before)) await sql.query(migration);
         const id = Number(
           (await sql.query<{ id: string }>("INSERT INTO repos (type, name, created_at) VALUES ('model', 'alice/old', now()) RETURNING id")).rows[0].id,
         );

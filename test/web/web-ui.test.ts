@@ -2,7 +2,8 @@
  * The web interface end to end: a real headless Chromium (Debian's `chromium`, driven by
  * playwright-core) against a real `castor serve` holding uploaded repositories. Anonymous
  * browsing sees public repositories only; signing in with a hub token; a repository's files,
- * README, revisions and history; downloads byte-exact (anonymous link and signed-in fetch);
+ * README, revisions and history; downloads byte-exact (anonymous link, and signed-in through a
+ * signed link the browser's download manager streams to disk, a 96 MiB file included);
  * the storage dashboard's numbers against `castor stats --json`; a file's shared chunks; tokens
  * created and revoked from the admin page.
  *
@@ -13,9 +14,9 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { createHash, randomBytes } from "node:crypto";
+import { createReadStream, existsSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -38,6 +39,8 @@ const CHROMIUM = process.env.CASTOR_TEST_CHROMIUM ?? "/usr/bin/chromium";
 const AXE_SOURCE = join(ROOT, "node_modules", "axe-core", "axe.min.js");
 
 const WEIGHTS = randomBytes(700_000);
+/** A file a tab must not hold whole: the signed-in download of it is streamed to disk. */
+const LARGE_FILE_BYTES = 96 * 1024 * 1024;
 /** Most of WEIGHTS, then more: the dataset's file shares chunks with the model's. */
 const CORPUS = Buffer.concat([WEIGHTS.subarray(0, 500_000), randomBytes(200_000)]);
 const README = `---
@@ -81,6 +84,12 @@ async function hubJson(method: string, path: string, body?: unknown, token = adm
   });
   assert.ok(response.ok, `${method} ${path}: ${response.status} ${await response.clone().text()}`);
   return response.json();
+}
+
+async function sha256Of(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path)) hash.update(chunk);
+  return hash.digest("hex");
 }
 
 async function file(name: string, data: Buffer | string): Promise<string> {
@@ -310,7 +319,7 @@ describe("the web interface in Chromium", () => {
     await checkAccessibility("the history");
   });
 
-  it("downloads a private Xet file byte-exact with the signed-in token, and shows its shared chunks", async () => {
+  it("downloads a private Xet file byte-exact through a signed link, and shows its shared chunks", async () => {
     await open("datasets/alice/corpus?path=data&file=data%2Ftrain.bin", /alice\/corpus/);
     await page.getByTestId("file-size").waitFor();
     assert.equal(await page.getByTestId("file-size").getAttribute("value"), String(CORPUS.length));
@@ -325,14 +334,74 @@ describe("the web interface in Chromium", () => {
     await checkAccessibility("the file page");
   });
 
+  it("streams a large private file to disk through the browser's download manager, never through the page", async () => {
+    // Far more than a page should hold: the old way (fetch, then a blob) kept all of it in the tab.
+    const large = randomBytes(LARGE_FILE_BYTES);
+    const corpus = new CastorClient({ endpoint: server.url, hubToken: adminToken, repo: "dataset:alice/corpus" });
+    await corpus.uploadToRepo([await file("large.bin", large)], { pathInRepo: "data/large.bin", message: "Add a large file" });
+
+    // What the page does with response bodies, recorded from before its scripts run.
+    await page.addInitScript(() => {
+      const seen: { fetched: string[]; objectUrls: number } = { fetched: [], objectUrls: 0 };
+      (window as any).__bodies = seen;
+      const fetch = window.fetch.bind(window);
+      window.fetch = (input: any, init?: any) => {
+        seen.fetched.push(String(input instanceof Request ? input.url : input));
+        return fetch(input, init);
+      };
+      const createObjectURL = URL.createObjectURL.bind(URL);
+      URL.createObjectURL = (object: any) => {
+        seen.objectUrls++;
+        return createObjectURL(object);
+      };
+    });
+    const requests: { url: string; type: string }[] = [];
+    const onRequest = (request: any) => requests.push({ url: request.url(), type: request.resourceType() });
+    page.on("request", onRequest);
+    try {
+      await open("datasets/alice/corpus?path=data", /alice\/corpus/);
+      const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("link", { name: "Download data/large.bin" }).click()]);
+      assert.equal(download.suggestedFilename(), "large.bin");
+      const saved = (await download.path())!;
+      assert.equal((await stat(saved)).size, large.length);
+      assert.equal(await sha256Of(saved), createHash("sha256").update(large).digest("hex"), "the saved file equals the uploaded one");
+
+      // The browser's download manager fetched it (Playwright's download is the manager's), the page did not.
+      assert.match(download.url(), /\/datasets\/alice\/corpus\/resolve\/[0-9a-f]{40}\/data\/large\.bin\?expires=\d+&signature=[A-Za-z0-9_-]{43}$/);
+      assert.deepEqual(
+        requests.filter((request) => request.url.includes("/resolve/")),
+        [],
+        "no request of the page's own fetched the file",
+      );
+      const served = server.requestLog().filter((line) => /\/resolve\/[0-9a-f]{40}\/data\/large\.bin$/.test(line.path));
+      assert.deepEqual(
+        served.map((line) => [line.method, line.statusCode]),
+        [["GET", 200]],
+        "castor sent it once, whole",
+      );
+      const bodies = await page.evaluate(() => (window as any).__bodies);
+      assert.deepEqual(
+        bodies.fetched.filter((url: string) => !url.startsWith("/api/")),
+        [],
+        "the page fetched nothing but API answers",
+      );
+      assert.ok(bodies.fetched.includes("/api/castor/download-links"), JSON.stringify(bodies.fetched));
+      assert.equal(bodies.objectUrls, 0, "no blob was made of a response");
+    } finally {
+      page.off("request", onRequest);
+    }
+  });
+
   it("shows the storage dashboard with the numbers of castor stats", async () => {
     await open("storage", "Storage");
     await page.getByTestId("total-logical").waitFor();
     const expected = JSON.parse(await cli("stats", "--json"));
     const value = async (testId: string) => page.getByTestId(testId).getAttribute("value");
     assert.equal(await value("total-logical"), String(expected.totals.logicalBytes));
+    assert.equal(await value("total-unique"), String(expected.totals.uniqueBytes));
     assert.equal(await value("total-stored"), String(expected.totals.storedBytes));
-    assert.equal(Number(await value("total-ratio")), expected.totals.dedupRatio);
+    assert.equal(Number(await value("total-dedup")), expected.totals.dedupRatio);
+    assert.equal(Number(await value("total-compression")), expected.totals.compressionRatio);
     assert.equal(await value("total-unreferenced"), String(expected.totals.unreferencedXorbBytes));
     assert.ok(expected.totals.logicalBytes > expected.totals.storedBytes, "the shared chunks are stored once");
     for (const repo of expected.repositories) {
@@ -343,7 +412,9 @@ describe("the web interface in Chromium", () => {
       ]);
     }
     await page.getByTestId("history-chart").waitFor();
-    assert.match((await page.getByTestId("history-chart").getAttribute("aria-label"))!, /daily sample/);
+    // Today's sample is the measurement the page shows: the chart's last point is today's uploads.
+    assert.match((await page.getByTestId("history-chart").getAttribute("aria-label"))!, new RegExp(`daily samples?\\); on ${expected.history.at(-1).day}: `));
+    assert.equal(expected.history.at(-1).logicalBytes, expected.totals.logicalBytes);
     await shoot("storage");
     await checkAccessibility("the storage dashboard");
   });

@@ -140,7 +140,12 @@ export interface StorageTotals {
   files: number;
   logicalBytes: number;
   storedBytes: number;
+  /** null in daily samples from a castor that did not measure it yet. */
+  uniqueBytes: number | null;
+  /** Logical ÷ unique bytes: what storing each chunk once saves. */
   dedupRatio: number | null;
+  /** Unique ÷ stored bytes: what compressing the chunks saves. */
+  compressionRatio: number | null;
 }
 
 export interface Stats {

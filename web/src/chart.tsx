@@ -27,7 +27,7 @@ export function BytesChart({ points }: { points: Point[] }) {
   // At most ~8 day labels, evenly spread.
   const every = Math.max(1, Math.ceil(points.length / 8));
   const last = points[points.length - 1];
-  const label = `Logical and stored bytes over time (${points.length} points: daily samples, then now); ${/^\d{4}-/.test(last.day) ? `on ${last.day}` : last.day}: ${formatBytes(last.logicalBytes)} logical, ${formatBytes(last.storedBytes)} stored.`;
+  const label = `Logical and stored bytes over time (${points.length} daily sample${points.length === 1 ? "" : "s"}); on ${last.day}: ${formatBytes(last.logicalBytes)} logical, ${formatBytes(last.storedBytes)} stored.`;
   return (
     <figure class="chart">
       <svg viewBox={`0 0 ${WIDTH} ${HEIGHT}`} role="img" aria-label={label} data-testid="history-chart">

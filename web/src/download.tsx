@@ -1,36 +1,45 @@
 /**
- * A download link to a file's `resolve` URL. Anonymous callers follow it like any link; a signed-in
- * caller's click fetches the file with the bearer token instead (a link cannot carry the
- * `Authorization` header private repositories need) and saves what arrives.
+ * A download link to a file's `resolve` URL. Anonymous callers follow it like any link. A link
+ * cannot carry the `Authorization` header a signed-in caller's private files need, and fetching
+ * the file with it would hold the whole body in the tab before it could be saved; so a signed-in
+ * click asks castor for a short-lived signed link to the file (`POST /api/castor/download-links`,
+ * src/auth/download-link.ts) and hands that to the browser, whose download manager streams the
+ * file to disk, with its own progress and resume.
  */
 import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
-import { request, storedToken } from "./api.js";
+import { type RepoId, resolveUrl, sendJson, storedToken } from "./api.js";
 
-export function DownloadLink({ url, filename, children, label }: { url: string; filename: string; children: ComponentChildren; label?: string }) {
+interface DownloadLinkProps {
+  repo: RepoId;
+  revision: string;
+  path: string;
+  filename: string;
+  children: ComponentChildren;
+  label?: string;
+}
+
+export function DownloadLink({ repo, revision, path, filename, children, label }: DownloadLinkProps) {
   const [error, setError] = useState<string | null>(null);
   const onClick = async (event: MouseEvent) => {
     if (storedToken() === null) return;
     event.preventDefault();
     setError(null);
     try {
-      const blob = await (await request(url)).blob();
-      const objectUrl = URL.createObjectURL(blob);
+      const { url } = await sendJson<{ url: string }>("POST", "/api/castor/download-links", { repo: `${repo.type}:${repo.name}`, revision, path });
       const anchor = document.createElement("a");
-      anchor.href = objectUrl;
+      anchor.href = url;
       anchor.download = filename;
       document.body.append(anchor);
       anchor.click();
       anchor.remove();
-      // Revoked later: the browser reads the object URL after the click returns.
-      setTimeout(() => URL.revokeObjectURL(objectUrl), 60_000);
     } catch (err) {
       setError(err instanceof Error ? err.message : String(err));
     }
   };
   return (
     <>
-      <a href={url} download={filename} onClick={onClick} aria-label={label}>
+      <a href={resolveUrl(repo, revision, path)} download={filename} onClick={onClick} aria-label={label}>
         {children}
       </a>
       {error && (

@@ -6,13 +6,16 @@
  * - `GET /api/castor/me`: who the bearer is, and whether it is an admin token (the interface
  *   shows the admin pages only then). Anonymous callers get `{anonymous: true}`.
  * - `GET /api/castor/repos/{type}s/{ns}/{name}/storage`: a repository's live files and logical
- *   bytes, for anyone who may read it; stored bytes and the dedup ratio for admin tokens only,
+ *   bytes, for anyone who may read it; stored bytes and the ratios for admin tokens only,
  *   since they depend on xorbs other repositories share (like `GET /api/stats`).
  * - `GET /api/castor/sharing?repo=TYPE:NS/NAME&revision=R&path=P` (admin): how many chunks of
  *   a file other files share (hub/sharing.ts).
  * - `GET|POST /api/castor/tokens`, `DELETE /api/castor/tokens/{id}` (admin): `castor token
  *   list|create|revoke` over HTTP; the secret is in the answer to the POST only.
  * - `GET /api/castor/maintenance` (admin): the last gc and fsck runs.
+ * - `POST /api/castor/download-links` `{repo, revision, path}`: for anyone who may read the
+ *   file, a short-lived signed link to it at the revision's commit, which the browser's download
+ *   manager follows without the token (auth/download-link.ts).
  *
  * Creating and deleting repositories and changing their visibility need no route here: the
  * Hub's own (`/api/repos/create`, `/api/repos/delete`, `PUT …/settings`) do it for admin tokens.
@@ -24,15 +27,17 @@ import { parseExpires } from "../../hub/expires.js";
 import { formatRepoRef, parseRepoRef } from "../../hub/names.js";
 import type { HubService } from "../../hub/service.js";
 import { chunkSharing, type SharingStore } from "../../hub/sharing.js";
-import { dedupRatio, liveContentOf, type StatsStore } from "../../hub/stats.js";
+import { liveContentOf, ratiosOf, type StatsStore } from "../../hub/stats.js";
 import { hubTokenState } from "../../hub/tokens.js";
 import type { GcRecords } from "../../metadata/gc.js";
 import type { HubToken, Repo } from "../../metadata/store.js";
-import { addressOf } from "./address.js";
+import { addressOf, urlPrefixOf } from "./address.js";
+import type { DownloadLinks } from "../../auth/download-link.js";
 import { callerOfRequest, jsonBody, stringField, type HubRouteDeps } from "./repo-routes.js";
 
 export interface CastorRouteDeps extends HubRouteDeps {
   store: StatsStore & SharingStore & Pick<GcRecords, "lastMaintenanceRuns">;
+  downloadLinks: DownloadLinks;
   /** Hub tokens: the same service `castor token` uses. */
   tokens: Pick<HubService, "createToken" | "listTokens" | "revokeToken">;
 }
@@ -75,7 +80,7 @@ export async function castorRoutes(app: FastifyInstance, deps: CastorRouteDeps):
     const content = await liveContentOf(deps.store, repo);
     reply.header("cache-control", "no-store");
     if (caller.token === null || !isAdminToken(caller.token)) return { files: content.files, logicalBytes: content.logicalBytes };
-    return { ...content, dedupRatio: dedupRatio(content) };
+    return { ...content, ...ratiosOf(content) };
   });
 
   app.get<{ Querystring: Record<string, unknown> }>("/api/castor/sharing", async (request) => {
@@ -96,6 +101,21 @@ export async function castorRoutes(app: FastifyInstance, deps: CastorRouteDeps):
     const sharing = await chunkSharing(deps.store, repo, path, file.xetHash);
     if (sharing === null) throw new Error(`the Xet file of ${path} has no record in the metadata store: run castor fsck`);
     return { ...answer, ...sharing };
+  });
+
+  app.post("/api/castor/download-links", async (request, reply) => {
+    const caller = await callerOfRequest(deps, request);
+    const body = jsonBody(request);
+    const ref = parseRepoRef(stringField(body, "repo", true)!);
+    const repo = await deps.repos.readable(caller, ref);
+    const { commit } = await deps.repos.resolve(repo, stringField(body, "revision", false) ?? "main");
+    const path = stringField(body, "path", true)!;
+    await deps.repos.fileAt(repo, commit, path);
+    const resolvePath = `/${urlPrefixOf(repo.type)}${repo.name}/resolve/${commit.oid}/${path.split("/").map(encodeURIComponent).join("/")}`;
+    const { url, expiresAt } = deps.downloadLinks.sign(resolvePath);
+    // The link is a credential until it expires: no cache may keep it.
+    reply.header("cache-control", "no-store");
+    return { url, expiresAt: expiresAt.toISOString() };
   });
 
   app.get("/api/castor/tokens", async (request, reply) => {

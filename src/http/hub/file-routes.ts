@@ -101,7 +101,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
         const pathPart = path === "" ? "" : `/${encodePath(path)}`;
         const limitPart = request.query.limit === undefined ? "" : `&limit=${limit}`;
         // Pinned to the commit: the next page lists the same tree even if the branch moves meanwhile.
-        const next = `${deps.publicUrl()}/api/${types}/${repo.name}/tree/${commit.oid}${pathPart}?recursive=${recursive}&expand=${expand}${limitPart}&cursor=${cursor}`;
+        const next = `${deps.publicUrl(request)}/api/${types}/${repo.name}/tree/${commit.oid}${pathPart}?recursive=${recursive}&expand=${expand}${limitPart}&cursor=${cursor}`;
         reply.header("link", `<${next}>; rel="next"`);
       }
       return entriesJson(repo, commit, page.entries, expand);
@@ -159,7 +159,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubFileRouteDeps): 
     try {
       const { header, operations } = await readCommitPayload(request, deps.inlineMaxBytes, contents);
       const commit = await deps.repos.commit(caller, address, revision, header, operations, () => contents.store(deps.blobs, deps.store));
-      return { commitOid: commit.oid, commitUrl: `${deps.publicUrl()}/${urlPrefixOf(address.type)}${address.name}/commit/${commit.oid}`, success: true };
+      return { commitOid: commit.oid, commitUrl: `${deps.publicUrl(request)}/${urlPrefixOf(address.type)}${address.name}/commit/${commit.oid}`, success: true };
     } finally {
       await contents.close();
     }

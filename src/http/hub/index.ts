@@ -5,6 +5,7 @@
  * access to.
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { DownloadLinks } from "../../auth/download-link.js";
 import type { GcRecords } from "../../metadata/gc.js";
 import type { BlobStore } from "../../storage/blob-store.js";
 import type { HubRepositories } from "../../hub/repositories.js";
@@ -28,7 +29,9 @@ export interface HubHttpDeps {
   xetFiles: XetFileSource;
   /** The repositories' SHA-256 index, for the LFS batch call. */
   store: StoredFileLookup & Pick<GcRecords, "leaseObjects">;
-  publicUrl: () => string;
+  publicUrl: (request: FastifyRequest) => string;
+  /** The web interface's signed download links (auth/download-link.ts), which `resolve` accepts. */
+  downloadLinks: DownloadLinks;
   /** `config.hubInlineMaxBytes`. */
   inlineMaxBytes: number;
   /** Where commits' inline contents wait on disk until the commit has validated (the data dir's spool). */

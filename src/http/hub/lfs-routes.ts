@@ -39,7 +39,7 @@ export async function lfsRoutes(app: FastifyInstance, deps: HubLfsRouteDeps): Pr
       const address = addressOf(plural, request.params.namespace, request.params.repoGit.replace(/\.git$/, ""));
       const answer = await batch.upload(caller, address, jsonOf(request.body));
       reply.header("content-type", LFS_MEDIA_TYPE);
-      return batchJson(deps, address.type, address.name, answer);
+      return batchJson(deps.publicUrl(request), address.type, address.name, answer);
     });
   }
 }
@@ -59,8 +59,8 @@ function jsonOf(body: unknown): unknown {
  * carry a session id that the library forwards to the token route and the CAS, so castor's log
  * ties the upload's requests together.
  */
-function batchJson(deps: HubRouteDeps, type: RepoType, name: string, answer: LfsBatchAnswer): Record<string, unknown> {
-  const href = `${deps.publicUrl()}/api/${PLURAL_BY_REPO_TYPE[type]}/${name}/xet-write-token/${encodeURIComponent(answer.branch)}`;
+function batchJson(base: string, type: RepoType, name: string, answer: LfsBatchAnswer): Record<string, unknown> {
+  const href = `${base}/api/${PLURAL_BY_REPO_TYPE[type]}/${name}/xet-write-token/${encodeURIComponent(answer.branch)}`;
   const header = { "X-Xet-Session-Id": randomUUID() };
   return {
     transfer: "xet",

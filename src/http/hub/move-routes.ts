@@ -17,6 +17,6 @@ export async function moveRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     const to = stringField(body, "toRepo", true)!;
     const type = requireRepoType(stringField(body, "type", false) ?? "model");
     if (!from.includes("/")) throw new HubError(400, `"fromRepo" must be namespace/name; got ${JSON.stringify(from.slice(0, 100))}`);
-    return answerNamingRepo(deps, reply, () => deps.repos.moveRepo(caller, { type, name: from }, to));
+    return answerNamingRepo(deps, request, reply, () => deps.repos.moveRepo(caller, { type, name: from }, to));
   });
 }

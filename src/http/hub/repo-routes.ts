@@ -17,8 +17,11 @@ import { commitJson, repoSummaryJson, siblingJson } from "./render.js";
 
 export interface HubRouteDeps {
   repos: HubRepositories;
-  /** Base of every URL handed out (`url`, `commitUrl`, `Link`); clients must use it as HF_ENDPOINT. */
-  publicUrl: () => string;
+  /**
+   * Base of every URL handed out (`url`, `commitUrl`, `Link`) in the answer to a request;
+   * clients must use it as HF_ENDPOINT (src/http/public-url.ts).
+   */
+  publicUrl: (request: FastifyRequest) => string;
 }
 
 interface RepoParams {
@@ -44,8 +47,8 @@ export async function callerOfRequest(deps: HubRouteDeps, request: FastifyReques
   return caller;
 }
 
-export function repoUrl(deps: HubRouteDeps, repo: Pick<Repo, "type" | "name">): string {
-  return `${deps.publicUrl()}/${urlPrefixOf(repo.type)}${repo.name}`;
+export function repoUrl(deps: HubRouteDeps, request: FastifyRequest, repo: Pick<Repo, "type" | "name">): string {
+  return `${deps.publicUrl(request)}/${urlPrefixOf(repo.type)}${repo.name}`;
 }
 
 /**
@@ -53,16 +56,16 @@ export function repoUrl(deps: HubRouteDeps, repo: Pick<Repo, "type" | "name">): 
  * Hub's 409 carrying the URL of the repository that holds it (clients parse it even when they
  * tolerate the conflict).
  */
-export async function answerNamingRepo(deps: HubRouteDeps, reply: FastifyReply, named: () => Promise<Repo>) {
+export async function answerNamingRepo(deps: HubRouteDeps, request: FastifyRequest, reply: FastifyReply, named: () => Promise<Repo>) {
   try {
     const repo = await named();
-    return { url: repoUrl(deps, repo), name: repo.name, id: repo.name };
+    return { url: repoUrl(deps, request, repo), name: repo.name, id: repo.name };
   } catch (err) {
     if (err instanceof RepoExistsError)
       return reply
         .code(409)
         .header("x-error-message", err.message)
-        .send({ error: err.message, url: repoUrl(deps, err.repo) });
+        .send({ error: err.message, url: repoUrl(deps, request, err.repo) });
     throw err;
   }
 }
@@ -136,7 +139,7 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     if (Array.isArray(body.files) && body.files.length > 0) {
       throw notSupported("uploading files at repository creation", "create the repository, then upload the files (uploadFiles or commit)");
     }
-    return answerNamingRepo(deps, reply, () => deps.repos.createRepo(caller, type, namespace, name, visibilityOf(body)));
+    return answerNamingRepo(deps, request, reply, () => deps.repos.createRepo(caller, type, namespace, name, visibilityOf(body)));
   });
 
   app.delete("/api/repos/delete", async (request) => {
@@ -163,7 +166,7 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
         Object.entries(request.query).filter((entry): entry is [string, string] => entry[0] !== "cursor" && typeof entry[1] === "string"),
       );
       query.set("cursor", Buffer.from(String(items.at(-1)!.repo.id)).toString("base64url"));
-      reply.header("link", `<${deps.publicUrl()}/api/${request.params.types}?${query}>; rel="next"`);
+      reply.header("link", `<${deps.publicUrl(request)}/api/${request.params.types}?${query}>; rel="next"`);
     }
     return items.map(({ repo, head }) => repoSummaryJson(repo, head));
   });
@@ -255,7 +258,7 @@ export async function repoRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
     if (more) {
       // Pinned to the commit, so later pages do not shift when the branch moves meanwhile.
       const limitPart = request.query.limit === undefined ? "" : `&limit=${limit}`;
-      const next = `${deps.publicUrl()}/api/${request.params.types}/${repo.name}/commits/${commit.oid}?p=${page + 1}${limitPart}`;
+      const next = `${deps.publicUrl(request)}/api/${request.params.types}/${repo.name}/commits/${commit.oid}?p=${page + 1}${limitPart}`;
       reply.header("link", `<${next}>; rel="next"`);
     }
     return commits.map(commitJson);

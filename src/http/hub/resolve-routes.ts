@@ -21,7 +21,8 @@ import type { FileBody, FileReader } from "../../cas/file-reader.js";
 import { hashFromHex } from "../../format/hash.js";
 import { halfOpenByteRange, type HalfOpenByteRange } from "../../format/ranges.js";
 import { HubError } from "../../hub/errors.js";
-import type { HubRepositories } from "../../hub/repositories.js";
+import type { HubRepositories, RepoAddress } from "../../hub/repositories.js";
+import { DownloadLinkError, DownloadLinks } from "../../auth/download-link.js";
 import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js";
 import { parseRangeHeader, ReconstructionError, resolveFileRange } from "../../cas/reconstruction.js";
 import { sendHijacked } from "../hijacked-body.js";
@@ -36,6 +37,8 @@ export interface HubResolveRouteDeps extends HubRouteDeps {
   repos: HubRepositories;
   blobs: BlobStore;
   xetFiles: XetFileSource;
+  /** The web interface's signed download links, which authorise a GET without a token. */
+  downloadLinks: DownloadLinks;
 }
 
 interface ResolveParams {
@@ -53,13 +56,15 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
   const find = async (request: FastifyRequest<{ Params: ResolveParams }>, plural: string, reply: FastifyReply): Promise<Resolved> => {
     // `/{ns}/{name}/resolve/{rev}` for models, one segment more for `/datasets/…` and `/spaces/…`.
     const revisionSegment = plural === "models" ? 4 : 5;
-    const caller = await callerOfRequest(deps, request);
-    const repo = await deps.repos.readable(caller, addressOf(plural, request.params.namespace, request.params.name));
+    const address = addressOf(plural, request.params.namespace, request.params.name);
+    const repo = DownloadLinks.isLink(request.url)
+      ? await deps.repos.linked(verifiedLink(deps, request.url, address))
+      : await deps.repos.readable(await callerOfRequest(deps, request), address);
     const { revision, path } = revisionAndPath(request, revisionSegment);
     const { commit } = await deps.repos.resolve(repo, revision);
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
     const file = await deps.repos.fileAt(repo, commit, path);
-    describe(reply, deps, repo, commit, file);
+    describe(reply, deps.publicUrl(request), repo, commit, file);
     return { repo, commit, file };
   };
 
@@ -71,7 +76,8 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
     });
     app.get<{ Params: ResolveParams }>(url, { exposeHeadRoute: false }, async (request, reply) => {
       const { repo, commit, file } = await find(request, plural, reply);
-      if (file.xetHash !== null && acceptsXetFileInfo(request.headers.accept)) return sendXetFileInfo(reply, deps, repo, commit, file, file.xetHash);
+      if (file.xetHash !== null && acceptsXetFileInfo(request.headers.accept))
+        return sendXetFileInfo(reply, deps.publicUrl(request), repo, commit, file, file.xetHash);
       const range = requestedRange(request.headers.range, file.size);
       if (range === "unsatisfiable") {
         return reply.code(416).header("content-range", `bytes */${file.size}`).header("content-length", "0").send();
@@ -107,8 +113,19 @@ export const REPOSITORY_CONTENT_HEADERS: Readonly<Record<string, string>> = {
   "content-security-policy": "default-src 'none'; sandbox",
 };
 
+/** `address`, once the download link `pathAndQuery` is found genuine and current; 403 otherwise. */
+function verifiedLink(deps: HubResolveRouteDeps, pathAndQuery: string, address: RepoAddress): RepoAddress {
+  try {
+    deps.downloadLinks.verify(pathAndQuery);
+  } catch (error) {
+    if (error instanceof DownloadLinkError) throw new HubError(403, error.message);
+    throw error;
+  }
+  return address;
+}
+
 /** The headers HEAD and GET share. */
-function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
+function describe(reply: FastifyReply, base: string, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
   reply.headers(REPOSITORY_CONTENT_HEADERS);
   reply.headers({
     "x-repo-commit": commit.oid,
@@ -125,7 +142,7 @@ function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, co
     reply.header("etag", `"${file.oid}"`);
     return;
   }
-  const { refreshUrl, reconstructionUrl } = xetUrls(deps, repo, commit, file.xetHash);
+  const { refreshUrl, reconstructionUrl } = xetUrls(base, repo, commit, file.xetHash);
   reply.headers({
     etag: `"${file.sha256}"`,
     "x-linked-etag": `"${file.sha256}"`,
@@ -136,8 +153,7 @@ function describe(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, co
 }
 
 /** Where a Xet file's read token (at the commit) and its reconstruction are asked for. */
-function xetUrls(deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, xetHash: string): { refreshUrl: string; reconstructionUrl: string } {
-  const base = deps.publicUrl();
+function xetUrls(base: string, repo: Repo, commit: CommitRecord, xetHash: string): { refreshUrl: string; reconstructionUrl: string } {
   return {
     refreshUrl: `${base}/api/${PLURAL_BY_REPO_TYPE[repo.type]}/${repo.name}/xet-read-token/${commit.oid}`,
     reconstructionUrl: `${base}/v1/reconstructions/${xetHash}`,
@@ -155,8 +171,8 @@ function acceptsXetFileInfo(accept: string | undefined): boolean {
  * (`@huggingface/hub`'s fileDownloadInfo / downloadFile ask this way, with `Range: bytes=0-0`,
  * which is ignored here): 200 with the HEAD's headers and the same facts as JSON.
  */
-function sendXetFileInfo(reply: FastifyReply, deps: HubResolveRouteDeps, repo: Repo, commit: CommitRecord, file: TreeFileEntry, xetHash: string) {
-  const { refreshUrl, reconstructionUrl } = xetUrls(deps, repo, commit, xetHash);
+function sendXetFileInfo(reply: FastifyReply, base: string, repo: Repo, commit: CommitRecord, file: TreeFileEntry, xetHash: string) {
+  const { refreshUrl, reconstructionUrl } = xetUrls(base, repo, commit, xetHash);
   reply.removeHeader("content-length");
   reply.removeHeader("accept-ranges");
   return reply

@@ -227,6 +227,11 @@ export const MIGRATIONS: readonly string[] = [
   ALTER TABLE file_sha256 DROP CONSTRAINT file_sha256_file_hash_fkey;
   DROP INDEX file_sha256_by_file;
   `,
+  // Storage statistics samples gain the bytes of distinct content before compression, as in
+  // SQLite's schema (NULL in the samples recorded before).
+  `
+  ALTER TABLE stats_samples ADD COLUMN unique_bytes bigint CONSTRAINT stats_samples_unique_bytes_check CHECK (unique_bytes >= 0);
+  `,
 ];
 
 /** The database was migrated by a newer castor whose schema this version does not know. */

@@ -14,7 +14,8 @@ const STATS_SQL = {
   insertSample: `
     INSERT INTO stats_samples (day, taken_at, ${COLUMNS.join(", ")})
     VALUES ($1::date, $2, ${COLUMNS.map((_, i) => `$${i + 3}`).join(", ")})
-    ON CONFLICT (day) DO NOTHING`,
+    ON CONFLICT (day) DO UPDATE SET taken_at = excluded.taken_at, ${COLUMNS.map((column) => `${column} = excluded.${column}`).join(", ")}
+    WHERE excluded.taken_at > stats_samples.taken_at`,
   // to_char, not the driver's date parsing, which would read the day in the local time zone.
   listSamples: `SELECT to_char(day, 'YYYY-MM-DD') AS day, taken_at, ${COLUMNS.join(", ")} FROM stats_samples ORDER BY day`,
   // octet_length of a stored bytea reads its length from the header, without loading or detoasting it.
@@ -22,7 +23,7 @@ const STATS_SQL = {
     SELECT count(*) AS xorbs, coalesce(sum(serialized_length), 0)::bigint AS bytes,
            (coalesce(sum(octet_length(chunks)), 0) / ${PACKED_CHUNK_BYTES})::bigint AS chunks
     FROM xorbs`,
-  xorbFootprints: `SELECT hash, serialized_length, octet_length(chunks) / ${PACKED_CHUNK_BYTES} AS chunks FROM xorbs WHERE hash = ANY ($1::bytea[])`,
+  xorbFootprints: `SELECT hash, serialized_length, uncompressed_length, octet_length(chunks) / ${PACKED_CHUNK_BYTES} AS chunks FROM xorbs WHERE hash = ANY ($1::bytea[])`,
   fileTerms: `SELECT hash, terms FROM files WHERE hash = ANY ($1::bytea[])`,
 } as const;
 
@@ -50,9 +51,13 @@ export class PostgresStatsRecords {
   async xorbFootprints(hashes: readonly Hash[]): Promise<Map<string, XorbFootprint>> {
     const found = new Map<string, XorbFootprint>();
     if (hashes.length === 0) return found;
-    const { rows } = await this.sql.run<{ hash: Buffer; serialized_length: number; chunks: number }>("xorbFootprints", [hashes]);
+    const { rows } = await this.sql.run<{ hash: Buffer; serialized_length: number; uncompressed_length: number; chunks: number }>("xorbFootprints", [hashes]);
     for (const row of rows) {
-      found.set(hashToHex(storedHash(row.hash, "xorb hash")), { serializedLength: row.serialized_length, chunks: row.chunks });
+      found.set(hashToHex(storedHash(row.hash, "xorb hash")), {
+        serializedLength: row.serialized_length,
+        uncompressedLength: row.uncompressed_length,
+        chunks: row.chunks,
+      });
     }
     return found;
   }

@@ -229,6 +229,12 @@ export const MIGRATIONS: readonly string[] = [
   DROP TABLE file_sha256;
   ALTER TABLE file_sha256_keyed RENAME TO file_sha256;
   `,
+  // Storage statistics samples gain the bytes of distinct content before compression, which
+  // separates the deduplication ratio from the compression ratio (../stats.ts). NULL in the
+  // samples recorded before: nobody measured it then.
+  `
+  ALTER TABLE stats_samples ADD COLUMN unique_bytes INTEGER CHECK (unique_bytes >= 0);
+  `,
 ];
 
 /** The database file was written by a newer castor whose schema this version does not know. */

@@ -18,7 +18,9 @@ function prepareStatsStatements(db: Database.Database) {
     insertSample: db.prepare<unknown[]>(
       `INSERT INTO stats_samples (day, taken_at, ${COLUMNS.join(", ")}) VALUES (${Array(COLUMNS.length + 2)
         .fill("?")
-        .join(", ")}) ON CONFLICT (day) DO NOTHING`,
+        .join(", ")})
+       ON CONFLICT (day) DO UPDATE SET taken_at = excluded.taken_at, ${COLUMNS.map((column) => `${column} = excluded.${column}`).join(", ")}
+       WHERE excluded.taken_at > stats_samples.taken_at`,
     ),
     listSamples: db.prepare<[], SampleRow>("SELECT * FROM stats_samples ORDER BY day"),
     // length() of a BLOB column is read from the row header: chunk tables are not loaded.
@@ -30,7 +32,7 @@ function prepareStatsStatements(db: Database.Database) {
 
 export class SqliteStatsRecords {
   private readonly sql: ReturnType<typeof prepareStatsStatements>;
-  private readonly footprints: HashBatchQuery<{ hash: Buffer; serialized_length: number; chunks: number }>;
+  private readonly footprints: HashBatchQuery<{ hash: Buffer; serialized_length: number; uncompressed_length: number; chunks: number }>;
   private readonly fileTerms: HashBatchQuery<{ hash: Buffer; terms: Buffer }>;
 
   constructor(private readonly connection: SqliteConnection) {
@@ -38,7 +40,8 @@ export class SqliteStatsRecords {
     this.sql = prepareStatsStatements(db);
     this.footprints = new HashBatchQuery(
       db,
-      (placeholders) => `SELECT hash, serialized_length, length(chunks) / ${PACKED_CHUNK_BYTES} AS chunks FROM xorbs WHERE hash IN (${placeholders})`,
+      (placeholders) =>
+        `SELECT hash, serialized_length, uncompressed_length, length(chunks) / ${PACKED_CHUNK_BYTES} AS chunks FROM xorbs WHERE hash IN (${placeholders})`,
     );
     this.fileTerms = new HashBatchQuery(db, (placeholders) => `SELECT hash, terms FROM files WHERE hash IN (${placeholders})`);
   }
@@ -59,7 +62,11 @@ export class SqliteStatsRecords {
   async xorbFootprints(hashes: readonly Hash[]): Promise<Map<string, XorbFootprint>> {
     const found = new Map<string, XorbFootprint>();
     for (const row of this.footprints.all(hashes)) {
-      found.set(hashToHex(storedHash(row.hash, "xorb hash")), { serializedLength: row.serialized_length, chunks: row.chunks });
+      found.set(hashToHex(storedHash(row.hash, "xorb hash")), {
+        serializedLength: row.serialized_length,
+        uncompressedLength: row.uncompressed_length,
+        chunks: row.chunks,
+      });
     }
     return found;
   }

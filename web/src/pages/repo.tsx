@@ -184,7 +184,7 @@ function Folder({ view }: { view: View }) {
                 <td>{entry.type === "file" ? entry.xetHash ? <span class="badge xet">Xet</span> : <span class="badge">inline</span> : ""}</td>
                 <td>
                   {entry.type === "file" && (
-                    <DownloadLink url={resolveUrl(repo, rev, entry.path)} filename={baseName(entry.path)} label={`Download ${entry.path}`}>
+                    <DownloadLink repo={repo} revision={rev} path={entry.path} filename={baseName(entry.path)} label={`Download ${entry.path}`}>
                       Download
                     </DownloadLink>
                   )}
@@ -254,7 +254,7 @@ function FileView({ view, file, me }: { view: View; file: string; me: Me }) {
             </dd>
           </dl>
           <p>
-            <DownloadLink url={resolveUrl(repo, rev, file)} filename={baseName(file)}>
+            <DownloadLink repo={repo} revision={rev} path={file} filename={baseName(file)}>
               Download {baseName(file)}
             </DownloadLink>
           </p>

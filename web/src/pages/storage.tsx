@@ -1,7 +1,8 @@
 /**
- * What deduplication saves: logical against stored bytes and their ratio, in total and per
- * repository, over the daily samples, and the largest repositories. The numbers are
- * `GET /api/stats` (the same as `castor stats`), which only admin tokens may read.
+ * What deduplication and compression save: logical, unique and stored bytes and the two ratios
+ * between them, in total and per repository, over the daily samples, and the largest
+ * repositories. The numbers are `GET /api/stats` (the same as `castor stats`), which only admin
+ * tokens may read.
  */
 import type { ComponentChildren } from "preact";
 import { getJson, type Me, PLURAL, type Stats } from "../api.js";
@@ -41,25 +42,29 @@ export function StoragePage({ me }: { me: Me }) {
             <Tile label="Logical bytes" note={`${data.totals.files} files in ${data.totals.repositories} repositories`}>
               <Bytes value={data.totals.logicalBytes} testId="total-logical" />
             </Tile>
-            <Tile label="Stored bytes" note="what the live files need, each chunk once">
+            <Tile label="Unique bytes" note="the distinct chunks the live files need, before compression">
+              <Bytes value={data.totals.uniqueBytes ?? 0} testId="total-unique" />
+            </Tile>
+            <Tile label="Stored bytes" note="those chunks compressed, as stored">
               <Bytes value={data.totals.storedBytes} testId="total-stored" />
             </Tile>
-            <Tile label="Dedup ratio" note="logical ÷ stored">
-              <data value={String(data.totals.dedupRatio ?? "")} data-testid="total-ratio">
-                {formatRatio(data.totals.dedupRatio)}
-              </data>
+            <Tile label="Deduplication" note="logical ÷ unique">
+              <Ratio value={data.totals.dedupRatio} testId="total-dedup" />
+            </Tile>
+            <Tile label="Compression" note="unique ÷ stored">
+              <Ratio value={data.totals.compressionRatio} testId="total-compression" />
             </Tile>
             <Tile label="Reclaimable by gc" note="xorbs no live file references">
               <Bytes value={data.totals.unreferencedXorbBytes} testId="total-unreferenced" />
             </Tile>
           </dl>
           <Section title="Over time">
-            <BytesChart points={[...data.history, { day: "now", logicalBytes: data.totals.logicalBytes, storedBytes: data.totals.storedBytes }]} />
-            <p class="muted">One sample a day (the first measurement of each UTC day), and the measurement above as “now”.</p>
+            <BytesChart points={data.history} />
+            <p class="muted">One sample a day: the last measurement of each UTC day (today’s is the one above).</p>
             <details>
               <summary>Daily samples as a table</summary>
               <table class="list">
-                <Head columns={["Day", ["Logical", "num"], ["Stored", "num"], ["Ratio", "num"]]} />
+                <Head columns={["Day", ["Logical", "num"], ["Stored", "num"], ["Dedup", "num"], ["Compression", "num"]]} />
                 <tbody>
                   {data.history.map((sample) => (
                     <tr key={sample.day}>
@@ -71,6 +76,7 @@ export function StoragePage({ me }: { me: Me }) {
                         <Bytes value={sample.storedBytes} />
                       </td>
                       <td class="num">{formatRatio(sample.dedupRatio)}</td>
+                      <td class="num">{formatRatio(sample.compressionRatio)}</td>
                     </tr>
                   ))}
                 </tbody>
@@ -82,7 +88,7 @@ export function StoragePage({ me }: { me: Me }) {
               Each repository's stored bytes count the chunks its own files need, so repositories that share content each count it: their sum exceeds the total.
             </p>
             <table class="list" data-testid="repo-storage">
-              <Head columns={["Repository", ["Files", "num"], ["Logical", "num"], ["Stored", "num"], ["Ratio", "num"]]} />
+              <Head columns={["Repository", ["Files", "num"], ["Logical", "num"], ["Stored", "num"], ["Dedup", "num"], ["Compression", "num"]]} />
               <tbody>
                 {largest.slice(0, LARGEST).map((repo) => (
                   <tr key={`${repo.type}:${repo.name}`} data-repo={`${repo.type}:${repo.name}`}>
@@ -97,6 +103,7 @@ export function StoragePage({ me }: { me: Me }) {
                       <Bytes value={repo.storedBytes} />
                     </td>
                     <td class="num">{formatRatio(repo.dedupRatio)}</td>
+                    <td class="num">{formatRatio(repo.compressionRatio)}</td>
                   </tr>
                 ))}
               </tbody>
@@ -110,6 +117,14 @@ export function StoragePage({ me }: { me: Me }) {
         </>
       )}
     </>
+  );
+}
+
+function Ratio({ value, testId }: { value: number | null; testId: string }) {
+  return (
+    <data value={String(value ?? "")} data-testid={testId}>
+      {formatRatio(value)}
+    </data>
   );
 }
 
