@@ -15,8 +15,19 @@
  */
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import Database from "better-sqlite3";
-import { bytesToPlainHex } from "../../format/hash.js";
-import { checkHash, fileRecordOf, packFileRecord, replacesBrokenRecord, type FileRow, type ShardRegistration } from "../cas.js";
+import {
+  fileRecordOf,
+  packedDedupChunk,
+  packedDedupXorb,
+  packedFileHash,
+  packedFileRecord,
+  packedFileSha256,
+  packedFileTerms,
+  replacesBrokenRecord,
+  PACKED_DEDUP_ENTRY_BYTES,
+  type FileRow,
+  type PackedShardRegistration,
+} from "../cas.js";
 import { NotFoundError } from "../errors.js";
 import { collectedXorb, registrationXorbs } from "../gc.js";
 import { ImmediateBegin } from "./connection.js";
@@ -63,16 +74,16 @@ export function prepareShardStatements(db: Database.Database): ShardStatements {
 }
 
 /** Whether a registration is small enough to write in one synchronous step. */
-export function fitsOneStep(registration: ShardRegistration): boolean {
-  return registration.files.length + registration.dedupEntries.length <= ROWS_PER_STEP;
+export function fitsOneStep(registration: PackedShardRegistration): boolean {
+  return registration.files.count + registration.dedupEntries.length / PACKED_DEDUP_ENTRY_BYTES <= ROWS_PER_STEP;
 }
 
 /**
- * Writes the registration's rows, pausing (yielding) every ROWS_PER_STEP rows; returns
- * whether the shard is new. Must run inside a write transaction. Records are packed (and so
- * checked) one at a time: a bad record anywhere throws, and the transaction rolls back.
+ * Writes the registration's rows (checked by `packShardRegistration`), pausing (yielding)
+ * every ROWS_PER_STEP rows; returns whether the shard is new. Must run inside a write
+ * transaction: an error anywhere rolls all of it back.
  */
-export function* registrationSteps(sql: ShardStatements, registration: ShardRegistration): Generator<void, boolean, void> {
+export function* registrationSteps(sql: ShardStatements, registration: PackedShardRegistration): Generator<void, boolean, void> {
   const { shardHash, repoId, files, dedupEntries } = registration;
   let rows = 0;
   if (!sql.repoExists.get(repoId)) throw new NotFoundError(`no repository with id ${repoId}`);
@@ -89,31 +100,29 @@ export function* registrationSteps(sql: ShardStatements, registration: ShardRegi
     }
   }
   const isNew = sql.insertShard.run(shardHash, now).changes > 0;
-  const seen = new Set<string>();
-  for (const file of files) {
+  // File hashes are distinct in the packed form.
+  for (let i = 0; i < files.count; i++) {
     if (++rows % ROWS_PER_STEP === 0) yield;
-    const terms = packFileRecord(file);
-    const key = bytesToPlainHex(file.hash);
-    if (seen.has(key)) continue;
-    seen.add(key);
-    if (sql.insertFile.run(file.hash, file.size, file.sha256, now, terms).changes === 0) {
-      sql.lease.get("file", file.hash, now);
-      const recorded = fileRecordOf(file.hash, sql.fileRow.get(file.hash)!);
-      if (replacesBrokenRecord(recorded.terms, file.terms, (xorb) => sql.xorbExists.get(xorb) !== undefined)) {
-        sql.replaceFile.run(file.size, file.sha256, terms, file.hash);
+    const hash = packedFileHash(files, i);
+    const size = files.sizes[i];
+    const sha256 = packedFileSha256(files, i);
+    const terms = packedFileTerms(files, i);
+    if (sql.insertFile.run(hash, size, sha256, now, terms).changes === 0) {
+      sql.lease.get("file", hash, now);
+      const recorded = fileRecordOf(hash, sql.fileRow.get(hash)!);
+      if (replacesBrokenRecord(recorded.terms, packedFileRecord(files, i).terms, (xorb) => sql.xorbExists.get(xorb) !== undefined)) {
+        sql.replaceFile.run(size, sha256, terms, hash);
       }
     }
-    sql.linkFile.run(file.hash, repoId);
-    if (file.sha256 !== null) sql.putSha256.run(repoId, file.sha256, file.hash);
+    sql.linkFile.run(hash, repoId);
+    if (sha256 !== null) sql.putSha256.run(repoId, sha256, hash);
   }
-  if (dedupEntries.length > 0) {
-    const firstSeq = sql.advanceDedupSeq.get(dedupEntries.length)!.next - dedupEntries.length;
-    for (let i = 0; i < dedupEntries.length; i++) {
+  const entries = dedupEntries.length / PACKED_DEDUP_ENTRY_BYTES;
+  if (entries > 0) {
+    const firstSeq = sql.advanceDedupSeq.get(entries)!.next - entries;
+    for (let i = 0; i < entries; i++) {
       if (++rows % ROWS_PER_STEP === 0) yield;
-      const entry = dedupEntries[i];
-      checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
-      checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
-      sql.insertDedup.run(entry.chunkHash, entry.xorbHash, firstSeq + i);
+      sql.insertDedup.run(packedDedupChunk(dedupEntries, i), packedDedupXorb(dedupEntries, i), firstSeq + i);
     }
   }
   return isNew;
@@ -133,7 +142,7 @@ export class BulkShardWriter {
   ) {}
 
   /** Writes the registration in one transaction, yielding to the event loop between steps. */
-  async register(registration: ShardRegistration): Promise<boolean> {
+  async register(registration: PackedShardRegistration): Promise<boolean> {
     const { db, sql, begin } = this.open();
     // Another process (a worker, an admin command) may hold the write lock: waited for without
     // blocking the event loop (connection.ts).
