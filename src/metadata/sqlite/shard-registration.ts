@@ -174,6 +174,11 @@ export class BulkShardWriter {
       // the database file).
       const db = new Database(this.path, { timeout: BUSY_TIMEOUT_MS });
       configureConnection(db, this.backgroundCheckpoints);
+      // A large registration writes more log than the backstop (a 340,000-file shard: ~100 MB),
+      // so its COMMIT would checkpoint the whole log on the event loop (~250 ms of CPU, every
+      // other request waiting). With a checkpointing thread, that thread copies it a moment
+      // later instead; the main connection keeps the backstop.
+      if (this.backgroundCheckpoints) db.pragma("wal_autocheckpoint = 0");
       this.connection = { db, sql: prepareShardStatements(db), begin: new ImmediateBegin(db) };
     }
     return this.connection;
