@@ -10,7 +10,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { storeXorbsForOneChunkFiles } from "../helpers/many-files-shard.js";
+import { oneChunkFilesShard, storeSyntheticXorbs } from "../helpers/synthetic-xorbs.js";
 import { refusals } from "../helpers/metrics.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
 
@@ -25,7 +25,7 @@ let token: string;
 
 before(async () => {
   dataDir = await mkdtemp(join(tmpdir(), "castor-shard-budget-"));
-  shard = await storeXorbsForOneChunkFiles(dataDir, FILES);
+  shard = oneChunkFilesShard(await storeSyntheticXorbs(dataDir, FILES / 1000, 1000, 65_536), FILES);
   server = await startCastorServer({
     dataDir,
     // A budget of one byte: every registration is larger than it, so they run one at a time,
