@@ -19,7 +19,6 @@ import {
   packedFileHash,
   packedFileRecord,
   packedFileSha256,
-  packedFileTerms,
   replacesBrokenRecord,
   termXorbs,
   packXorbRecord,
@@ -53,14 +52,31 @@ const CAS_SQL = {
   xorbSize: `SELECT serialized_length FROM xorbs WHERE hash = $1`,
   lockRepo: `SELECT 1 FROM repos WHERE id = $1 FOR KEY SHARE`,
   insertShard: `INSERT INTO shards (hash, created_at) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`,
-  // $1 packed file hashes; $2..$4 arrays in the same order.
+  // Inserts the files of a registration from packed binary parameters (file i, from 1):
+  // $1 hashes (32 bytes each), $2 sizes (8 bytes each, big-endian), $3 one byte each, 1 when
+  // the file has a SHA-256, $4 the SHA-256 digests (32 bytes each), $5 where each file's terms
+  // start and the last one's end (4 bytes each, big-endian, in terms), $6 the terms in their
+  // stored layout (44 bytes each), $7 the time. Answers the hashes of the files that were
+  // recorded already (usually none): a shard of 340,000 files costs no row per file, and no
+  // array of 340,000 elements, which pg serialises as text on the event loop.
   insertFiles: `
-    INSERT INTO files (hash, size, sha256, created_at, terms)
-    SELECT ${hashAt("$1", "f.i")}, f.size, f.sha256, $5::timestamptz, f.terms
-    FROM unnest($2::bigint[], $3::bytea[], $4::bytea[]) WITH ORDINALITY AS f (size, sha256, terms, i)
-    ORDER BY 1
-    ON CONFLICT (hash) DO NOTHING
-    RETURNING hash`,
+    WITH batch AS MATERIALIZED (
+      SELECT ${hashAt("$1", "i")} AS hash,
+        ('x' || encode(substring($2::bytea FROM i * 8 - 7 FOR 8), 'hex'))::bit(64)::bigint AS size,
+        CASE WHEN get_byte($3::bytea, i - 1) = 1 THEN substring($4::bytea FROM i * 32 - 31 FOR 32) END AS sha256,
+        ('x' || encode(substring($5::bytea FROM i * 4 - 3 FOR 4), 'hex'))::bit(32)::integer AS term_start,
+        ('x' || encode(substring($5::bytea FROM i * 4 + 1 FOR 4), 'hex'))::bit(32)::integer AS term_end
+      FROM ${packedIndexes("$1")} AS i
+    ),
+    inserted AS (
+      INSERT INTO files (hash, size, sha256, created_at, terms)
+      SELECT hash, size, sha256, $7::timestamptz, substring($6::bytea FROM term_start * 44 + 1 FOR (term_end - term_start) * 44)
+      FROM batch
+      ORDER BY 1
+      ON CONFLICT (hash) DO NOTHING
+      RETURNING hash
+    )
+    SELECT b.hash FROM batch b LEFT JOIN inserted USING (hash) WHERE inserted.hash IS NULL`,
   linkFiles: `
     INSERT INTO file_repos (file_hash, repo_id)
     SELECT ${hashAt("$1", "i")}, $2::bigint FROM ${packedIndexes("$1")} AS i
@@ -158,15 +174,15 @@ export class PostgresCasRecords {
       const now = new Date();
       const isNew = (await this.sql.runOn(client, "insertShard", [shardHash, now])).rowCount === 1;
       if (batch.fileCount > 0) {
-        const fileRows = [batch.fileHashes, batch.sizes, batch.sha256s, batch.terms, now];
-        const inserted = (await this.sql.runOn<{ hash: Buffer }>(client, "insertFiles", fileRows)).rows;
-        if (inserted.length < batch.fileCount) {
+        const fileRows = [batch.fileHashes, batch.sizes, batch.shaFlags, batch.sha256s, batch.termStarts, batch.terms, now];
+        const knownHashes = (await this.sql.runOn<{ hash: Buffer }>(client, "insertFiles", fileRows)).rows;
+        if (knownHashes.length > 0) {
           // Files recorded before get a lease, which waits for a collector deleting them right
           // now; inserting again then restores any it deleted before the lease was taken.
-          const insertedKeys = new Set(inserted.map((row) => row.hash.toString("hex")));
+          const knownKeys = new Set(knownHashes.map((row) => row.hash.toString("hex")));
           const known: FileRecord[] = [];
           for (let i = 0; i < packed.files.count; i++) {
-            if (!insertedKeys.has(bytesToPlainHex(packedFileHash(packed.files, i)))) known.push(packedFileRecord(packed.files, i));
+            if (knownKeys.has(bytesToPlainHex(packedFileHash(packed.files, i)))) known.push(packedFileRecord(packed.files, i));
           }
           await takeLeases(
             this.sql,
@@ -268,14 +284,16 @@ export class PostgresCasRecords {
   }
 }
 
-/** A registration's row sets as statement parameters; hashes packed back to back. */
+/** A registration's row sets as binary statement parameters (see `insertFiles`, `putSha256`, `insertDedup`). */
 interface RegistrationParameters {
   fileCount: number;
   /** The files' hashes, in shard order (distinct). */
   fileHashes: Buffer;
-  sizes: number[];
-  sha256s: (Buffer | null)[];
-  terms: Buffer[];
+  sizes: Buffer;
+  shaFlags: Buffer;
+  sha256s: Buffer;
+  termStarts: Buffer;
+  terms: Buffer;
   /** Distinct digests of the files; the last file with a digest wins, as in shard order. */
   digests: Buffer;
   digestFiles: Buffer;
@@ -284,23 +302,22 @@ interface RegistrationParameters {
 }
 
 /**
- * Lays a checked registration out as parameters. Hashes travel as one binary bytea per column
- * — `pg` would send an array of them as hex text — which measured about 1.7× faster for 100,000
- * dedup entries.
+ * Lays a checked registration out as parameters. Everything travels as binary bytea — `pg`
+ * would send arrays as text, built on the event loop — which measured about 1.7× faster for
+ * 100,000 dedup entries.
  */
 function registrationParameters({ files, dedupEntries }: PackedShardRegistration): RegistrationParameters {
   const count = files.count;
+  const sizes = Buffer.alloc(count * 8);
+  const termStarts = Buffer.alloc((count + 1) * 4);
   const fileByDigest = new Map<string, { digest: Uint8Array; file: Hash }>();
-  const sizes: number[] = [];
-  const sha256s: (Buffer | null)[] = [];
-  const terms: Buffer[] = [];
   for (let i = 0; i < count; i++) {
+    sizes.writeBigUInt64BE(BigInt(files.sizes[i]), i * 8);
+    termStarts.writeUInt32BE(files.termStarts[i], i * 4);
     const sha256 = packedFileSha256(files, i);
-    sizes.push(files.sizes[i]);
-    sha256s.push(sha256 === null ? null : bufferOf(sha256));
-    terms.push(bufferOf(packedFileTerms(files, i)));
     if (sha256 !== null) fileByDigest.set(bytesToPlainHex(sha256), { digest: sha256, file: packedFileHash(files, i) });
   }
+  termStarts.writeUInt32BE(files.termStarts[count], count * 4);
   const digests = Buffer.allocUnsafe(fileByDigest.size * HASH_BYTES);
   const digestFiles = Buffer.allocUnsafe(fileByDigest.size * HASH_BYTES);
   let at = 0;
@@ -309,7 +326,18 @@ function registrationParameters({ files, dedupEntries }: PackedShardRegistration
     digestFiles.set(file, at);
     at += HASH_BYTES;
   }
-  return { fileCount: count, fileHashes: bufferOf(files.hashes), sizes, sha256s, terms, digests, digestFiles, ...dedupParameters(dedupEntries) };
+  return {
+    fileCount: count,
+    fileHashes: bufferOf(files.hashes),
+    sizes,
+    shaFlags: files.hasSha256 === null ? Buffer.alloc(count) : bufferOf(files.hasSha256.subarray(0, count)),
+    sha256s: files.sha256s === null ? Buffer.alloc(0) : bufferOf(files.sha256s),
+    termStarts,
+    terms: bufferOf(files.terms),
+    digests,
+    digestFiles,
+    ...dedupParameters(dedupEntries),
+  };
 }
 
 /** Packed dedup entries as two parameters: their chunk hashes and their xorb hashes. */
