@@ -95,7 +95,7 @@ export class MerkleMemo {
       this.hashes = hashes;
       this.sizes = sizes;
     }
-    this.hashes.set(hash.subarray(from, from + HASH_BYTES), this.count * HASH_BYTES);
+    copyHash(hash, from, this.hashes, this.count * HASH_BYTES);
     this.sizes[this.count] = size;
     return this.count++;
   }
@@ -133,7 +133,12 @@ class Level {
 
 const nodeHasher = new KeyedHasher(INTERNAL_NODE_KEY);
 const zeroSaltHasher = new KeyedHasher(ZERO_HASH);
-const nodeText = new Uint8Array(MAX_GROUP * MAX_CHILD_LINE_BYTES);
+const nodeText = Buffer.alloc(MAX_GROUP * MAX_CHILD_LINE_BYTES);
+/**
+ * `nodeText.subarray(0, length)` for every length, made once: a node is hashed every few
+ * leaves, and a fresh view per node was garbage for the collector to sweep.
+ */
+const nodeTextViews: Buffer[] = Array.from({ length: nodeText.length + 1 }, (_, length) => nodeText.subarray(0, length));
 /** Where `hashNode` writes the hash it computes. */
 const nodeOut = new Uint8Array(HASH_BYTES);
 
@@ -278,10 +283,10 @@ export class FileHashBuilder {
     }
     const level = this.levels[l];
     const at = level.count * HASH_BYTES;
-    level.hashes.set(hash.subarray(from, from + HASH_BYTES), at);
+    copyHash(hash, from, level.hashes, at);
     level.sizes[level.count] = size;
     level.nodes[level.count] = node;
-    if (level.total === 0) level.first.set(hash.subarray(from, from + HASH_BYTES));
+    if (level.total === 0) copyHash(hash, from, level.first, 0);
     level.count++;
     level.total++;
     if (level.count === MAX_GROUP || (level.count >= 3 && (level.hashes[at + 24] & 3) === 0)) this.closeNodeGroup(l);
@@ -322,8 +327,13 @@ export class FileHashBuilder {
 }
 
 function copyLeaf(source: LeafSource, c: number, group: Level, i: number): void {
-  group.hashes.set(source.hashes.subarray(c * HASH_BYTES, (c + 1) * HASH_BYTES), i * HASH_BYTES);
+  copyHash(source.hashes, c * HASH_BYTES, group.hashes, i * HASH_BYTES);
   group.sizes[i] = source.unpackedOffsets[c + 1] - source.unpackedOffsets[c];
+}
+
+/** Copies the hash at `from[fromAt ..]` to `to[toAt ..]` (a loop: no view object per copy). */
+function copyHash(from: Uint8Array, fromAt: number, to: Uint8Array, toAt: number): void {
+  for (let i = 0; i < HASH_BYTES; i++) to[toAt + i] = from[fromAt + i];
 }
 
 function sum(sizes: Float64Array, count: number): number {
@@ -353,7 +363,7 @@ function hashLeafRun(source: LeafSource, start: number, count: number): void {
     at = writeChildLine(source.hashes, c * HASH_BYTES, offsets[c + 1] - offsets[c], at);
   }
   nodeHasher.start();
-  nodeHasher.update(nodeText.subarray(0, at));
+  nodeHasher.update(nodeTextViews[at]);
   nodeHasher.digestInto(nodeOut, 0);
 }
 
@@ -366,7 +376,7 @@ function hashNode(hashes: Uint8Array, from: number, sizes: Float64Array, sizeFro
   let at = 0;
   for (let i = 0; i < count; i++) at = writeChildLine(hashes, from + i * HASH_BYTES, sizes[sizeFrom + i], at);
   nodeHasher.start();
-  nodeHasher.update(nodeText.subarray(0, at));
+  nodeHasher.update(nodeTextViews[at]);
   nodeHasher.digestInto(nodeOut, 0);
 }
 
