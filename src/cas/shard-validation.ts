@@ -62,6 +62,14 @@ export interface ValidatedShard {
  * reference and a file block cost very different amounts.
  */
 const SLICE_MS = 20;
+/** The shortest slice: below it, yielding costs more than the slice's work. */
+const MIN_SLICE_MS = 2;
+/**
+ * Validations in progress in this process. They share SLICE_MS: each runs for SLICE_MS ÷ their
+ * number before it yields, so the event loop comes round as often with eight large shards in
+ * progress as with one (with a whole slice each, other requests waited behind all of them).
+ */
+let validationsRunning = 0;
 /** Work units (chunk references) between two looks at the clock. */
 const WORK_BETWEEN_CLOCK_CHECKS = 256;
 /** What a file or xorb block counts for besides its chunks, in chunk references. */
@@ -99,6 +107,7 @@ interface LoadedXorb extends LeafSource {
  */
 export async function validateShard(blocks: UploadShardBlocks, options: ValidationOptions): Promise<ValidatedShard> {
   const run = new ValidationRun(blocks, options);
+  validationsRunning++;
   try {
     return await run.validate();
   } catch (error) {
@@ -108,6 +117,8 @@ export async function validateShard(blocks: UploadShardBlocks, options: Validati
       });
     }
     throw error;
+  } finally {
+    validationsRunning--;
   }
 }
 
@@ -383,12 +394,12 @@ class ValidationRun {
     await this.didWork(BLOCK_WORK + work);
   }
 
-  /** Counts work; once the slice has run SLICE_MS, lets the event loop run (heartbeats, other requests) and reports progress. */
+  /** Counts work; once the slice has run its share of SLICE_MS, lets the event loop run (heartbeats, other requests) and reports progress. */
   private async didWork(units: number): Promise<void> {
     this.workSinceClockCheck += units;
     if (this.workSinceClockCheck < WORK_BETWEEN_CLOCK_CHECKS) return;
     this.workSinceClockCheck = 0;
-    if (performance.now() - this.sliceStartedAt < SLICE_MS) return;
+    if (performance.now() - this.sliceStartedAt < Math.max(MIN_SLICE_MS, SLICE_MS / validationsRunning)) return;
     await yieldToEventLoop();
     this.sliceStartedAt = performance.now();
     this.options.signal?.throwIfAborted();

@@ -3,15 +3,17 @@
  *
  * better-sqlite3 is synchronous, so a registration written in one go holds the event loop
  * for as long as it runs (a 340,000-file shard: 8.9 s, during which no other request is
- * answered). `registrationSteps` writes the rows and pauses every `ROWS_PER_STEP` rows:
+ * answered). `registrationSteps` writes the rows and pauses every `ROWS_PER_PAUSE` rows:
  *
- * - a small registration runs all its steps inside one `db.transaction()`, as before;
+ * - a small registration (at most `ROWS_PER_STEP` rows) runs inside one `db.transaction()`;
  * - a large one runs on a second connection of its own (`BulkShardWriter`), inside a
- *   `BEGIN IMMEDIATE … COMMIT` that stays open across event-loop turns, with a yield after
- *   every step. It is still one transaction: readers on the main connection see the shard
- *   all at once when it commits (WAL snapshot isolation), and a failure rolls all of it back.
- *   While it is open it holds SQLite's write lock, so the store's other writes wait for it
- *   (`SqliteConnection.write`) instead of meeting SQLITE_BUSY.
+ *   `BEGIN IMMEDIATE … COMMIT` that stays open across event-loop turns, yielding to the event
+ *   loop once a step has run STEP_MS (a row costs from a few µs for a new file to ~25 µs for
+ *   one recorded before, so a count of rows alone made steps of 5 to 50 ms). It is still one
+ *   transaction: readers on the main connection see the shard all at once when it commits
+ *   (WAL snapshot isolation), and a failure rolls all of it back. While it is open it holds
+ *   SQLite's write lock, so the store's other writes wait for it (`SqliteConnection.write`)
+ *   instead of meeting SQLITE_BUSY.
  */
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import Database from "better-sqlite3";
@@ -34,8 +36,12 @@ import { ImmediateBegin } from "./connection.js";
 import { prepareLeaseStatements, type LeaseStatements } from "./gc.js";
 import { BUSY_TIMEOUT_MS, configureConnection } from "./schema.js";
 
-/** Rows written between two pauses: a few milliseconds of inserts. */
+/** The most rows a registration written in one synchronous step has: a few milliseconds of inserts. */
 export const ROWS_PER_STEP = 2_000;
+/** Rows written between two looks at the clock. */
+const ROWS_PER_PAUSE = 64;
+/** How long a step of a large registration runs before the event loop gets its turn. */
+const STEP_MS = 10;
 
 /** The statements a registration runs, prepared on the connection that runs them. */
 export interface ShardStatements extends LeaseStatements {
@@ -80,7 +86,7 @@ export function fitsOneStep(registration: PackedShardRegistration): boolean {
 
 /**
  * Writes the registration's rows (checked by `packShardRegistration`), pausing (yielding)
- * every ROWS_PER_STEP rows; returns whether the shard is new. Must run inside a write
+ * every ROWS_PER_PAUSE rows; returns whether the shard is new. Must run inside a write
  * transaction: an error anywhere rolls all of it back.
  */
 export function* registrationSteps(sql: ShardStatements, registration: PackedShardRegistration): Generator<void, boolean, void> {
@@ -92,7 +98,7 @@ export function* registrationSteps(sql: ShardStatements, registration: PackedSha
   // xorbs its terms use, and the files it names that are recorded already. A xorb without a
   // record but with a lease was collected (`collectedXorb`).
   for (const xorb of registrationXorbs(registration)) {
-    if (++rows % ROWS_PER_STEP === 0) yield;
+    if (++rows % ROWS_PER_PAUSE === 0) yield;
     if (sql.xorbExists.get(xorb)) {
       if (sql.lease.get("xorb", xorb, now) === undefined) throw collectedXorb(xorb);
     } else if (sql.leaseOf.get("xorb", xorb) !== undefined) {
@@ -102,7 +108,7 @@ export function* registrationSteps(sql: ShardStatements, registration: PackedSha
   const isNew = sql.insertShard.run(shardHash, now).changes > 0;
   // File hashes are distinct in the packed form.
   for (let i = 0; i < files.count; i++) {
-    if (++rows % ROWS_PER_STEP === 0) yield;
+    if (++rows % ROWS_PER_PAUSE === 0) yield;
     const hash = packedFileHash(files, i);
     const size = files.sizes[i];
     const sha256 = packedFileSha256(files, i);
@@ -121,7 +127,7 @@ export function* registrationSteps(sql: ShardStatements, registration: PackedSha
   if (entries > 0) {
     const firstSeq = sql.advanceDedupSeq.get(entries)!.next - entries;
     for (let i = 0; i < entries; i++) {
-      if (++rows % ROWS_PER_STEP === 0) yield;
+      if (++rows % ROWS_PER_PAUSE === 0) yield;
       sql.insertDedup.run(packedDedupChunk(dedupEntries, i), packedDedupXorb(dedupEntries, i), firstSeq + i);
     }
   }
@@ -149,13 +155,16 @@ export class BulkShardWriter {
     await begin.run();
     try {
       const steps = registrationSteps(sql, registration);
+      let stepStarted = performance.now();
       for (;;) {
         const next = steps.next();
         if (next.done) {
           db.exec("COMMIT");
           return next.value;
         }
+        if (performance.now() - stepStarted < STEP_MS) continue;
         await yieldToEventLoop();
+        stepStarted = performance.now();
       }
     } catch (error) {
       if (db.inTransaction) db.exec("ROLLBACK");
