@@ -17,7 +17,7 @@ import { randomBytes } from "node:crypto";
 
 const SEED = new Int32Array(randomBytes(8).buffer);
 /** Slots one lookup may visit; random keys in a table at most half full need a few. */
-export const MAX_PROBES = 256;
+const MAX_PROBES = 256;
 
 /** Keys that collide as random keys never do: chosen to, by someone who guessed the seed. */
 export class TooManyCollisionsError extends Error {

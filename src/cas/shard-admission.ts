@@ -16,9 +16,11 @@
  * The budget is per process: with `castor serve --workers N` every worker has its own heap and
  * its own budget, so the default (derived from the heap limit) fits each of them.
  *
- * Hand-written: the semaphores on npm count permits without the "too large runs alone" rule
- * and without a waiter leaving the queue on its own deadline or abort signal.
+ * Hand-written: the weighted semaphores on npm (async-mutex's, for one) leave a request larger
+ * than the whole capacity waiting forever and take no abort signal per waiter; the two gates
+ * here are ~60 lines.
  */
+
 /** What one registration is charged, and what all of them in progress may hold in all. */
 export interface ShardCharge {
   /** Bytes of memory (the body and what is built from it). */
@@ -28,7 +30,7 @@ export interface ShardCharge {
 }
 
 /** What a refused client is told to wait: about a large registration's run. */
-export const ADMISSION_RETRY_AFTER_SECONDS = 10;
+const ADMISSION_RETRY_AFTER_SECONDS = 10;
 
 /** A registration that did not get its turn in time: answered 503 with Retry-After. */
 export class ShardAdmissionError extends Error {

@@ -120,7 +120,7 @@ const MIN_CLIENT_CHUNK_BYTES = 8128;
 const SMALL_FILE_CHUNK_ALLOWANCE = 64;
 
 /** Bytes of stored chunk tables one validation keeps loaded (~200,000 chunks); past it the oldest are dropped. */
-export const DEFAULT_LOADED_BYTES_BUDGET = 8 * 1024 * 1024;
+const DEFAULT_LOADED_BYTES_BUDGET = 8 * 1024 * 1024;
 
 /**
  * What a registration builds per byte of its body, at most: the block offsets, the packed files

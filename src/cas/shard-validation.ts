@@ -74,14 +74,14 @@ let validationsRunning = 0;
 const WORK_BETWEEN_CLOCK_CHECKS = 256;
 /** What a file or xorb block counts for besides its chunks, in chunk references. */
 const BLOCK_WORK = 16;
-/** Distinct xorbs fetched per metadata query: at most 16 × 8,192 chunks, 6 MiB of tables, past the loaded budget. */
+/** Distinct xorbs fetched per metadata query: at most 16 × 8,192 chunks, ~5 MiB of tables, past the loaded budget. */
 const XORBS_PER_LOAD = 16;
 /** Memory a loaded xorb costs besides its arrays (objects, map entry, hex key). */
 const LOADED_XORB_OVERHEAD_BYTES = 512;
 /** Verification hashes remembered per validation (1 MiB of hashes). */
 const MAX_REMEMBERED_RANGES = 1 << 15;
 /** Bytes per loaded chunk: its hash and its offset. */
-export const LOADED_CHUNK_BYTES = HASH_BYTES + 8;
+const LOADED_CHUNK_BYTES = HASH_BYTES + 8;
 /** The most stored chunk tables one validation holds: its budget plus one batch of the largest xorbs. */
 export function maxLoadedBytes(loadedBytesBudget: number): number {
   return loadedBytesBudget + XORBS_PER_LOAD * (MAX_XORB_CHUNKS * LOADED_CHUNK_BYTES + LOADED_XORB_OVERHEAD_BYTES);

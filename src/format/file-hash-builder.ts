@@ -32,7 +32,7 @@ const MAX_CHILD_LINE_BYTES = 64 + 3 + 16 + 1;
  */
 export const MAX_MEMO_SOURCE_ID = 8191;
 /** Nodes a memo remembers by default: 2.5 MiB of hashes and sizes when full. */
-export const DEFAULT_MERKLE_MEMO_NODES = 1 << 16;
+const DEFAULT_MERKLE_MEMO_NODES = 1 << 16;
 
 /** The chunks a file's leaves come from: one stored xorb's chunk hashes and lengths, packed. */
 export interface LeafSource {

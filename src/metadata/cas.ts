@@ -309,7 +309,7 @@ export function unpackFileTerms(packed: Uint8Array, name: string): FileTerm[] {
 // ---------------------------------------------------------------------------------------------
 // Shard registrations, packed
 
-export function isPackedRegistration(registration: ShardRegistration | PackedShardRegistration): registration is PackedShardRegistration {
+function isPackedRegistration(registration: ShardRegistration | PackedShardRegistration): registration is PackedShardRegistration {
   return registration.dedupEntries instanceof Uint8Array;
 }
 
