@@ -82,7 +82,7 @@ async function benchService(fixture: Fixture, root: string) {
   const total = await timeFreshRuns(async () => {
     const { metadata, blobs, repoId } = await freshStores(fixture, root, `service-${run++}`);
     const timedMetadata = {
-      getXorbs: (hashes: readonly Hash[]) => metadata.getXorbs(hashes),
+      getChunkTables: (hashes: readonly Hash[]) => metadata.getChunkTables(hashes),
       registerShard: async (registration: ShardRegistration) => {
         const started = performance.now();
         try {

@@ -6,6 +6,7 @@
 import { isIP } from "node:net";
 import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
+import { getHeapStatistics } from "node:v8";
 import { durationMs } from "./duration.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "./format/xorb.js";
 import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from "./http/connection-limits.js";
@@ -61,6 +62,14 @@ export interface CastorConfig {
   /** Chunk references a shard's files may make in all (CASTOR_MAX_SHARD_CHUNK_REFS). */
   maxShardChunkRefs: number;
   /**
+   * Bytes of memory the shard registrations in progress in this process may hold in all
+   * (CASTOR_SHARD_MEMORY_BUDGET; src/cas/shard-admission.ts); one more waits its turn or is
+   * answered 503. Per process: each worker of `--workers N` has its own heap and its own budget.
+   */
+  shardMemoryBudget: number;
+  /** How long a shard registration waits for room in that budget before it is answered 503 (CASTOR_SHARD_ADMISSION_WAIT). */
+  shardAdmissionWaitMs: number;
+  /**
    * Hub uploads: files of at least this many bytes (or binary ones) go through Xet, smaller
    * text files travel inside the commit (CASTOR_HUB_INLINE_MAX_BYTES); also the largest file a
    * commit may carry inline.
@@ -115,12 +124,29 @@ const MiB = 1024 * 1024;
 export const DEFAULT_GC_GRACE = "24h";
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
 /**
- * Chunk references (chunks of terms) a shard's files may make in all. Validation costs about
- * 2 µs per reference (its merkle leaf and range hash), so this caps one upload at roughly half
- * a minute of CPU, spread over event-loop slices. It is ~1 TiB of file data at the 64 KiB
- * average chunk, far more than one client session puts in one shard.
+ * Chunk references (chunks of terms) a shard's files may make in all. Validation costs ~0.6 µs
+ * per reference to a chunk named once (its merkle leaf), a few tens of nanoseconds when its
+ * range repeats (docs/design.md §8.13), so this caps one upload at about ten seconds of CPU,
+ * spread over event-loop slices. It is ~1 TiB of file data at the 64 KiB average chunk, far
+ * more than one client session puts in one shard.
  */
 export const DEFAULT_MAX_SHARD_CHUNK_REFS = 1 << 24;
+
+/**
+ * The default CASTOR_SHARD_MEMORY_BUDGET: a quarter of this process's V8 heap limit, about
+ * 1 GiB with Node's default limit on a 64-bit machine with 16 GiB or more (less on smaller
+ * machines, more with `--max-old-space-size`). What a registration holds is mostly its body
+ * and typed arrays outside the heap; the heap limit stands for what the process may use.
+ */
+export function defaultShardMemoryBudget(): number {
+  return Math.floor(getHeapStatistics().heap_size_limit / 4);
+}
+/**
+ * The default CASTOR_SHARD_ADMISSION_WAIT: long enough for a large registration ahead to
+ * finish, short enough that a client waiting for its first byte (`/v2/shards` sends nothing
+ * before admission) stays well within the 30 s read timeouts clients keep.
+ */
+export const DEFAULT_SHARD_ADMISSION_WAIT_MS = 10_000;
 /** 10 MiB, the Hub's own threshold for files that go to large-file storage. */
 export const DEFAULT_HUB_INLINE_MAX_BYTES = 10 * 1024 * 1024;
 
@@ -158,6 +184,8 @@ export const SETTINGS = [
   "CASTOR_MAX_XORB_BYTES",
   "CASTOR_MAX_SHARD_BYTES",
   "CASTOR_MAX_SHARD_CHUNK_REFS",
+  "CASTOR_SHARD_MEMORY_BUDGET",
+  "CASTOR_SHARD_ADMISSION_WAIT",
   "CASTOR_HUB_INLINE_MAX_BYTES",
   "CASTOR_MIN_FREE_BYTES",
   "CASTOR_RESERVED_SPACE",
@@ -269,6 +297,8 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     maxXorbBytes: positiveInt("CASTOR_MAX_XORB_BYTES", get("CASTOR_MAX_XORB_BYTES") ?? String(DEFAULT_MAX_XORB_BODY_BYTES)),
     maxShardBytes: positiveInt("CASTOR_MAX_SHARD_BYTES", get("CASTOR_MAX_SHARD_BYTES") ?? String(DEFAULT_MAX_SHARD_BYTES)),
     maxShardChunkRefs: positiveInt("CASTOR_MAX_SHARD_CHUNK_REFS", get("CASTOR_MAX_SHARD_CHUNK_REFS") ?? String(DEFAULT_MAX_SHARD_CHUNK_REFS)),
+    shardMemoryBudget: positiveInt("CASTOR_SHARD_MEMORY_BUDGET", get("CASTOR_SHARD_MEMORY_BUDGET") ?? String(defaultShardMemoryBudget())),
+    shardAdmissionWaitMs: seconds("CASTOR_SHARD_ADMISSION_WAIT", get("CASTOR_SHARD_ADMISSION_WAIT"), DEFAULT_SHARD_ADMISSION_WAIT_MS),
     hubInlineMaxBytes: positiveInt("CASTOR_HUB_INLINE_MAX_BYTES", get("CASTOR_HUB_INLINE_MAX_BYTES") ?? String(DEFAULT_HUB_INLINE_MAX_BYTES)),
     minFreeBytes: nonNegativeInt("CASTOR_MIN_FREE_BYTES", get("CASTOR_MIN_FREE_BYTES") ?? String(DEFAULT_MIN_FREE_BYTES)),
     reservedSpaceBytes: nonNegativeInt("CASTOR_RESERVED_SPACE", get("CASTOR_RESERVED_SPACE") ?? String(DEFAULT_RESERVED_SPACE_BYTES)),

@@ -34,7 +34,8 @@ export interface RequestObservation {
 /**
  * Why castor refused a client or cut it off, one reason per limit of src/http
  * (`castor_refusals_total{reason}`): the header and body timeouts, an answer left unread, the
- * connection and concurrent-upload caps, and the hub's request and failed-authentication limits.
+ * connection and concurrent-upload caps, the budget of shard registrations, and the hub's request
+ * and failed-authentication limits.
  */
 export const REFUSAL_REASONS = [
   "header_timeout",
@@ -43,6 +44,7 @@ export const REFUSAL_REASONS = [
   "send_timeout",
   "connection_limit",
   "upload_concurrency",
+  "shard_budget",
   "hub_rate_limit",
   "auth_failure_limit",
 ] as const;

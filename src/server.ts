@@ -149,7 +149,14 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       publicUrl: (request) => publicUrls.forRequest(request),
       blobs,
       xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: config.maxXorbBytes }),
-      shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: config.maxShardBytes, maxChunkReferences: config.maxShardChunkRefs }),
+      shards: new ShardRegistrationService({
+        metadata: store,
+        blobs,
+        maxShardBytes: config.maxShardBytes,
+        maxChunkReferences: config.maxShardChunkRefs,
+        budget: { memoryBytes: config.shardMemoryBudget },
+        admissionWaitMs: config.shardAdmissionWaitMs,
+      }),
       dedup: new DedupService({ metadata: store, dedupKeySeed: keys.dedupKeySeed }),
       // Transfer URLs stay on the configured public URL whatever name a client used: hf_xet follows
       // them as given, any loopback name reaches the same server, and answers are cached across clients.

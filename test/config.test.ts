@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
+import { getHeapStatistics } from "node:v8";
 import { describe, it } from "node:test";
 import {
   ConfigError,
@@ -135,6 +136,16 @@ describe("loadConfig", () => {
       rejects({}, /^CASTOR_MAX_SHARD_BYTES/, { "max-shard-bytes": "big" });
       rejects({ CASTOR_MAX_SHARD_CHUNK_REFS: "0" }, /^CASTOR_MAX_SHARD_CHUNK_REFS/);
       assert.equal(loadConfig({}, { "max-shard-chunk-refs": "1000" }).maxShardChunkRefs, 1000);
+    });
+
+    it("budgets shard registrations at a quarter of the heap limit by default, or as set, and waits 10 s for room by default", () => {
+      assert.equal(loadConfig({}).shardMemoryBudget, Math.floor(getHeapStatistics().heap_size_limit / 4));
+      assert.equal(loadConfig({ CASTOR_SHARD_MEMORY_BUDGET: "268435456" }).shardMemoryBudget, 268_435_456);
+      rejects({ CASTOR_SHARD_MEMORY_BUDGET: "0" }, /^CASTOR_SHARD_MEMORY_BUDGET must be a whole number ≥ 1/);
+      rejects({ CASTOR_SHARD_MEMORY_BUDGET: "1GiB" }, /^CASTOR_SHARD_MEMORY_BUDGET/);
+      assert.equal(loadConfig({}).shardAdmissionWaitMs, 10_000);
+      assert.equal(loadConfig({}, { "shard-admission-wait": "0.5" }).shardAdmissionWaitMs, 500);
+      rejects({ CASTOR_SHARD_ADMISSION_WAIT: "0" }, /^CASTOR_SHARD_ADMISSION_WAIT must be a number of seconds > 0/);
     });
 
     it("accepts any free-space reserve of 0 bytes or more", () => {

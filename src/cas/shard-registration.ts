@@ -1,13 +1,17 @@
 /**
- * Shard registration (`POST /v1/shards`, `/v2/shards`; docs/protocol.md §6.7–§6.8, §7.2): check
- * an uploaded shard against castor's own xorb records, store it, and register its files, their
- * repository link and the global-dedup entries in ONE metadata transaction.
+ * Shard registration (`POST /v1/shards`, `/v2/shards`; docs/protocol.md §6.7–§6.8, §7.2): admit
+ * an uploaded shard against this process's budget, check it against castor's own xorb records,
+ * store it, and register its files, their repository link and the global-dedup entries in ONE
+ * metadata transaction.
  *
- * Every check uses castor's stored chunk tables, never what the shard claims about them: a
- * term's range must lie inside its xorb, its byte count and verification ("range") hash must
- * match the stored chunks, and the file hash is recomputed from the stored (hash, length) of
- * every chunk of every term. A correct range hash proves the uploader had the chunk hashes,
- * which dedup answers only ever disclose keyed (§3.6, §3.7).
+ * In two steps, so a route can answer a refusal of admission with its own status before it
+ * starts streaming progress: `admit` charges the budget (shard-admission.ts), reads the body and
+ * parses it, and bounds its work; `registerAdmitted` validates (shard-validation.ts), stores and
+ * registers, and gives the charge back whatever happens. `register` does both.
+ *
+ * Every check uses castor's stored chunk tables, never what the shard claims about them. A
+ * correct range hash proves the uploader had the chunk hashes, which dedup answers only ever
+ * disclose keyed (§3.6, §3.7).
  *
  * Nothing is written before the whole shard validated, and the registration is one
  * `registerShard` call, so a rejected or interrupted upload leaves no file, link or dedup
@@ -16,59 +20,28 @@
  */
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { createHash } from "node:crypto";
-import { DEFAULT_MAX_SHARD_CHUNK_REFS } from "../config.js";
+import { DEFAULT_MAX_SHARD_CHUNK_REFS, DEFAULT_SHARD_ADMISSION_WAIT_MS, defaultShardMemoryBudget } from "../config.js";
 import { FormatError } from "../format/errors.js";
-import { ChunkTable } from "../format/ranges.js";
-import { KeyedHasher, MerkleTreeBuilder, fileHashOf, hashEquals, hashToHex, isGlobalDedupEligible, verificationHashOf, type Hash } from "../format/hash.js";
+import { KeyedHasher, hashToHex, type Hash } from "../format/hash.js";
+import { canonicalizeShardHeader } from "../format/shard.js";
 import {
-  canonicalizeFileBlock,
-  canonicalizeShardHeader,
-  canonicalizeXorbBlock,
-  hasGlobalDedupFlag,
-  parseUploadShardInSteps,
-  type ParsedShardFile,
-  type ParsedUploadShard,
-  type ShardXorb,
-} from "../format/shard.js";
-import type { CasMetadataStore, FileRecord, FileTerm, XorbRecord } from "../metadata/cas.js";
+  SHARD_RECORDS_PER_STEP,
+  fileBlockTermCount,
+  readUploadShardBlocksInSteps,
+  termChunkEnd,
+  termChunkStart,
+  termRecordAt,
+  termUnpackedBytes,
+  type UploadShardBlocks,
+} from "../format/shard-blocks.js";
+import { PACKED_DEDUP_ENTRY_BYTES, type CasMetadataStore } from "../metadata/cas.js";
 import { BeingCollectedError } from "../metadata/errors.js";
 import { blobKey, type BlobStore } from "../storage/blob-store.js";
+import { ShardAdmission, type Release, type ShardCharge } from "./shard-admission.js";
+import { ShardRejectedError } from "./shard-rejection.js";
+import { maxLoadedBytes, validateShard } from "./shard-validation.js";
 
-export type ShardRejectionCode =
-  /** The body exceeds the configured cap (HTTP 413). */
-  | "shard_too_large"
-  /** The files of the shard reference more chunks in all than the configured cap (HTTP 413). */
-  | "too_many_chunk_references"
-  /** A file's terms reference more chunks than its size allows at the smallest chunk real clients cut. */
-  | "chunk_references_exceed_file_size"
-  /** The bytes are not a well-formed shard (the format layer's message says why). */
-  | "invalid_shard"
-  /** A file with terms carries no verification entries. */
-  | "missing_verification"
-  /** A term or xorb block names a xorb castor has not stored. */
-  | "missing_xorb"
-  /** A term's chunk range does not lie inside its xorb. */
-  | "term_out_of_range"
-  /** A term's unpacked byte count differs from the stored chunk lengths of its range. */
-  | "term_length_mismatch"
-  /** A term's verification hash differs from the one computed over the stored chunk hashes. */
-  | "verification_mismatch"
-  /** The file hash differs from the one computed over the stored chunks of its terms. */
-  | "file_hash_mismatch"
-  /** A xorb block's chunk hashes or lengths differ from the stored xorb. */
-  | "xorb_block_mismatch";
-
-/** A shard castor refuses; the HTTP layer answers it by its `code` (src/http/errors.ts). */
-export class ShardRejectedError extends Error {
-  override readonly name = "ShardRejectedError";
-  constructor(
-    readonly code: ShardRejectionCode,
-    message: string,
-    options?: ErrorOptions,
-  ) {
-    super(message, options);
-  }
-}
+export { ShardRejectedError, type ShardRejectionCode } from "./shard-rejection.js";
 
 export interface ShardProgress {
   /** File blocks and xorb blocks checked so far. */
@@ -80,11 +53,11 @@ export interface ShardProgress {
 export interface RegisterShardOptions {
   /** Numeric id of the uploading token's repository; every file of the shard is linked to it. */
   repoId: number;
-  /** Called once the shard parsed (verified 0), after slices of validation work and when all is verified. */
+  /** Called once validation starts (verified 0), after slices of validation work and when all is verified. */
   onProgress?: (progress: ShardProgress) => void;
   /** Called when validation passed and the shard is being stored ("uploading") and registered ("syncing"). */
   onCommitting?: (stage: "uploading" | "syncing") => void;
-  /** Stops the validation between slices (the client went away); nothing is registered then. */
+  /** Stops the work between slices (the client went away); nothing is registered then. */
   signal?: AbortSignal;
 }
 
@@ -99,15 +72,36 @@ export interface ShardRegistrationResult {
   dedupEntries: number;
 }
 
+/** An upload body whose length is known before it is read (a spooled request body). */
+export interface ShardBody {
+  readonly length: number;
+  /** The whole body in one buffer. */
+  read(): Promise<Uint8Array>;
+}
+
+/** A shard that was admitted, read and parsed: it holds its charge until `registerAdmitted` ends. */
+export interface AdmittedShard {
+  readonly blocks: UploadShardBlocks;
+  readonly release: Release;
+}
+
 export interface ShardRegistrationDeps {
-  metadata: Pick<CasMetadataStore, "getXorbs" | "registerShard">;
+  metadata: Pick<CasMetadataStore, "getChunkTables" | "registerShard">;
   blobs: Pick<BlobStore, "putIfAbsent">;
   /** `config.maxShardBytes`. */
   maxShardBytes: number;
-  /** `config.maxShardChunkRefs`: chunk references a shard's files may make in all (default: config's). */
+  /** `config.maxShardChunkRefs`: chunk references a shard's files may make in all (default DEFAULT_MAX_SHARD_CHUNK_REFS). */
   maxChunkReferences?: number;
-  /** Chunk records kept loaded during one validation (default `DEFAULT_LOADED_CHUNK_BUDGET`). */
-  loadedChunkBudget?: number;
+  /** Bytes of stored chunk tables one validation keeps loaded (default DEFAULT_LOADED_BYTES_BUDGET). */
+  loadedBytesBudget?: number;
+  /**
+   * What the registrations in progress may hold in all: memory (`config.shardMemoryBudget`,
+   * default a quarter of the heap limit) and chunk references (default twice
+   * `maxChunkReferences`: two of the largest shards at once).
+   */
+  budget?: Partial<ShardCharge>;
+  /** The longest a registration waits for its turn (`config.shardAdmissionWaitMs`, default 10 s). */
+  admissionWaitMs?: number;
 }
 
 /**
@@ -125,27 +119,22 @@ const MIN_CLIENT_CHUNK_BYTES = 8128;
  */
 const SMALL_FILE_CHUNK_ALLOWANCE = 64;
 
+/** Bytes of stored chunk tables one validation keeps loaded (~200,000 chunks); past it the oldest are dropped. */
+const DEFAULT_LOADED_BYTES_BUDGET = 8 * 1024 * 1024;
+
 /**
- * How long validation runs before it yields to the event loop, so heartbeats and other
- * requests are served during a long validation. Measured in time, not in work: a chunk
- * reference costs ~2 µs, but a file block costs tens of µs of its own (records, strings,
- * garbage), and a count of either alone let slices run for hundreds of milliseconds.
+ * What a registration builds per byte of its body, at most: the block offsets, the packed files
+ * and terms, the dedup entries and the tables finding repeats. Shards of files without terms
+ * come closest (~1.3 bytes per byte); the bound leaves room for the arrays that grow by
+ * doubling. docs/design.md §8.13 has the measured figures.
  */
-const SLICE_MS = 20;
-/** Work units (chunk references) between two looks at the clock. */
-const WORK_BETWEEN_CLOCK_CHECKS = 256;
-/** What a file or xorb block counts for besides its chunks, in chunk references. */
-const BLOCK_WORK = 16;
-/** Distinct xorbs fetched per metadata query. */
-const XORBS_PER_LOAD = 32;
+const DERIVED_BYTES_PER_BODY_BYTE = 2;
+
+/** What every registration holds besides its body and its loaded tables: the merkle memo, remembered range hashes, buffers. */
+const FIXED_REGISTRATION_BYTES = 12 * 1024 * 1024;
+
 /** Bytes of the canonical shard hashed between two yields (BLAKE3 runs at ~1 GB/s here). */
 const CONTENT_HASH_BYTES_PER_SLICE = 8 * 1024 * 1024;
-/**
- * Chunk records kept loaded at once (~150 bytes each). The references of a shard are
- * untrusted and may name many large xorbs; past this budget the oldest loaded xorbs are
- * dropped and reloaded if named again, so memory stays bounded whatever the shard says.
- */
-export const DEFAULT_LOADED_CHUNK_BUDGET = 1 << 18;
 
 /**
  * Identity of a shard's content: BLAKE3 under castor's own key (domain separation from every
@@ -156,62 +145,124 @@ const SHARD_CONTENT_KEY = new Uint8Array(createHash("sha256").update("castor sha
 export class ShardRegistrationService {
   /** The body cap; routes use it as their `bodyLimit`. */
   readonly maxShardBytes: number;
+  readonly admission: ShardAdmission;
   private readonly maxChunkReferences: number;
-  private readonly loadedChunkBudget: number;
+  private readonly loadedBytesBudget: number;
 
   constructor(private readonly deps: ShardRegistrationDeps) {
     this.maxShardBytes = positiveInteger("maxShardBytes", deps.maxShardBytes);
     this.maxChunkReferences = positiveInteger("maxChunkReferences", deps.maxChunkReferences ?? DEFAULT_MAX_SHARD_CHUNK_REFS);
-    this.loadedChunkBudget = deps.loadedChunkBudget ?? DEFAULT_LOADED_CHUNK_BUDGET;
-    if (!Number.isSafeInteger(this.loadedChunkBudget) || this.loadedChunkBudget < 0) {
-      throw new RangeError(`loadedChunkBudget must be a non-negative integer, got ${this.loadedChunkBudget}`);
+    this.loadedBytesBudget = deps.loadedBytesBudget ?? DEFAULT_LOADED_BYTES_BUDGET;
+    if (!Number.isSafeInteger(this.loadedBytesBudget) || this.loadedBytesBudget < 0) {
+      throw new RangeError(`loadedBytesBudget must be a non-negative integer, got ${this.loadedBytesBudget}`);
     }
+    this.admission = new ShardAdmission({
+      budget: {
+        memoryBytes: deps.budget?.memoryBytes ?? defaultShardMemoryBudget(),
+        chunkReferences: deps.budget?.chunkReferences ?? 2 * this.maxChunkReferences,
+      },
+      maxWaitMs: deps.admissionWaitMs ?? DEFAULT_SHARD_ADMISSION_WAIT_MS,
+    });
   }
 
   /**
-   * Validates, stores and registers the shard in `body`. The body is taken over: its reserved
-   * and informational fields are rewritten in place to the canonical form that is hashed and
-   * stored (the caller must not reuse it). Throws ShardRejectedError for a shard castor
-   * refuses; any other error is a server-side failure worth retrying.
-   *
-   * Every step that grows with the shard runs in slices with yields to the event loop in
-   * between, and the work a shard can cause is bounded before any of it is done
-   * (`checkChunkReferences`), so no upload holds up other requests.
+   * The memory a registration of a body of `bodyBytes` is charged: the body, what is built from
+   * it, the stored chunk tables it may load, and a fixed part.
    */
-  async register(body: Uint8Array, options: RegisterShardOptions): Promise<ShardRegistrationResult> {
+  memoryCharge(bodyBytes: number): number {
+    return bodyBytes * (1 + DERIVED_BYTES_PER_BODY_BYTE) + maxLoadedBytes(this.loadedBytesBudget) + FIXED_REGISTRATION_BYTES;
+  }
+
+  /**
+   * Validates, stores and registers the shard in `body`: `admit`, then `registerAdmitted`.
+   * The body is taken over (see `registerAdmitted`).
+   */
+  async register(body: Uint8Array | ShardBody, options: RegisterShardOptions): Promise<ShardRegistrationResult> {
+    return this.registerAdmitted(await this.admit(body, options), options);
+  }
+
+  /**
+   * Waits for the memory the shard will hold, reads the body, parses it, bounds the work it
+   * asks for and waits for that too — all before any xorb is loaded. Throws ShardRejectedError
+   * (413 too large, a malformed shard, too many chunk references), ShardAdmissionError when the
+   * budget had no room in time (503), or the signal's reason. Charges nothing once it threw.
+   */
+  async admit(body: Uint8Array | ShardBody, options: { signal?: AbortSignal } = {}): Promise<AdmittedShard> {
     if (body.length > this.maxShardBytes) {
       throw new ShardRejectedError(
         "shard_too_large",
         `the shard has ${body.length} bytes, more than this server's limit of ${this.maxShardBytes}: split the upload into smaller shards`,
       );
     }
-    const shard = await parseInSlices(body, options.signal);
-    requireVerification(shard.files);
-    checkChunkReferences(shard.files, this.maxChunkReferences);
-
-    const run = new ValidationRun(shard, body, this.deps.metadata, this.loadedChunkBudget, options);
-    run.report();
-    const { files, dedupEntries } = await run.validate();
-    run.report();
-
-    options.signal?.throwIfAborted();
-    canonicalizeShardHeader(body);
-    const canonical = body.subarray(0, shard.sectionsEnd);
-    const shardHash = await contentHashInSlices(canonical);
-    options.signal?.throwIfAborted();
-    options.onCommitting?.("uploading");
-    await this.deps.blobs.putIfAbsent(blobKey("shards", shardHash), canonical);
-    options.signal?.throwIfAborted();
-    options.onCommitting?.("syncing");
-    let inserted: boolean;
+    const deadline = this.admission.deadline();
+    const releaseMemory = await this.admission.admitMemory(this.memoryCharge(body.length), deadline, options.signal);
+    let releaseWork: Release = () => {};
+    const release = () => {
+      releaseWork();
+      releaseMemory();
+    };
     try {
-      inserted = await this.deps.metadata.registerShard({ shardHash, repoId: options.repoId, files, dedupEntries });
+      const bytes = body instanceof Uint8Array ? body : await body.read();
+      const blocks = await readInSlices(bytes, options.signal);
+      requireVerification(blocks);
+      const references = await checkChunkReferences(blocks, this.maxChunkReferences, options.signal);
+      releaseWork = await this.admission.admitWork(references, deadline, options.signal);
+      return { blocks, release };
     } catch (error) {
-      // A garbage collection removed a xorb after the checks above: the client uploads it again.
-      if (error instanceof BeingCollectedError) throw new ShardRejectedError("missing_xorb", error.message, { cause: error });
+      release();
       throw error;
     }
-    return { inserted, shardHash, files: files.length, dedupEntries: dedupEntries.length };
+  }
+
+  /**
+   * Validates, stores and registers an admitted shard, then releases its charge (also when it
+   * throws). Its body is taken over: reserved and informational fields are rewritten in place
+   * to the canonical form that is hashed and stored. Throws ShardRejectedError for a shard
+   * castor refuses; any other error is a server-side failure worth retrying.
+   *
+   * Every step that grows with the shard runs in slices with yields to the event loop in
+   * between, so no upload holds up other requests.
+   */
+  async registerAdmitted(shard: AdmittedShard, options: RegisterShardOptions): Promise<ShardRegistrationResult> {
+    try {
+      const { blocks } = shard;
+      const total = blocks.fileBlocks.length + blocks.xorbBlocks.length;
+      let lastReported = -1;
+      const report = (verified: number) => {
+        if (verified === lastReported) return;
+        lastReported = verified;
+        options.onProgress?.({ verified, total });
+      };
+      report(0);
+      const { files, dedupEntries } = await validateShard(blocks, {
+        metadata: this.deps.metadata,
+        loadedBytesBudget: this.loadedBytesBudget,
+        onProgress: report,
+        signal: options.signal,
+      });
+      report(total);
+
+      options.signal?.throwIfAborted();
+      canonicalizeShardHeader(blocks.bytes);
+      const canonical = blocks.bytes.subarray(0, blocks.sectionsEnd);
+      const shardHash = await contentHashInSlices(canonical);
+      options.signal?.throwIfAborted();
+      options.onCommitting?.("uploading");
+      await this.deps.blobs.putIfAbsent(blobKey("shards", shardHash), canonical);
+      options.signal?.throwIfAborted();
+      options.onCommitting?.("syncing");
+      let inserted: boolean;
+      try {
+        inserted = await this.deps.metadata.registerShard({ shardHash, repoId: options.repoId, files, dedupEntries });
+      } catch (error) {
+        // A garbage collection removed a xorb after the checks above: the client uploads it again.
+        if (error instanceof BeingCollectedError) throw new ShardRejectedError("missing_xorb", error.message, { cause: error });
+        throw error;
+      }
+      return { inserted, shardHash, files: files.count, dedupEntries: dedupEntries.length / PACKED_DEDUP_ENTRY_BYTES };
+    } finally {
+      shard.release();
+    }
   }
 }
 
@@ -220,11 +271,11 @@ function positiveInteger(name: string, value: number): number {
   return value;
 }
 
-/** Parses the upload a slice at a time (a 65 MiB shard takes most of a second in all). */
-async function parseInSlices(body: Uint8Array, signal: AbortSignal | undefined): Promise<ParsedUploadShard> {
-  const steps = parseUploadShardInSteps(body);
+/** Reads the upload's blocks a slice at a time (a 65 MiB shard takes a few hundred milliseconds in all). */
+async function readInSlices(body: Uint8Array, signal: AbortSignal | undefined): Promise<UploadShardBlocks> {
+  const steps = readUploadShardBlocksInSteps(body);
   for (;;) {
-    let next: IteratorResult<void, ParsedUploadShard>;
+    let next: IteratorResult<void, UploadShardBlocks>;
     try {
       next = steps.next();
     } catch (error) {
@@ -252,42 +303,45 @@ async function contentHashInSlices(canonical: Uint8Array): Promise<Hash> {
 /**
  * The spec requires verification entries and both real clients send them; without them a
  * term would not prove possession of its chunks. A file without terms (the empty file) has
- * nothing to verify.
+ * nothing to verify. (Either every file block carries them or none does: the reader checks.)
  */
-function requireVerification(files: readonly ParsedShardFile[]): void {
-  files.forEach((file, index) => {
-    if (file.terms.length > 0 && file.verificationHashes === null) {
-      throw new ShardRejectedError(
-        "missing_verification",
-        `file ${hashToHex(file.fileHash)} (file block ${index}) has ${file.terms.length} terms but no verification entries: the shard must carry one verification (range) hash per term, with flag 0x80000000 set`,
-      );
-    }
-  });
+function requireVerification(blocks: UploadShardBlocks): void {
+  if (blocks.withVerification || blocks.termCount === 0) return;
+  const index = blocks.fileBlocks.findIndex((at) => fileBlockTermCount(blocks.view, at) > 0);
+  const at = blocks.fileBlocks[index];
+  throw new ShardRejectedError(
+    "missing_verification",
+    `file ${hashToHex(blocks.bytes.subarray(at, at + 32))} (file block ${index}) has ${fileBlockTermCount(blocks.view, at)} terms but no verification entries: the shard must carry one verification (range) hash per term, with flag 0x80000000 set`,
+  );
 }
 
 /**
  * Bounds the work of a shard before any of it is done, from what its terms declare (the
  * declared byte counts are checked against the stored chunks later, so a lie is refused
- * then): a 48-byte term can name up to 8,192 chunks, and validation visits every chunk of
- * every term. Each file may reference at most as many chunks as its size allows at the
- * smallest chunk real clients cut (plus a small allowance), and all files together at most
- * `maxChunkReferences`.
+ * then), and returns its chunk references: a 48-byte term can name up to 8,192 chunks, and
+ * validation visits every chunk of every term. Each file may reference at most as many chunks
+ * as its size allows at the smallest chunk real clients cut (plus a small allowance), and all
+ * files together at most `maxChunkReferences`. Pauses every SHARD_RECORDS_PER_STEP terms.
  */
-function checkChunkReferences(files: readonly ParsedShardFile[], maxChunkReferences: number): void {
+async function checkChunkReferences(blocks: UploadShardBlocks, maxChunkReferences: number, signal: AbortSignal | undefined): Promise<number> {
+  const { view, fileBlocks } = blocks;
   let total = 0;
-  for (let index = 0; index < files.length; index++) {
-    const file = files[index];
+  let termsInStep = 0;
+  for (let index = 0; index < fileBlocks.length; index++) {
+    const at = fileBlocks[index];
+    const termCount = fileBlockTermCount(view, at);
     let references = 0;
     let bytes = 0;
-    for (const term of file.terms) {
-      references += term.chunkEnd - term.chunkStart;
-      bytes += term.unpackedBytes;
+    for (let t = 0; t < termCount; t++) {
+      const record = termRecordAt(at, t);
+      references += termChunkEnd(view, record) - termChunkStart(view, record);
+      bytes += termUnpackedBytes(view, record);
     }
     const allowed = Math.floor(bytes / MIN_CLIENT_CHUNK_BYTES) + 1 + SMALL_FILE_CHUNK_ALLOWANCE;
     if (references > allowed) {
       throw new ShardRejectedError(
         "chunk_references_exceed_file_size",
-        `file ${hashToHex(file.fileHash)} (file block ${index}) references ${references} chunks for ${bytes} bytes, more than the ${allowed} a file of that size can have (chunks are at least ${MIN_CLIENT_CHUNK_BYTES} bytes except the last): list each chunk of the file once, in order`,
+        `file ${hashToHex(blocks.bytes.subarray(at, at + 32))} (file block ${index}) references ${references} chunks for ${bytes} bytes, more than the ${allowed} a file of that size can have (chunks are at least ${MIN_CLIENT_CHUNK_BYTES} bytes except the last): list each chunk of the file once, in order`,
       );
     }
     total += references;
@@ -297,278 +351,12 @@ function checkChunkReferences(files: readonly ParsedShardFile[], maxChunkReferen
         `the shard's files reference more than ${maxChunkReferences} chunks in all (this server's CASTOR_MAX_SHARD_CHUNK_REFS), reached at file block ${index}: upload the files in several smaller shards`,
       );
     }
-  }
-}
-
-/** A stored xorb as validation needs it: its record and, once asked for, its chunk table. */
-interface LoadedXorb {
-  hex: string;
-  record: XorbRecord;
-  chunkTable: ChunkTable | null;
-}
-
-type DedupEntryList = { chunkHash: Hash; xorbHash: Hash }[];
-
-/** One shard's validation: the xorb loader, the work counter and the progress reports. */
-class ValidationRun {
-  /**
-   * Every xorb reference in validation order: all terms of all files, then the xorb blocks.
-   * Views into the body; their string form is computed when needed rather than kept for all.
-   */
-  private readonly references: Hash[] = [];
-  /** Loaded xorbs by hex; null = asked for and not stored. Insertion order = load order. */
-  private readonly loaded = new Map<string, LoadedXorb | null>();
-  private loadedChunks = 0;
-  /** references[0 .. loadedUntil) have been looked up. */
-  private loadedUntil = 0;
-  private workSinceClockCheck = 0;
-  private sliceStartedAt = performance.now();
-  private verified = 0;
-  private lastReported = -1;
-  private readonly total: number;
-
-  constructor(
-    private readonly shard: ParsedUploadShard,
-    /** The buffer the shard was parsed from; each block is canonicalized in it once checked. */
-    private readonly body: Uint8Array,
-    private readonly metadata: ShardRegistrationDeps["metadata"],
-    private readonly loadedChunkBudget: number,
-    private readonly options: RegisterShardOptions,
-  ) {
-    for (const file of shard.files) for (const term of file.terms) this.references.push(term.xorbHash);
-    for (const xorb of shard.xorbs) this.references.push(xorb.xorbHash);
-    this.total = shard.files.length + shard.xorbs.length;
-  }
-
-  /** Reports progress, unless nothing was verified since the last report. */
-  report(): void {
-    if (this.verified === this.lastReported) return;
-    this.lastReported = this.verified;
-    this.options.onProgress?.({ verified: this.verified, total: this.total });
-  }
-
-  async validate(): Promise<{ files: FileRecord[]; dedupEntries: DedupEntryList }> {
-    const files: FileRecord[] = [];
-    /** The first block of every file hash, by hex. */
-    const firstBlocks = new Map<string, ParsedShardFile>();
-    const dedupEntries: DedupEntryList = [];
-    const seenDedupEntries = new Set<string>();
-    const addDedupEntry = (chunkHash: Hash, xorbHash: Hash, xorbHex: string) => {
-      const key = hashToHex(chunkHash) + xorbHex;
-      if (seenDedupEntries.has(key)) return;
-      seenDedupEntries.add(key);
-      // A copy: the stored hash is a view into its xorb's whole chunk table, which would
-      // otherwise stay in memory after the loader dropped the xorb.
-      dedupEntries.push({ chunkHash: chunkHash.slice(), xorbHash });
-    };
-
-    let reference = 0;
-    for (let index = 0; index < this.shard.files.length; index++) {
-      const file = this.shard.files[index];
-      const fileHex = hashToHex(file.fileHash);
-      const first = firstBlocks.get(fileHex);
-      if (first !== undefined && sameTermsAndVerification(first, file)) {
-        // A repeat of a block already verified (hf.js writes one per uploaded path): its checks
-        // would come out the same, and the first block is the one registered.
-        reference += file.terms.length;
-      } else {
-        const checked = await this.checkFile(file, index, reference);
-        reference += file.terms.length;
-        if (first === undefined) {
-          firstBlocks.set(fileHex, file);
-          files.push(checked.record);
-          // The first chunk of every file is what hf.js (and xet-core) ask global dedup about (§7.1).
-          if (checked.firstChunk !== null) addDedupEntry(checked.firstChunk, file.terms[0].xorbHash, hashToHex(file.terms[0].xorbHash));
-        }
-      }
-      canonicalizeFileBlock(this.body, file);
-      await this.finishItem(1);
-    }
-
-    for (let index = 0; index < this.shard.xorbs.length; index++, reference++) {
-      const block = this.shard.xorbs[index];
-      const xorb = await this.xorbAt(reference, () => `xorb block ${index}`);
-      const xorbHex = xorb.hex;
-      const where = `xorb block ${index} (xorb ${xorbHex})`;
-      checkXorbBlock(block, xorb.record, where);
-      const stored = xorb.record.chunks;
-      for (let c = 0; c < stored.length; c++) {
-        if (isGlobalDedupEligible(stored[c].hash) || hasGlobalDedupFlag(block.chunks[c])) addDedupEntry(stored[c].hash, block.xorbHash, xorbHex);
-      }
-      canonicalizeXorbBlock(this.body, block);
-      await this.finishItem(1 + stored.length);
-    }
-    return { files, dedupEntries };
-  }
-
-  /**
-   * Checks one file block against the stored chunks, term by term, and returns its record
-   * and its first chunk's hash. The file hash is built as the chunks are visited
-   * (`MerkleTreeBuilder`), so memory stays small however many chunks the file has.
-   */
-  private async checkFile(file: ParsedShardFile, index: number, firstReference: number): Promise<{ record: FileRecord; firstChunk: Hash | null }> {
-    // Only error messages use it; built per file it was a measurable share of a large shard's time.
-    const where = () => `file ${hashToHex(file.fileHash)} (file block ${index})`;
-    const tree = new MerkleTreeBuilder();
-    const terms: FileTerm[] = [];
-    let firstChunk: Hash | null = null;
-    let size = 0;
-    for (let t = 0; t < file.terms.length; t++) {
-      const term = file.terms[t];
-      const reference = firstReference + t;
-      const describe = () => `term ${t} of ${where()}`;
-      // Most terms name a xorb loaded already: no await (and no promise) for those.
-      const xorb = reference < this.loadedUntil ? this.loadedXorbAt(reference, describe) : await this.xorbAt(reference, describe);
-      const chunks = xorb.record.chunks;
-      if (term.chunkEnd > chunks.length) {
-        throw new ShardRejectedError(
-          "term_out_of_range",
-          `term ${t} of ${where()} references chunks [${term.chunkStart}, ${term.chunkEnd}) but xorb ${xorb.hex} has ${chunks.length} chunks`,
-        );
-      }
-      const storedBytes = chunkTableOf(xorb).unpackedLength(term.chunkStart, term.chunkEnd);
-      if (storedBytes !== term.unpackedBytes) {
-        throw new ShardRejectedError(
-          "term_length_mismatch",
-          `term ${t} of ${where()} says chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex} unpack to ${term.unpackedBytes} bytes, but they hold ${storedBytes}`,
-        );
-      }
-      const count = term.chunkEnd - term.chunkStart;
-      // requireVerification guarantees the entries of every file with terms.
-      if (
-        !hashEquals(
-          verificationHashOf(count, (i) => chunks[term.chunkStart + i].hash),
-          file.verificationHashes![t],
-        )
-      ) {
-        throw new ShardRejectedError(
-          "verification_mismatch",
-          `verification entry ${t} of ${where()} does not match chunks [${term.chunkStart}, ${term.chunkEnd}) of xorb ${xorb.hex}: it must be the verification hash of the chunk hashes of that range`,
-        );
-      }
-      for (let c = term.chunkStart; c < term.chunkEnd; c++) tree.push(chunks[c].hash, chunks[c].uncompressedLength);
-      firstChunk ??= chunks[term.chunkStart].hash;
-      terms.push({ xorbHash: term.xorbHash, chunkStart: term.chunkStart, chunkEnd: term.chunkEnd, unpackedLength: term.unpackedBytes });
-      size += storedBytes;
-      await this.didWork(count);
-    }
-
-    const chunkCount = tree.leafCount;
-    const expected = fileHashOf(tree);
-    if (!hashEquals(expected, file.fileHash)) {
-      throw new ShardRejectedError(
-        "file_hash_mismatch",
-        `${where()}: the file's chunks (${chunkCount} chunks, ${size} bytes) hash to ${hashToHex(expected)}, not to the file hash the shard gives`,
-      );
-    }
-    const sha256 = file.sha256Hex === null ? null : new Uint8Array(Buffer.from(file.sha256Hex, "hex"));
-    return { record: { hash: file.fileHash, size, terms, sha256 }, firstChunk };
-  }
-
-  /** Counts a file or xorb block as verified (a block is worth several chunk references of work). */
-  private async finishItem(work: number): Promise<void> {
-    this.verified++;
-    await this.didWork(BLOCK_WORK + work);
-  }
-
-  /** Counts work; once the slice has run SLICE_MS, lets the event loop run (heartbeats, other requests) and reports progress. */
-  private async didWork(units: number): Promise<void> {
-    this.workSinceClockCheck += units;
-    if (this.workSinceClockCheck < WORK_BETWEEN_CLOCK_CHECKS) return;
-    this.workSinceClockCheck = 0;
-    if (performance.now() - this.sliceStartedAt < SLICE_MS) return;
-    await yieldToEventLoop();
-    this.sliceStartedAt = performance.now();
-    this.options.signal?.throwIfAborted();
-    this.report();
-  }
-
-  /** The stored xorb of reference `index`, loading the next batch when needed. */
-  private async xorbAt(index: number, describe: () => string): Promise<LoadedXorb> {
-    if (index >= this.loadedUntil) await this.loadFrom(index);
-    return this.loadedXorbAt(index, describe);
-  }
-
-  /** The stored xorb of reference `index`, which is loaded already (`index < loadedUntil`). */
-  private loadedXorbAt(index: number, describe: () => string): LoadedXorb {
-    const hex = hashToHex(this.references[index]);
-    const xorb = this.loaded.get(hex);
-    if (xorb === undefined || xorb === null) {
-      throw new ShardRejectedError(
-        "missing_xorb",
-        `${describe()} references xorb ${hex}, which this server does not have: upload every xorb with POST /v1/xorbs/default/{hash} before the shard that references it (a shard's xorb list does not create xorbs)`,
-      );
-    }
-    return xorb;
-  }
-
-  /**
-   * Drops loaded xorbs beyond the budget (oldest first), then loads the next XORBS_PER_LOAD
-   * distinct xorbs not yet loaded from reference `index` on, in one query.
-   */
-  private async loadFrom(index: number): Promise<void> {
-    for (const [hex, xorb] of this.loaded) {
-      if (this.loadedChunks <= this.loadedChunkBudget) break;
-      this.loaded.delete(hex);
-      if (xorb !== null) this.loadedChunks -= xorb.record.chunks.length;
-    }
-    const wanted = new Map<string, Hash>();
-    let end = index;
-    for (; end < this.references.length; end++) {
-      const hex = hashToHex(this.references[end]);
-      if (this.loaded.has(hex) || wanted.has(hex)) continue;
-      if (wanted.size === XORBS_PER_LOAD) break;
-      wanted.set(hex, this.references[end]);
-    }
-    const records = await this.metadata.getXorbs([...wanted.values()]);
-    for (const hex of wanted.keys()) {
-      const record = records.get(hex);
-      this.loaded.set(hex, record === undefined ? null : { hex, record, chunkTable: null });
-      if (record !== undefined) this.loadedChunks += record.chunks.length;
-    }
-    this.loadedUntil = end;
-  }
-}
-
-/** Whether two blocks of one file hash list the same terms with the same verification entries. */
-function sameTermsAndVerification(a: ParsedShardFile, b: ParsedShardFile): boolean {
-  if (a.terms.length !== b.terms.length) return false;
-  for (let t = 0; t < a.terms.length; t++) {
-    const x = a.terms[t];
-    const y = b.terms[t];
-    if (x.chunkStart !== y.chunkStart || x.chunkEnd !== y.chunkEnd || x.unpackedBytes !== y.unpackedBytes || !hashEquals(x.xorbHash, y.xorbHash)) return false;
-    if (!hashEquals(a.verificationHashes![t], b.verificationHashes![t])) return false;
-  }
-  return true;
-}
-
-function chunkTableOf(xorb: LoadedXorb): ChunkTable {
-  return (xorb.chunkTable ??= ChunkTable.of(xorb.record.chunks));
-}
-
-/**
- * A xorb block must list exactly the stored chunks. Only hashes and lengths are compared:
- * flags, byte offsets and `num_bytes_on_disk` are the writer's hints (xet-core writes 0 for
- * the latter), and castor answers dedup queries from its own records anyway.
- */
-function checkXorbBlock(block: ShardXorb, record: XorbRecord, where: string): void {
-  if (block.chunks.length !== record.chunks.length) {
-    throw new ShardRejectedError("xorb_block_mismatch", `${where} lists ${block.chunks.length} chunks, but the stored xorb has ${record.chunks.length}`);
-  }
-  for (let c = 0; c < record.chunks.length; c++) {
-    const listed = block.chunks[c];
-    const stored = record.chunks[c];
-    if (!hashEquals(listed.hash, stored.hash)) {
-      throw new ShardRejectedError(
-        "xorb_block_mismatch",
-        `${where} lists chunk ${c} with hash ${hashToHex(listed.hash)}, but chunk ${c} of the stored xorb is ${hashToHex(stored.hash)}`,
-      );
-    }
-    if (listed.unpackedBytes !== stored.uncompressedLength) {
-      throw new ShardRejectedError(
-        "xorb_block_mismatch",
-        `${where} lists chunk ${c} with ${listed.unpackedBytes} bytes, but chunk ${c} of the stored xorb has ${stored.uncompressedLength}`,
-      );
+    termsInStep += 1 + termCount;
+    if (termsInStep >= SHARD_RECORDS_PER_STEP) {
+      termsInStep = 0;
+      await yieldToEventLoop();
+      signal?.throwIfAborted();
     }
   }
+  return total;
 }

@@ -9,7 +9,8 @@
  * guesses in all than CASTOR_AUTH_FAILURE_LIMIT allows. The cluster hands new connections to
  * the workers in turn, so the shares fill evenly; a client whose requests all ride one
  * keep-alive connection meets its worker's share (1/N of a hub limit) — the defaults leave room
- * for that. Timeouts and sizes are per request and stay as they are.
+ * for that. Timeouts and sizes are per request and stay as they are, and so does
+ * CASTOR_SHARD_MEMORY_BUDGET: it guards a process's own heap, and each worker has its own.
  */
 import type { CastorConfig } from "../config.js";
 

@@ -40,9 +40,17 @@ export function hashToHex(hash: Hash): string {
 /** Writes the string form of `hash` as ASCII into `out` at `at`; returns the offset after it. */
 function writeHashHex(hash: Hash, out: Uint8Array, at: number): number {
   if (hash.length !== HASH_BYTES) throw new RangeError(`a hash has ${HASH_BYTES} bytes, got ${hash.length}`);
-  for (let group = 0; group < HASH_BYTES; group += 8) {
+  return writeHashHexAt(hash, 0, out, at);
+}
+
+/**
+ * Writes the string form of the hash at `bytes[from .. from + 32)` as ASCII into `out` at `at`;
+ * returns the offset after it. For hashes packed back to back, without a view per hash.
+ */
+export function writeHashHexAt(bytes: Uint8Array, from: number, out: Uint8Array, at: number): number {
+  for (let group = from; group < from + HASH_BYTES; group += 8) {
     for (let i = 7; i >= 0; i--) {
-      const b = hash[group + i];
+      const b = bytes[group + i];
       out[at++] = HEX_PAIRS[2 * b];
       out[at++] = HEX_PAIRS[2 * b + 1];
     }
@@ -138,10 +146,14 @@ export class KeyedHasher {
    * (a shard registration takes two digests per file); the hex string costs under 1 µs.
    */
   digest(): Hash {
-    const hex = this.hasher.digest();
     const out = new Uint8Array(HASH_BYTES);
-    for (let i = 0; i < HASH_BYTES; i++) out[i] = (HEX_VALUES[hex.charCodeAt(2 * i)] << 4) | HEX_VALUES[hex.charCodeAt(2 * i + 1)];
+    this.digestInto(out, 0);
     return out;
+  }
+  /** `digest()` written into `out[at .. at + 32)`, for callers that keep hashes packed. */
+  digestInto(out: Uint8Array, at: number): void {
+    const hex = this.hasher.digest();
+    for (let i = 0; i < HASH_BYTES; i++) out[at + i] = (HEX_VALUES[hex.charCodeAt(2 * i)] << 4) | HEX_VALUES[hex.charCodeAt(2 * i + 1)];
   }
 }
 

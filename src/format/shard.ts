@@ -1,10 +1,8 @@
 /**
- * The MDB shard format (docs/protocol.md §6, §7.3): its layout and records, parsing uploaded
+ * The MDB shard format (docs/protocol.md §6, §7.3): its records as objects, parsing uploaded
  * shards, reading complete shards (global-dedup answers) and the canonical form of an upload.
- * Writing both forms is shard-writer.ts.
- *
- * Layout: 48-byte header, file-info section, xorb-info section (each a run of 48-byte records
- * closed by a bookend record), then optionally lookup tables and a 200-byte footer.
+ * The layout and the packed structural reader both readers build on are shard-blocks.ts;
+ * writing both forms is shard-writer.ts.
  *
  * Why two readers: uploads come in several wire variants whose header `footer_size` and footer
  * cannot be trusted (§6.7), so `parseUploadShard` walks the sections sequentially and ignores
@@ -16,24 +14,46 @@
  */
 import { FormatError } from "./errors.js";
 import { HASH_BYTES, hashToHex, type Hash } from "./hash.js";
+import {
+  SHARD_FOOTER_BYTES,
+  SHARD_FOOTER_VERSION,
+  SHARD_HEADER_BYTES,
+  chunkByteRangeStart,
+  chunkFlags,
+  chunkRecordAt,
+  chunkUnpackedBytes,
+  dataViewOf,
+  fileBlockFlags,
+  fileBlockTermCount,
+  metadataExtRecordAt,
+  readShardBlocks,
+  readShardHeader,
+  readUploadShardBlocksInSteps,
+  termChunkEnd,
+  termChunkStart,
+  termRecordAt,
+  termUnpackedBytes,
+  verificationRecordAt,
+  xorbBlockChunkCount,
+  xorbBlockFlags,
+  type ShardBlocks,
+} from "./shard-blocks.js";
 import { runToEnd } from "./steps.js";
 
-/** "HFRepoMetaData", NUL, then 17 fixed magic bytes; real clients compare all 32 (§6.2). */
-export const SHARD_TAG: Uint8Array = Uint8Array.from([
-  0x48, 0x46, 0x52, 0x65, 0x70, 0x6f, 0x4d, 0x65, 0x74, 0x61, 0x44, 0x61, 0x74, 0x61, 0x00, 0x55, 0x69, 0x67, 0x45, 0x6a, 0x7b, 0x81, 0x57, 0x83, 0xa5, 0xbd,
-  0xd9, 0x5c, 0xcd, 0xd1, 0x4a, 0xa9,
-]);
-export const SHARD_HEADER_VERSION = 2;
-export const SHARD_FOOTER_VERSION = 1;
-export const SHARD_HEADER_BYTES = 48;
-/** Every record of both sections (headers, entries, bookends) has this size. */
-export const SHARD_RECORD_BYTES = 48;
-export const SHARD_FOOTER_BYTES = 200;
+export {
+  FILE_FLAG_WITH_METADATA_EXT,
+  FILE_FLAG_WITH_VERIFICATION,
+  SHARD_FOOTER_BYTES,
+  SHARD_FOOTER_VERSION,
+  SHARD_HEADER_BYTES,
+  SHARD_HEADER_VERSION,
+  SHARD_RECORD_BYTES,
+  SHARD_RECORDS_PER_STEP,
+  SHARD_TAG,
+  dataViewOf,
+  isBookend,
+} from "./shard-blocks.js";
 
-/** File block flag: one verification record per term follows the terms (§6.3). */
-export const FILE_FLAG_WITH_VERIFICATION = 0x8000_0000;
-/** File block flag: one metadata-extension record (the file's SHA-256) ends the block. */
-export const FILE_FLAG_WITH_METADATA_EXT = 0x4000_0000;
 /** Chunk entry flag: the writer marks this chunk as tracked by global deduplication (§6.4). */
 export const CHUNK_FLAG_GLOBAL_DEDUP_ELIGIBLE = 0x8000_0000;
 
@@ -170,42 +190,21 @@ export type UploadShardVariant =
  *
  * Only structure is checked; whether xorbs exist or hashes match is the service's job (§6.8).
  * Hashes in the result are views into `bytes`: do not modify `bytes` while using the result.
- * Throws FormatError `bad_shard_header`, `bad_shard` or `truncated`.
+ * Throws FormatError `bad_shard_header`, `bad_shard` or `truncated`. A server reading large
+ * uploads uses the packed form instead (shard-blocks.ts `readUploadShardBlocksInSteps`).
  */
 export function parseUploadShard(bytes: Uint8Array): ParsedUploadShard {
   return runToEnd(parseUploadShardInSteps(bytes));
 }
 
 /**
- * Records a parsing step reads before it pauses. A 65 MiB shard has ~1.4 million records and
- * takes most of a second to parse; in steps of this size (a few milliseconds each) a server
- * can let other work run between them.
- */
-export const SHARD_RECORDS_PER_STEP = 16_384;
-
-/**
  * `parseUploadShard` as a generator that pauses (yields) after every `SHARD_RECORDS_PER_STEP`
- * records and returns the parsed shard; the caller decides what runs between steps. Errors are
- * thrown from the step that meets them.
+ * records while the structure is checked, and returns the parsed shard; the caller decides what
+ * runs between steps. Errors are thrown from the step that meets them.
  */
 export function* parseUploadShardInSteps(bytes: Uint8Array): Generator<void, ParsedUploadShard, void> {
-  const view = dataViewOf(bytes);
-  const declaredFooterSize = readHeader(bytes, view);
-  const sections = yield* readSections(bytes, view, bytes.length, new StepCounter(SHARD_RECORDS_PER_STEP));
-  return { declaredFooterSize, ...sections };
-}
-
-/** Counts records read and says when a step is complete. */
-class StepCounter {
-  private records = 0;
-  constructor(private readonly recordsPerStep: number) {}
-  /** Counts `n` records; true when the step is complete (the counter restarts). */
-  count(n: number): boolean {
-    this.records += n;
-    if (this.records < this.recordsPerStep) return false;
-    this.records = 0;
-    return true;
-  }
+  const blocks = yield* readUploadShardBlocksInSteps(bytes);
+  return { declaredFooterSize: blocks.declaredFooterSize, ...sectionsOf(blocks) };
 }
 
 /**
@@ -220,7 +219,7 @@ class StepCounter {
  */
 export function parseFullShard(bytes: Uint8Array): ParsedFullShard {
   const view = dataViewOf(bytes);
-  const declaredFooterSize = readHeader(bytes, view);
+  const declaredFooterSize = readShardHeader(bytes, view);
   if (declaredFooterSize !== BigInt(SHARD_FOOTER_BYTES)) {
     throw new FormatError(
       "bad_shard_header",
@@ -242,16 +241,16 @@ export function parseFullShard(bytes: Uint8Array): ParsedFullShard {
 
   // The sections must end before the footer: reading them over the whole buffer would let a
   // missing bookend swallow the footer.
-  const sections = runToEnd(readSections(bytes, view, footerStart, new StepCounter(Infinity)));
-  expectFooterOffset("xorb_info_offset", footer.xorbInfoOffset, BigInt(sections.xorbSectionOffset), "that is where the xorb section starts");
+  const blocks = runToEnd(readShardBlocks(bytes, view, footerStart, Infinity));
+  expectFooterOffset("xorb_info_offset", footer.xorbInfoOffset, BigInt(blocks.xorbSectionOffset), "that is where the xorb section starts");
 
-  const fileLookupEnd = BigInt(sections.sectionsEnd) + footer.fileLookupCount * FILE_LOOKUP_ENTRY_BYTES;
+  const fileLookupEnd = BigInt(blocks.sectionsEnd) + footer.fileLookupCount * FILE_LOOKUP_ENTRY_BYTES;
   const xorbLookupEnd = footer.xorbLookupOffset + footer.xorbLookupCount * XORB_LOOKUP_ENTRY_BYTES;
   const chunkLookupEnd = footer.chunkLookupOffset + footer.chunkLookupCount * CHUNK_LOOKUP_ENTRY_BYTES;
   expectFooterOffset(
     "file_lookup_offset",
     footer.fileLookupOffset,
-    BigInt(sections.sectionsEnd),
+    BigInt(blocks.sectionsEnd),
     "the lookup tables start right after the xorb section's bookend",
   );
   expectFooterOffset("xorb_lookup_offset", footer.xorbLookupOffset, fileLookupEnd, `the file lookup table of ${footer.fileLookupCount} entries ends there`);
@@ -262,7 +261,7 @@ export function parseFullShard(bytes: Uint8Array): ParsedFullShard {
       `the chunk lookup table of ${footer.chunkLookupCount} entries at byte ${footer.chunkLookupOffset} ends at byte ${chunkLookupEnd}, but the footer starts at byte ${at}`,
     );
   }
-  return { ...sections, footer };
+  return { ...sectionsOf(blocks), footer };
 }
 
 /**
@@ -308,180 +307,48 @@ function expectFooterOffset(field: string, actual: bigint, expected: bigint, why
   }
 }
 
-/** A DataView over exactly `bytes`. */
-export function dataViewOf(bytes: Uint8Array): DataView {
-  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-}
-
-/** Validates tag and version; returns the declared footer size. */
-function readHeader(bytes: Uint8Array, view: DataView): bigint {
-  const comparable = Math.min(bytes.length, SHARD_TAG.length);
-  for (let i = 0; i < comparable; i++) {
-    if (bytes[i] !== SHARD_TAG[i]) {
-      throw new FormatError("bad_shard_header", "not a shard: it must start with the 32-byte shard tag ('HFRepoMetaData', NUL, 17 magic bytes)");
-    }
-  }
-  if (bytes.length < SHARD_HEADER_BYTES) {
-    throw new FormatError("truncated", `a shard starts with a ${SHARD_HEADER_BYTES}-byte header, got only ${bytes.length} bytes`);
-  }
-  const version = view.getBigUint64(32, true);
-  if (version !== BigInt(SHARD_HEADER_VERSION)) {
-    throw new FormatError("bad_shard_header", `unsupported shard header version ${version}; only version ${SHARD_HEADER_VERSION} is accepted`);
-  }
-  return view.getBigUint64(40, true);
-}
-
-/** A record whose 32 hash bytes are all 0xFF closes its section; readers test nothing else. */
-export function isBookend(bytes: Uint8Array, at: number): boolean {
-  for (let i = 0; i < HASH_BYTES; i++) if (bytes[at + i] !== 0xff) return false;
-  return true;
-}
-
-/**
- * Fails when a record inside a block's counted run is a bookend: the block's count overstates
- * its records, and trusting it would read the section's end as data.
- */
-function rejectBookendInBlock(bytes: Uint8Array, at: number, block: string): void {
-  if (isBookend(bytes, at)) {
-    throw new FormatError("bad_shard", `${block} declares more records than it has: a section bookend appears at byte ${at} inside it`);
-  }
-}
-
-function* readSections(bytes: Uint8Array, view: DataView, end: number, steps: StepCounter): Generator<void, ShardSections, void> {
-  const files: ParsedShardFile[] = [];
-  const xorbSectionOffset = yield* readFileSection(bytes, view, SHARD_HEADER_BYTES, end, files, steps);
-  const xorbs: ShardXorb[] = [];
-  const sectionsEnd = yield* readXorbSection(bytes, view, xorbSectionOffset, end, xorbs, steps);
-  return { files, xorbs, xorbSectionOffset, sectionsEnd };
-}
-
-/** Reads file blocks from `offset` up to and including the bookend; returns the offset after it. */
-function* readFileSection(
-  bytes: Uint8Array,
-  view: DataView,
-  offset: number,
-  end: number,
-  files: ParsedShardFile[],
-  steps: StepCounter,
-): Generator<void, number, void> {
-  let sectionHasVerification: boolean | null = null;
-  for (;;) {
-    if (end - offset < SHARD_RECORD_BYTES) {
-      throw new FormatError("truncated", `the shard ends at byte ${end} inside the file info section, before its bookend (after ${files.length} file blocks)`);
-    }
-    if (isBookend(bytes, offset)) return offset + SHARD_RECORD_BYTES;
-
-    const block = `file block ${files.length} (at byte ${offset})`;
-    const fileHash = bytes.subarray(offset, offset + HASH_BYTES);
-    const flags = view.getUint32(offset + 32, true);
-    const termCount = view.getUint32(offset + 36, true);
-    const hasVerification = (flags & FILE_FLAG_WITH_VERIFICATION) !== 0;
-    const hasMetadataExt = (flags & FILE_FLAG_WITH_METADATA_EXT) !== 0;
-
-    // xet-core refuses a shard in which only some files carry verification (§6.8 step 3).
-    if (sectionHasVerification === null) {
-      sectionHasVerification = hasVerification;
-    } else if (hasVerification !== sectionHasVerification) {
-      throw new FormatError(
-        "bad_shard",
-        `${block} ${hasVerification ? "has" : "lacks"} verification entries but the blocks before it ${sectionHasVerification ? "have" : "lack"} them; either every file of a shard carries verification entries or none does`,
-      );
-    }
-
-    offset += SHARD_RECORD_BYTES;
-    // termCount ≤ 2^32 − 1, so this stays an exact integer (< 2^39).
-    const recordCount = termCount * (hasVerification ? 2 : 1) + (hasMetadataExt ? 1 : 0);
-    if (recordCount * SHARD_RECORD_BYTES > end - offset) {
-      throw new FormatError(
-        "truncated",
-        `${block} declares ${termCount} terms, i.e. ${recordCount} records of ${SHARD_RECORD_BYTES} bytes, but only ${end - offset} bytes remain`,
-      );
-    }
-
+/** The object form of checked blocks. */
+function sectionsOf(blocks: ShardBlocks): ShardSections {
+  const { bytes, view, withVerification } = blocks;
+  const hashAt = (at: number): Hash => bytes.subarray(at, at + HASH_BYTES);
+  const files: ParsedShardFile[] = Array.from(blocks.fileBlocks, (at) => {
+    const termCount = fileBlockTermCount(view, at);
     const terms: ShardTerm[] = [];
-    for (let i = 0; i < termCount; i++, offset += SHARD_RECORD_BYTES) {
-      if (steps.count(1)) yield;
-      rejectBookendInBlock(bytes, offset, block);
-      const chunkStart = view.getUint32(offset + 40, true);
-      const chunkEnd = view.getUint32(offset + 44, true);
-      if (chunkStart >= chunkEnd) {
-        throw new FormatError(
-          "bad_shard",
-          `term ${i} of ${block} has chunk range [${chunkStart}, ${chunkEnd}); a term covers at least one chunk (start < end)`,
-        );
-      }
+    for (let t = 0; t < termCount; t++) {
+      const record = termRecordAt(at, t);
       terms.push({
-        xorbHash: bytes.subarray(offset, offset + HASH_BYTES),
-        // Bytes 32..35 are the term's xorb flags, always 0 and unused.
-        unpackedBytes: view.getUint32(offset + 36, true),
-        chunkStart,
-        chunkEnd,
+        xorbHash: hashAt(record),
+        unpackedBytes: termUnpackedBytes(view, record),
+        chunkStart: termChunkStart(view, record),
+        chunkEnd: termChunkEnd(view, record),
       });
     }
-
-    let verificationHashes: Hash[] | null = null;
-    if (hasVerification) {
-      verificationHashes = [];
-      for (let i = 0; i < termCount; i++, offset += SHARD_RECORD_BYTES) {
-        if (steps.count(1)) yield;
-        rejectBookendInBlock(bytes, offset, block);
-        verificationHashes.push(bytes.subarray(offset, offset + HASH_BYTES));
-      }
-    }
-
-    let sha256: Hash | null = null;
-    if (hasMetadataExt) {
-      rejectBookendInBlock(bytes, offset, block);
-      sha256 = bytes.subarray(offset, offset + HASH_BYTES);
-      offset += SHARD_RECORD_BYTES;
-    }
-
-    files.push({ fileHash, flags, terms, verificationHashes, sha256, sha256Hex: sha256 === null ? null : hashToHex(sha256) });
-    if (steps.count(1)) yield;
-  }
-}
-
-/** Reads xorb blocks from `offset` up to and including the bookend; returns the offset after it. */
-function* readXorbSection(
-  bytes: Uint8Array,
-  view: DataView,
-  offset: number,
-  end: number,
-  xorbs: ShardXorb[],
-  steps: StepCounter,
-): Generator<void, number, void> {
-  for (;;) {
-    if (end - offset < SHARD_RECORD_BYTES) {
-      throw new FormatError("truncated", `the shard ends at byte ${end} inside the xorb info section, before its bookend (after ${xorbs.length} xorb blocks)`);
-    }
-    if (isBookend(bytes, offset)) return offset + SHARD_RECORD_BYTES;
-
-    const block = `xorb block ${xorbs.length} (at byte ${offset})`;
-    const xorbHash = bytes.subarray(offset, offset + HASH_BYTES);
-    const flags = view.getUint32(offset + 32, true);
-    const chunkCount = view.getUint32(offset + 36, true);
-    const numBytesInXorb = view.getUint32(offset + 40, true);
-    const numBytesOnDisk = view.getUint32(offset + 44, true);
-    offset += SHARD_RECORD_BYTES;
-    if (chunkCount * SHARD_RECORD_BYTES > end - offset) {
-      throw new FormatError("truncated", `${block} declares ${chunkCount} chunks of ${SHARD_RECORD_BYTES} bytes each, but only ${end - offset} bytes remain`);
-    }
-
+    const verificationHashes = withVerification ? terms.map((_, t) => hashAt(verificationRecordAt(at, termCount, t))) : null;
+    const sha256At = metadataExtRecordAt(view, at, withVerification);
+    const sha256 = sha256At === -1 ? null : hashAt(sha256At);
+    return { fileHash: hashAt(at), flags: fileBlockFlags(view, at), terms, verificationHashes, sha256, sha256Hex: sha256 === null ? null : hashToHex(sha256) };
+  });
+  const xorbs: ShardXorb[] = Array.from(blocks.xorbBlocks, (at) => {
     const chunks: ShardChunk[] = [];
-    for (let i = 0; i < chunkCount; i++, offset += SHARD_RECORD_BYTES) {
-      if (steps.count(1)) yield;
-      rejectBookendInBlock(bytes, offset, block);
+    const chunkCount = xorbBlockChunkCount(view, at);
+    for (let c = 0; c < chunkCount; c++) {
+      const record = chunkRecordAt(at, c);
       chunks.push({
-        hash: bytes.subarray(offset, offset + HASH_BYTES),
-        byteRangeStart: view.getUint32(offset + 32, true),
-        unpackedBytes: view.getUint32(offset + 36, true),
-        // Bytes 44..47 are reserved.
-        flags: view.getUint32(offset + 40, true),
+        hash: hashAt(record),
+        byteRangeStart: chunkByteRangeStart(view, record),
+        unpackedBytes: chunkUnpackedBytes(view, record),
+        flags: chunkFlags(view, record),
       });
     }
-    xorbs.push({ xorbHash, flags, numBytesInXorb, numBytesOnDisk, chunks });
-    if (steps.count(1)) yield;
-  }
+    return {
+      xorbHash: hashAt(at),
+      flags: xorbBlockFlags(view, at),
+      numBytesInXorb: view.getUint32(at + 40, true),
+      numBytesOnDisk: view.getUint32(at + 44, true),
+      chunks,
+    };
+  });
+  return { files, xorbs, xorbSectionOffset: blocks.xorbSectionOffset, sectionsEnd: blocks.sectionsEnd };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -497,13 +364,13 @@ function* readXorbSection(
  *
  * `canonicalizeUploadShard` does it all at once; a caller that wants to spread the work over
  * time rewrites the header, each file block and each xorb block separately and then takes
- * `body.subarray(0, shard.sectionsEnd)`. `body` is the buffer the shard was parsed from.
+ * `blocks.bytes.subarray(0, blocks.sectionsEnd)`.
  */
-export function canonicalizeUploadShard(body: Uint8Array, shard: ParsedUploadShard): Uint8Array {
-  canonicalizeShardHeader(body);
-  for (const file of shard.files) canonicalizeFileBlock(body, file);
-  for (const xorb of shard.xorbs) canonicalizeXorbBlock(body, xorb);
-  return body.subarray(0, shard.sectionsEnd);
+export function canonicalizeUploadShard(blocks: ShardBlocks): Uint8Array {
+  canonicalizeShardHeader(blocks.bytes);
+  for (const at of blocks.fileBlocks) canonicalizeFileBlock(blocks, at);
+  for (const at of blocks.xorbBlocks) canonicalizeXorbBlock(blocks, at);
+  return blocks.bytes.subarray(0, blocks.sectionsEnd);
 }
 
 /** Zeroes the header's footer_size. */
@@ -511,24 +378,32 @@ export function canonicalizeShardHeader(body: Uint8Array): void {
   body.fill(0, 40, 48);
 }
 
-/** Zeroes the reserved bytes of one parsed file block of `body`. */
-export function canonicalizeFileBlock(body: Uint8Array, file: ParsedShardFile): void {
-  zeroInRecord(body, file.fileHash, 40, 48);
-  for (const term of file.terms) zeroInRecord(body, term.xorbHash, 32, 36);
-  for (const rangeHash of file.verificationHashes ?? []) zeroInRecord(body, rangeHash, 32, 48);
-  if (file.sha256 !== null) zeroInRecord(body, file.sha256, 32, 48);
+/** Zeroes the reserved bytes of the file block at byte `at`. */
+export function canonicalizeFileBlock(blocks: ShardBlocks, at: number): void {
+  const { bytes, view, withVerification } = blocks;
+  const termCount = fileBlockTermCount(view, at);
+  bytes.fill(0, at + 40, at + 48);
+  for (let t = 0; t < termCount; t++) {
+    const term = termRecordAt(at, t);
+    bytes.fill(0, term + 32, term + 36);
+    if (withVerification) {
+      const verification = verificationRecordAt(at, termCount, t);
+      bytes.fill(0, verification + 32, verification + 48);
+    }
+  }
+  const sha256 = metadataExtRecordAt(view, at, withVerification);
+  if (sha256 !== -1) bytes.fill(0, sha256 + 32, sha256 + 48);
 }
 
-/** Zeroes num_bytes_on_disk and the reserved bytes of one parsed xorb block of `body`. */
-export function canonicalizeXorbBlock(body: Uint8Array, xorb: ShardXorb): void {
-  zeroInRecord(body, xorb.xorbHash, 44, 48);
-  for (const chunk of xorb.chunks) zeroInRecord(body, chunk.hash, 44, 48);
-}
-
-/** Zeroes bytes [from, to) of the record of `body` that starts with the hash `record` (a view into `body`). */
-function zeroInRecord(body: Uint8Array, record: Hash, from: number, to: number): void {
-  const at = record.byteOffset - body.byteOffset;
-  body.fill(0, at + from, at + to);
+/** Zeroes num_bytes_on_disk and the reserved bytes of the xorb block at byte `at`. */
+export function canonicalizeXorbBlock(blocks: ShardBlocks, at: number): void {
+  const { bytes, view } = blocks;
+  const chunkCount = xorbBlockChunkCount(view, at);
+  bytes.fill(0, at + 44, at + 48);
+  for (let c = 0; c < chunkCount; c++) {
+    const chunk = chunkRecordAt(at, c);
+    bytes.fill(0, chunk + 44, chunk + 48);
+  }
 }
 
 /** True when the chunk entry carries the writer's global-dedup hint. */

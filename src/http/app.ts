@@ -284,15 +284,17 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       await cas.register(shardRoutes, {
         shards: {
           maxShardBytes: shards.maxShardBytes,
-          register: async (body, options) => {
+          admit: (body, options) => shards.admit(body, options),
+          registerAdmitted: async (shard, options) => {
             const started = performance.now();
-            const result = await storageFull.track(shards.register(body, options));
+            const result = await storageFull.track(shards.registerAdmitted(shard, options));
             metrics?.shardRegistered(result.inserted, (performance.now() - started) / 1000);
             return result;
           },
         },
         repos: deps.store,
         spool: { dir: join(deps.dataDir, SPOOL_DIR_NAME) },
+        onRefusal,
       });
       await cas.register(dedupRoutes, {
         dedup: {

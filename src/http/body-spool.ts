@@ -2,10 +2,14 @@
  * Receives a request body that must be processed whole (a shard: its sections are read
  * sequentially and cross-referenced) without holding it in memory while it arrives. The first
  * `memoryBytes` stay in memory; past that, everything received is appended to a temp file in
- * `dir`, and read back into one buffer once the body is complete. So an upload that stalls
- * holds at most `memoryBytes` of memory whatever it announced or sent (40 uploads of 65 MiB
- * stalled just before their end held 2.6 GB before), and the disk holds the rest until the
- * body timeout cuts it. The temp file is removed in every case.
+ * `dir`. So an upload that stalls holds at most `memoryBytes` of memory whatever it announced
+ * or sent (40 uploads of 65 MiB stalled just before their end held 2.6 GB before), and the disk
+ * holds the rest until the body timeout cuts it.
+ *
+ * The complete body stays where it is until its reader asks for it (`SpooledBody.read`): a
+ * shard registration first waits for room in its memory budget (src/cas/shard-admission.ts),
+ * and a spooled body waiting its turn costs no memory. The temp file is removed once read, or
+ * by `dispose`, which the receiver calls in every case.
  *
  * Hand-written: it is a few lines over `fs.promises`, and a general spooling library would
  * still need the read-back into one buffer.
@@ -24,8 +28,17 @@ export interface SpoolOptions {
 /** Bodies up to this size never touch the disk: most shards are a few KiB to a few MiB. */
 export const DEFAULT_SPOOL_MEMORY_BYTES = 2 * 1024 * 1024;
 
-/** The whole body of `pieces`, in one buffer. Errors of `pieces` (too large, too slow, interrupted) pass through. */
-export async function receiveSpooled(pieces: AsyncIterable<Buffer>, options: SpoolOptions): Promise<Uint8Array> {
+/** A body received whole, in memory or in a temp file. */
+export interface SpooledBody {
+  readonly length: number;
+  /** The whole body in one buffer; the temp file, if any, is removed. Once only. */
+  read(): Promise<Uint8Array>;
+  /** Removes the temp file if the body was not read; safe to call in every case, more than once. */
+  dispose(): Promise<void>;
+}
+
+/** Receives the whole body of `pieces`. Errors of `pieces` (too large, too slow, interrupted) pass through, the temp file removed. */
+export async function receiveSpooled(pieces: AsyncIterable<Buffer>, options: SpoolOptions): Promise<SpooledBody> {
   let memory = Buffer.allocUnsafe(Math.min(64 * 1024, options.memoryBytes));
   let inMemory = 0;
   let file: { handle: FileHandle; path: string; length: number } | null = null;
@@ -54,20 +67,44 @@ export async function receiveSpooled(pieces: AsyncIterable<Buffer>, options: Spo
       await writeAll(file.handle, piece, file.length);
       file.length += piece.length;
     }
-    if (file === null) return memory.subarray(0, inMemory);
-    const body = Buffer.allocUnsafe(file.length);
-    for (let at = 0; at < body.length; ) {
-      const { bytesRead } = await file.handle.read(body, at, body.length - at, at);
-      if (bytesRead === 0) throw new Error(`the spooled body ${file.path} is shorter than the ${body.length} bytes written`);
-      at += bytesRead;
-    }
-    return body;
-  } finally {
-    if (file !== null) {
-      await file.handle.close().catch(() => undefined);
-      await rm(file.path, { force: true });
-    }
+  } catch (error) {
+    if (file !== null) await removeSpoolFile(file);
+    throw error;
   }
+  if (file === null) {
+    const body = memory.subarray(0, inMemory);
+    return { length: body.length, read: async () => body, dispose: async () => {} };
+  }
+  return spooledFile(file);
+}
+
+/** The body in `file`, read back on demand. */
+function spooledFile(file: { handle: FileHandle; path: string; length: number }): SpooledBody {
+  let removed: Promise<void> | null = null;
+  const dispose = () => (removed ??= removeSpoolFile(file));
+  return {
+    length: file.length,
+    read: async () => {
+      if (removed !== null) throw new Error(`the spooled body ${file.path} was read or disposed of already`);
+      try {
+        const body = Buffer.allocUnsafe(file.length);
+        for (let at = 0; at < body.length; ) {
+          const { bytesRead } = await file.handle.read(body, at, body.length - at, at);
+          if (bytesRead === 0) throw new Error(`the spooled body ${file.path} is shorter than the ${body.length} bytes written`);
+          at += bytesRead;
+        }
+        return body;
+      } finally {
+        await dispose();
+      }
+    },
+    dispose,
+  };
+}
+
+async function removeSpoolFile(file: { handle: FileHandle; path: string }): Promise<void> {
+  await file.handle.close().catch(() => undefined);
+  await rm(file.path, { force: true });
 }
 
 async function writeAll(handle: FileHandle, bytes: Uint8Array, position: number): Promise<void> {

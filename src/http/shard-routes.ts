@@ -6,10 +6,15 @@
  *     POST /v2/shards   write scope   body: the shard → 200 NDJSON progress + terminal frame
  *
  * The files of the shard are linked to the token's repository. Bodies arrive raw (no
- * Content-Type needed, see raw-body.ts), capped at the service's `maxShardBytes` (413).
+ * Content-Type needed, see raw-body.ts), capped at the service's `maxShardBytes` (413). A body
+ * is received whole (spooled to disk past 2 MiB) and then admitted against the process's
+ * budget of shard registrations (src/cas/shard-admission.ts): one that does not get its turn
+ * within the bounded wait is answered 503 with Retry-After, on both routes, and its body is
+ * never read into memory.
  *
  * `/v2/shards` answers errors found before the stream starts (token, repository, body size,
- * broken connection) with their normal status codes; from then on everything is a frame:
+ * broken connection, no room in the budget) with their normal status codes; from then on
+ * everything is a frame:
  * `{"type":"validating","verified":N,"total":M}` as validation advances, re-sent as a
  * heartbeat while it is slow (so clients can keep a read timeout), `{"type":"committing",…}`
  * while storing, and a terminal `{"type":"result","result":0|1}` or
@@ -25,22 +30,26 @@ import type { ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { PassThrough } from "node:stream";
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
-import { ShardRejectedError, type ShardProgress, type ShardRegistrationService } from "../cas/shard-registration.js";
+import { ShardAdmissionError } from "../cas/shard-admission.js";
+import { ShardRejectedError, type AdmittedShard, type ShardProgress, type ShardRegistrationService } from "../cas/shard-registration.js";
 import { hashToHex } from "../format/hash.js";
 import type { MetadataStore } from "../metadata/store.js";
+import type { OnRefusal } from "../metrics.js";
 import { casAccessOf } from "./cas-auth.js";
 import { domainErrorAnswer, ERROR_BODY_SCHEMA, HttpError, storageFullAnswer, storeUnavailableAnswer } from "./errors.js";
-import { DEFAULT_SPOOL_MEMORY_BYTES, receiveSpooled, type SpoolOptions } from "./body-spool.js";
+import { DEFAULT_SPOOL_MEMORY_BYTES, receiveSpooled, type SpooledBody, type SpoolOptions } from "./body-spool.js";
 import { bodyPieces, settleUnreadBody } from "./raw-body.js";
 
 export interface ShardRouteDeps {
-  shards: Pick<ShardRegistrationService, "register" | "maxShardBytes">;
+  shards: Pick<ShardRegistrationService, "admit" | "registerAdmitted" | "maxShardBytes">;
   /** Resolves the token's repository to the numeric id files are linked to. */
   repos: Pick<MetadataStore, "getRepo">;
   /** How often `/v2/shards` re-sends the last progress frame while validating. */
   heartbeatIntervalMs?: number;
   /** Where bodies past `spool.memoryBytes` wait on disk while they arrive (default: the OS temp folder, 2 MiB). */
   spool?: Partial<SpoolOptions>;
+  /** Told of each upload the budget of shard registrations refused (the refusal metric). */
+  onRefusal?: OnRefusal;
 }
 
 /** Production re-sends about every 20 s; a little less keeps clients with a 30 s read timeout safe. */
@@ -67,21 +76,37 @@ export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps)
   if (!(heartbeatIntervalMs > 0)) throw new RangeError(`heartbeatIntervalMs must be positive, got ${heartbeatIntervalMs}`);
   const routeOptions = { config: { casScope: "write" as const, upload: true }, bodyLimit: deps.shards.maxShardBytes };
 
+  /**
+   * Admits the received body (shard-registration.ts `admit`). No room in the budget in time
+   * becomes a 503 with Retry-After, a client gone a 400; a shard refused for what it is
+   * (ShardRejectedError) passes through.
+   */
+  const admit = async (request: FastifyRequest, body: SpooledBody, signal: AbortSignal): Promise<AdmittedShard> => {
+    try {
+      return await deps.shards.admit(body, { signal });
+    } catch (error) {
+      await body.dispose();
+      if (error instanceof ShardAdmissionError) {
+        deps.onRefusal?.("shard_budget");
+        request.log.info({ reason: error.message }, "shard upload refused: no room in the budget of shard registrations");
+        throw new HttpError(503, error.message, { "retry-after": String(error.retryAfterSeconds) });
+      }
+      if (!(error instanceof ShardRejectedError) && signal.aborted) throw clientGone();
+      throw error;
+    }
+  };
+
   for (const path of V1_PATHS) {
     app.post(path, { ...routeOptions, schema: { response: RESULT_RESPONSE_SCHEMA } }, async (request, reply) => {
       const { repoId, body } = await receiveUpload(request, deps);
       const aborted = abortOnClientGone(reply);
       try {
-        const outcome = await deps.shards.register(body, { repoId, signal: aborted.signal });
+        const outcome = await deps.shards.registerAdmitted(await admit(request, body, aborted.signal), { repoId, signal: aborted.signal });
         logRegistration(request, outcome);
         return { result: outcome.inserted ? 1 : 0 };
       } catch (error) {
-        if (error instanceof ShardRejectedError) {
-          logRejection(request, error);
-        } else if (aborted.signal.aborted) {
-          // Nobody will read the answer; a 4xx keeps it out of the internal-error log.
-          throw new HttpError(400, "The client closed the connection before the shard was registered: nothing was registered");
-        }
+        if (error instanceof ShardRejectedError) logRejection(request, error);
+        else if (aborted.signal.aborted && !(error instanceof HttpError)) throw clientGone();
         throw error;
       }
     });
@@ -89,16 +114,29 @@ export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps)
 
   app.post("/v2/shards", routeOptions, async (request, reply) => {
     const { repoId, body } = await receiveUpload(request, deps);
-    const frames = new NdjsonFrames(heartbeatIntervalMs, reply.raw);
     const aborted = abortOnClientGone(reply);
+    // Admitted before the stream starts, so a refusal of the budget is a 503 with Retry-After.
+    // A shard refused for what it is becomes the stream's error frame, as every later refusal.
+    let admitted: AdmittedShard | ShardRejectedError;
+    try {
+      admitted = await admit(request, body, aborted.signal);
+    } catch (error) {
+      if (!(error instanceof ShardRejectedError)) throw error;
+      admitted = error;
+    }
+    const frames = new NdjsonFrames(heartbeatIntervalMs, reply.raw);
+    const registration =
+      admitted instanceof ShardRejectedError
+        ? Promise.reject(admitted)
+        : deps.shards.registerAdmitted(admitted, {
+            repoId,
+            signal: aborted.signal,
+            onProgress: (progress) => frames.progress(progress),
+            onCommitting: (stage) => frames.send({ type: "committing", stage }),
+          });
     reply.raw.once("close", () => frames.close());
-    void deps.shards
-      .register(body, {
-        repoId,
-        signal: aborted.signal,
-        onProgress: (progress) => frames.progress(progress),
-        onCommitting: (stage) => frames.send({ type: "committing", stage }),
-      })
+    void registration
+      .finally(() => body.dispose())
       .then(
         (outcome) => {
           logRegistration(request, outcome);
@@ -144,7 +182,7 @@ export const shardRoutes: FastifyPluginAsync<ShardRouteDeps> = async (app, deps)
  * before the body is read, so a refused upload is not received) and the whole body, which the
  * shard format requires (its sections are read sequentially and cross-referenced).
  */
-async function receiveUpload(request: FastifyRequest, deps: ShardRouteDeps): Promise<{ repoId: number; body: Uint8Array }> {
+async function receiveUpload(request: FastifyRequest, deps: ShardRouteDeps): Promise<{ repoId: number; body: SpooledBody }> {
   try {
     const repoId = await uploadRepoId(request, deps);
     const spool: SpoolOptions = { dir: deps.spool?.dir ?? tmpdir(), memoryBytes: deps.spool?.memoryBytes ?? DEFAULT_SPOOL_MEMORY_BYTES };
@@ -165,6 +203,11 @@ async function uploadRepoId(request: FastifyRequest, deps: ShardRouteDeps): Prom
     );
   }
   return record.id;
+}
+
+/** Nobody will read the answer; a 4xx keeps it out of the internal-error log. */
+function clientGone(): HttpError {
+  return new HttpError(400, "The client closed the connection before the shard was registered: nothing was registered");
 }
 
 /** Aborts when the response closes before it finished: the client went away. */

@@ -68,6 +68,40 @@ export interface ShardRegistration {
 }
 
 /**
+ * A shard registration packed into a few typed arrays: the form the CAS service builds. An
+ * object per file and term cost ~1 KB of heap per file, which for a shard of 340,000 files was
+ * most of the memory a registration held (and 8 of them at once exhausted the heap). Stores
+ * take either form (`packShardRegistration` turns objects into this).
+ */
+export interface PackedShardRegistration {
+  shardHash: Hash;
+  repoId: number;
+  files: PackedFiles;
+  /** (chunk hash, xorb hash) pairs of the global-dedup index, 64 bytes each, oldest first. */
+  dedupEntries: Uint8Array;
+}
+
+/**
+ * Files with distinct hashes, in shard order. File `i`: hash at `hashes[32·i ..]`, size
+ * `sizes[i]`, SHA-256 at `sha256s[32·i ..]` when `hasSha256[i]` is 1 (both arrays are null when
+ * no file has one), terms `terms[PACKED_TERM_BYTES · termStarts[i] .. PACKED_TERM_BYTES ·
+ * termStarts[i + 1])` in the stored layout (`packFileTerms`), so a store writes them as they are.
+ */
+export interface PackedFiles {
+  count: number;
+  hashes: Uint8Array;
+  sizes: Float64Array;
+  sha256s: Uint8Array | null;
+  hasSha256: Uint8Array | null;
+  /** count + 1 entries. */
+  termStarts: Uint32Array;
+  terms: Uint8Array;
+}
+
+/** The bytes per packed dedup entry: chunk hash then xorb hash. */
+export const PACKED_DEDUP_ENTRY_BYTES = 2 * HASH_BYTES;
+
+/**
  * Writes validate only what the store needs to keep records decodable (hash lengths, integer
  * ranges, chunk counts) and throw InvalidRecordError otherwise, storing nothing; checking that
  * a record is *true* (hashes, lengths, ranges inside xorbs) is the CAS service's job. A row that
@@ -88,6 +122,12 @@ export interface CasMetadataStore {
    * string form (`hashToHex`). Duplicates in `hashes` are fine; any number may be asked at once.
    */
   getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>>;
+  /**
+   * The stored chunk tables of the recorded xorbs among `hashes` (PACKED_CHUNK_BYTES per chunk,
+   * length checked), keyed like `getXorbs`: for readers that visit hundreds of thousands of
+   * chunks (shard validation) without building an object per chunk.
+   */
+  getChunkTables(hashes: readonly Hash[]): Promise<Map<string, Uint8Array>>;
   /** Serialized lengths of recorded xorbs, without loading chunk tables (for HEAD). */
   getXorbSize(hash: Hash): Promise<number | null>;
 
@@ -104,7 +144,7 @@ export interface CasMetadataStore {
    * NotFoundError when `repoId` names no repository; InvalidRecordError for an unstorable
    * record. Either way nothing of the registration is stored.
    */
-  registerShard(registration: ShardRegistration): Promise<boolean>;
+  registerShard(registration: ShardRegistration | PackedShardRegistration): Promise<boolean>;
   getFile(hash: Hash): Promise<FileRecord | null>;
   /** Whether `fileHash` was registered by a shard uploaded with a token of repository `repoId`. */
   isFileInRepo(fileHash: Hash, repoId: number): Promise<boolean>;
@@ -199,12 +239,7 @@ export function packChunkTable(chunks: readonly StoredChunk[], name: string): Ui
  * reused by the caller (database drivers hand out a fresh buffer per row).
  */
 export function unpackChunkTable(packed: Uint8Array, name: string): StoredChunk[] {
-  const count = packed.length / PACKED_CHUNK_BYTES;
-  if (!Number.isInteger(count) || count === 0 || count > MAX_XORB_CHUNKS) {
-    throw new CorruptRecordError(
-      `the stored chunk table of ${name} has ${packed.length} bytes, not 1 to ${MAX_XORB_CHUNKS} records of ${PACKED_CHUNK_BYTES}: the metadata database is damaged (restore it from a backup)`,
-    );
-  }
+  const count = storedChunkTable(packed, name).length / PACKED_CHUNK_BYTES;
   const view = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
   const chunks = new Array<StoredChunk>(count);
   for (let i = 0; i < count; i++) {
@@ -269,6 +304,139 @@ export function unpackFileTerms(packed: Uint8Array, name: string): FileTerm[] {
     };
   }
   return terms;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shard registrations, packed
+
+function isPackedRegistration(registration: ShardRegistration | PackedShardRegistration): registration is PackedShardRegistration {
+  return registration.dedupEntries instanceof Uint8Array;
+}
+
+/**
+ * The packed form of a registration, checked as every write is (InvalidRecordError naming the
+ * first bad record): objects are packed, a file hash they repeat keeps its first occurrence; a
+ * packed registration is checked for its shape and returned as it is.
+ */
+export function packShardRegistration(registration: ShardRegistration | PackedShardRegistration): PackedShardRegistration {
+  const { shardHash, repoId } = registration;
+  checkHash(shardHash, "shard hash");
+  if (!Number.isSafeInteger(repoId)) throw new InvalidRecordError(`repository id must be an integer, got ${String(repoId)}`);
+  if (isPackedRegistration(registration)) {
+    checkPackedFiles(registration.files);
+    if (registration.dedupEntries.length % PACKED_DEDUP_ENTRY_BYTES !== 0) {
+      throw new InvalidRecordError(`packed dedup entries must be ${PACKED_DEDUP_ENTRY_BYTES} bytes each, got ${registration.dedupEntries.length} bytes`);
+    }
+    return registration;
+  }
+  const kept: FileRecord[] = [];
+  const keptTerms: Uint8Array[] = [];
+  const seen = new Set<string>();
+  for (const file of registration.files) {
+    const terms = packFileRecord(file);
+    const key = bytesToPlainHex(file.hash);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    kept.push(file);
+    keptTerms.push(terms);
+  }
+  const count = kept.length;
+  const withSha256 = kept.some((file) => file.sha256 !== null);
+  const files: PackedFiles = {
+    count,
+    hashes: new Uint8Array(count * HASH_BYTES),
+    sizes: new Float64Array(count),
+    sha256s: withSha256 ? new Uint8Array(count * HASH_BYTES) : null,
+    hasSha256: withSha256 ? new Uint8Array(count) : null,
+    termStarts: new Uint32Array(count + 1),
+    terms: new Uint8Array(keptTerms.reduce((sum, terms) => sum + terms.length, 0)),
+  };
+  for (let i = 0; i < count; i++) {
+    const file = kept[i];
+    files.hashes.set(file.hash, i * HASH_BYTES);
+    files.sizes[i] = file.size;
+    if (file.sha256 !== null) {
+      files.sha256s!.set(file.sha256, i * HASH_BYTES);
+      files.hasSha256![i] = 1;
+    }
+    files.terms.set(keptTerms[i], files.termStarts[i] * PACKED_TERM_BYTES);
+    files.termStarts[i + 1] = files.termStarts[i] + keptTerms[i].length / PACKED_TERM_BYTES;
+  }
+  const dedupEntries = new Uint8Array(registration.dedupEntries.length * PACKED_DEDUP_ENTRY_BYTES);
+  registration.dedupEntries.forEach((entry, i) => {
+    checkHash(entry.chunkHash, `chunk hash of dedup entry ${i}`);
+    checkHash(entry.xorbHash, `xorb hash of dedup entry ${i}`);
+    dedupEntries.set(entry.chunkHash, i * PACKED_DEDUP_ENTRY_BYTES);
+    dedupEntries.set(entry.xorbHash, i * PACKED_DEDUP_ENTRY_BYTES + HASH_BYTES);
+  });
+  return { shardHash, repoId, files, dedupEntries };
+}
+
+/** Checks that the arrays of `files` agree with each other and every size is storable. */
+function checkPackedFiles(files: PackedFiles): void {
+  const { count, hashes, sizes, sha256s, hasSha256, termStarts, terms } = files;
+  const shapeIsRight =
+    Number.isSafeInteger(count) &&
+    count >= 0 &&
+    hashes.length === count * HASH_BYTES &&
+    sizes.length >= count &&
+    termStarts.length === count + 1 &&
+    termStarts[0] === 0 &&
+    terms.length === termStarts[count] * PACKED_TERM_BYTES &&
+    (sha256s === null) === (hasSha256 === null) &&
+    (sha256s === null || (sha256s.length === count * HASH_BYTES && hasSha256!.length >= count));
+  if (!shapeIsRight) throw new InvalidRecordError("the packed files of a shard registration have arrays of inconsistent lengths");
+  for (let i = 0; i < count; i++) {
+    checkLength(sizes[i], `size of file ${i} of the registration`);
+    const termCount = termStarts[i + 1] - termStarts[i];
+    if (termCount < 0 || termCount > MAX_FILE_TERMS)
+      throw new InvalidRecordError(`file ${i} of the registration must have 0 to ${MAX_FILE_TERMS} terms, got ${termCount}`);
+  }
+}
+
+/** The hash of file `i` of packed files (a view). */
+export function packedFileHash(files: PackedFiles, i: number): Hash {
+  return files.hashes.subarray(i * HASH_BYTES, (i + 1) * HASH_BYTES);
+}
+
+/** The SHA-256 of file `i` of packed files (a view), or null. */
+export function packedFileSha256(files: PackedFiles, i: number): Uint8Array | null {
+  return files.hasSha256?.[i] === 1 ? files.sha256s!.subarray(i * HASH_BYTES, (i + 1) * HASH_BYTES) : null;
+}
+
+/** The stored form of file `i`'s terms (a view; see `packFileTerms`). */
+export function packedFileTerms(files: PackedFiles, i: number): Uint8Array {
+  return files.terms.subarray(files.termStarts[i] * PACKED_TERM_BYTES, files.termStarts[i + 1] * PACKED_TERM_BYTES);
+}
+
+/** File `i` of packed files as a record (for the rare paths that compare records). */
+export function packedFileRecord(files: PackedFiles, i: number): FileRecord {
+  const hash = packedFileHash(files, i);
+  return { hash, size: files.sizes[i], terms: unpackFileTerms(packedFileTerms(files, i), `file ${hashToHex(hash)}`), sha256: packedFileSha256(files, i) };
+}
+
+/** The chunk hash of dedup entry `i` (a view). */
+export function packedDedupChunk(entries: Uint8Array, i: number): Hash {
+  return entries.subarray(i * PACKED_DEDUP_ENTRY_BYTES, i * PACKED_DEDUP_ENTRY_BYTES + HASH_BYTES);
+}
+
+/** The xorb hash of dedup entry `i` (a view). */
+export function packedDedupXorb(entries: Uint8Array, i: number): Hash {
+  return entries.subarray(i * PACKED_DEDUP_ENTRY_BYTES + HASH_BYTES, (i + 1) * PACKED_DEDUP_ENTRY_BYTES);
+}
+
+/**
+ * A stored xorb's chunk table as stored (PACKED_CHUNK_BYTES per chunk), checked for its length;
+ * CorruptRecordError otherwise. Readers that visit many chunks read it without unpacking it.
+ */
+export function storedChunkTable(packed: Uint8Array, name: string): Uint8Array {
+  const count = packed.length / PACKED_CHUNK_BYTES;
+  if (!Number.isInteger(count) || count === 0 || count > MAX_XORB_CHUNKS) {
+    throw new CorruptRecordError(
+      `the stored chunk table of ${name} has ${packed.length} bytes, not 1 to ${MAX_XORB_CHUNKS} records of ${PACKED_CHUNK_BYTES}: the metadata database is damaged (restore it from a backup)`,
+    );
+  }
+  return packed;
 }
 
 /**

@@ -21,8 +21,8 @@
  *
  * Lease rows are pruned once they are older than the cutoff (they protect nothing then).
  */
-import { bytesToPlainHex, hashToHex, type Hash } from "../format/hash.js";
-import type { ShardRegistration } from "./cas.js";
+import { bytesToPlainHex, HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
+import { PACKED_DEDUP_ENTRY_BYTES, PACKED_TERM_BYTES, type PackedShardRegistration } from "./cas.js";
 import { BeingCollectedError } from "./errors.js";
 import type { DedupEntry } from "./migration.js";
 
@@ -165,11 +165,27 @@ export function decodeTotals(text: string): Record<string, number> {
  * ascending byte order: the order leases are taken in, so two registrations sharing xorbs lock
  * them in the same order (PostgreSQL) and never deadlock.
  */
-export function registrationXorbs(registration: ShardRegistration): Hash[] {
+export function registrationXorbs(registration: PackedShardRegistration): Hash[] {
   const xorbs = new Map<string, Hash>();
-  for (const file of registration.files) for (const term of file.terms) xorbs.set(bytesToPlainHex(term.xorbHash), term.xorbHash);
-  for (const entry of registration.dedupEntries) xorbs.set(bytesToPlainHex(entry.xorbHash), entry.xorbHash);
+  // Runs of records naming one xorb are the rule (a file's terms, a xorb's entries): the
+  // previous hash is compared before a string key is made.
+  const addFrom = (records: Uint8Array, recordBytes: number, hashAt: number) => {
+    let previous = -1;
+    for (let at = hashAt; at < records.length; at += recordBytes) {
+      if (previous !== -1 && sameBytes(records, previous, at)) continue;
+      previous = at;
+      const hash = records.subarray(at, at + HASH_BYTES);
+      xorbs.set(bytesToPlainHex(hash), hash);
+    }
+  };
+  addFrom(registration.files.terms, PACKED_TERM_BYTES, 0);
+  addFrom(registration.dedupEntries, PACKED_DEDUP_ENTRY_BYTES, HASH_BYTES);
   return [...xorbs.keys()].sort().map((key) => xorbs.get(key)!);
+}
+
+function sameBytes(bytes: Uint8Array, a: number, b: number): boolean {
+  for (let i = 0; i < HASH_BYTES; i++) if (bytes[a + i] !== bytes[b + i]) return false;
+  return true;
 }
 
 /**

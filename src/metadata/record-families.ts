@@ -8,7 +8,7 @@
  */
 import type { Hash } from "../format/hash.js";
 import type { CondemnableKind, CondemnedBlob, CondemnedXorb, DeletedFile, GcRecords, Lease, LeaseKind, MaintenanceRun, SeenRef } from "./gc.js";
-import type { CasMetadataStore, FileRecord, ShardRegistration, XorbRecord } from "./cas.js";
+import type { CasMetadataStore, FileRecord, PackedShardRegistration, ShardRegistration, XorbRecord } from "./cas.js";
 import type { StatsMetadata, StatsSample, XorbFootprint, XorbTotals } from "./stats.js";
 import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, MetadataMigration, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "./migration.js";
 import type {
@@ -130,10 +130,13 @@ export abstract class RecordFamiliesStore implements MetadataStore {
   getXorbs(hashes: readonly Hash[]): Promise<Map<string, XorbRecord>> {
     return this.families.cas.getXorbs(hashes);
   }
+  getChunkTables(hashes: readonly Hash[]): Promise<Map<string, Uint8Array>> {
+    return this.families.cas.getChunkTables(hashes);
+  }
   getXorbSize(hash: Hash): Promise<number | null> {
     return this.families.cas.getXorbSize(hash);
   }
-  registerShard(registration: ShardRegistration): Promise<boolean> {
+  registerShard(registration: ShardRegistration | PackedShardRegistration): Promise<boolean> {
     return this.families.cas.registerShard(registration);
   }
   getFile(hash: Hash): Promise<FileRecord | null> {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { beforeEach, describe, it } from "node:test";
+import { ShardAdmissionError } from "../../src/cas/shard-admission.js";
 import { ShardRegistrationService, ShardRejectedError, type ShardProgress, type ShardRejectionCode } from "../../src/cas/shard-registration.js";
 import type { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { ZERO_HASH, chunkHash, fileHash, hashFromHex, hashToHex, isGlobalDedupEligible, verificationHash, type Hash } from "../../src/format/hash.js";
@@ -13,6 +14,7 @@ import { blobKey } from "../../src/storage/blob-store.js";
 import type { FsBlobStore } from "../../src/storage/fs.js";
 import { ingestWhole, sqliteRowCounts, useFreshCasServices } from "../helpers/stores.js";
 import { fromHex, loadVector, makeData, toHex } from "../helpers/vectors.js";
+import { until } from "../helpers/wait.js";
 
 const xorbVector = loadVector("xorb-small.json");
 const shardVector = loadVector("shard-upload-small.json");
@@ -352,9 +354,9 @@ describe("shard registration: rejections leave no trace", () => {
     const amplified = { ...fileOf(terms), fileHash: hashFromHex("ab".repeat(32)) };
     let lookups = 0;
     const counting: typeof metadata = Object.create(metadata);
-    counting.getXorbs = async (hashes) => {
+    counting.getChunkTables = async (hashes) => {
       lookups++;
-      return metadata.getXorbs(hashes);
+      return metadata.getChunkTables(hashes);
     };
     const guarded = new ShardRegistrationService({ metadata: counting, blobs, maxShardBytes: 1024 * 1024 });
     await assert.rejects(guarded.register(shardOf([amplified]), { repoId: alice }), (error: unknown) => {
@@ -485,16 +487,17 @@ describe("shard registration: contents", () => {
     );
     let queries = 0;
     let loaded = 0;
-    const counting: Pick<CasMetadataStore, "getXorbs" | "registerShard"> = {
-      getXorbs: (hashes) => {
+    const counting: Pick<CasMetadataStore, "getChunkTables" | "registerShard"> = {
+      getChunkTables: (hashes) => {
         queries++;
         loaded += hashes.length;
-        assert.ok(hashes.length <= 32, "xorbs are loaded in batches");
-        return metadata.getXorbs(hashes);
+        assert.ok(hashes.length <= 16, "xorbs are loaded in batches");
+        return metadata.getChunkTables(hashes);
       },
       registerShard: (registration) => metadata.registerShard(registration),
     };
-    const tight = new ShardRegistrationService({ metadata: counting, blobs, maxShardBytes: 1024 * 1024, loadedChunkBudget: 4 });
+    // Room for about two of these two-chunk xorbs.
+    const tight = new ShardRegistrationService({ metadata: counting, blobs, maxShardBytes: 1024 * 1024, loadedBytesBudget: 1000 });
     const outcome = await tight.register(
       shardOf(
         files,
@@ -510,7 +513,7 @@ describe("shard registration: contents", () => {
     loaded = 0;
     const roomy = new ShardRegistrationService({ metadata: counting, blobs, maxShardBytes: 1024 * 1024 });
     assert.equal((await roomy.register(shardOf(files), { repoId: bob })).inserted, true);
-    assert.deepEqual([queries, loaded], [2, 40], "40 distinct xorbs take two batched queries when nothing is evicted");
+    assert.deepEqual([queries, loaded], [3, 40], "40 distinct xorbs take three batched queries when nothing is evicted");
   });
 
   it("reports progress and lets the event loop run during a long validation", async () => {
@@ -546,5 +549,73 @@ describe("shard registration: contents", () => {
       assert.ok(progress[i].verified > progress[i - 1].verified && progress[i].verified <= 300);
     }
     assert.ok(ticks > ticksAtFirstProgress, "timers ran while the shard was being validated");
+  });
+});
+
+describe("shard registration: the budget of the process", () => {
+  /** A service with a budget of `memoryBytes` whose chunk-table loads wait until `open()`. */
+  function gatedService(memoryBytes: number, admissionWaitMs: number) {
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => (open = resolve));
+    const gated: Pick<CasMetadataStore, "getChunkTables" | "registerShard"> = {
+      getChunkTables: async (hashes) => {
+        await opened;
+        return metadata.getChunkTables(hashes);
+      },
+      registerShard: (registration) => metadata.registerShard(registration),
+    };
+    const budgeted = new ShardRegistrationService({ metadata: gated, blobs, maxShardBytes: 1 << 20, budget: { memoryBytes }, admissionWaitMs });
+    return { budgeted, open };
+  }
+
+  it("charges a registration before its work, refuses one more that finds no room in time, and gives every charge back", async () => {
+    // A budget of one byte: every registration is larger than it, so each runs alone.
+    const { budgeted, open } = gatedService(1, 0);
+    const body = xetCoreVariant();
+    const first = budgeted.register(body, { repoId: alice });
+    await until(() => budgeted.admission.usage.chunkReferences > 0, "the first registration to hold its charge");
+    const charge = budgeted.memoryCharge(body.length);
+    assert.deepEqual(budgeted.admission.usage, { memoryBytes: charge, chunkReferences: 6, waiting: 0 });
+    await assert.rejects(budgeted.register(xetCoreVariant(), { repoId: bob }), (error: unknown) => {
+      assert.ok(error instanceof ShardAdmissionError, `expected a ShardAdmissionError, got ${String(error)}`);
+      assert.match(error.message, /did not get its turn in time/);
+      return true;
+    });
+    open();
+    assert.equal((await first).inserted, true);
+    assert.deepEqual(budgeted.admission.usage, { memoryBytes: 0, chunkReferences: 0, waiting: 0 });
+    assert.equal(await metadata.isFileInRepo(FILE_A, bob), false, "the refused upload registered nothing");
+  });
+
+  it("lets a registration wait its turn within the bound, then runs it", async () => {
+    const { budgeted, open } = gatedService(1, 60_000);
+    const first = budgeted.register(xetCoreVariant(), { repoId: alice });
+    const second = budgeted.register(hfJsVariant(), { repoId: bob });
+    await until(() => budgeted.admission.usage.waiting === 1, "the second registration to wait");
+    open();
+    assert.deepEqual([(await first).inserted, (await second).inserted], [true, false]);
+    assert.equal(await metadata.isFileInRepo(FILE_A, bob), true);
+    assert.deepEqual(budgeted.admission.usage, { memoryBytes: 0, chunkReferences: 0, waiting: 0 });
+  });
+
+  it("gives the charge back when the shard is refused or the client goes away while it waits", async () => {
+    const { budgeted, open } = gatedService(1, 60_000);
+    open();
+    await assert.rejects(budgeted.register(Buffer.from("not a shard"), { repoId: alice }), ShardRejectedError);
+    const xorb = makeXorb(3);
+    await upload(xorb);
+    const file = fileOf([{ xorb: xorb.info, start: 0, end: 3 }]);
+    await assert.rejects(budgeted.register(shardOf([{ ...file, fileHash: ZERO_HASH.map(() => 7) }]), { repoId: alice }), ShardRejectedError);
+    assert.deepEqual(budgeted.admission.usage, { memoryBytes: 0, chunkReferences: 0, waiting: 0 });
+
+    const held = await budgeted.admission.admitMemory(1, budgeted.admission.deadline());
+    const controller = new AbortController();
+    const waiting = budgeted.register(xetCoreVariant(), { repoId: alice, signal: controller.signal });
+    await until(() => budgeted.admission.usage.waiting === 1, "the registration to wait");
+    controller.abort(new Error("client gone"));
+    await assert.rejects(waiting, /client gone/);
+    held();
+    assert.deepEqual(budgeted.admission.usage, { memoryBytes: 0, chunkReferences: 0, waiting: 0 });
+    await assertNoTrace();
   });
 });

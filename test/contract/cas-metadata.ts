@@ -18,6 +18,7 @@ import {
   type StoredChunk,
   type XorbRecord,
 } from "../../src/metadata/store.js";
+import { packChunkTable, packShardRegistration } from "../../src/metadata/cas.js";
 import { hashOf, xorbRecord } from "../helpers/fixtures.js";
 
 export type StoreBody = (store: MetadataStore, reopen: () => Promise<MetadataStore>, t: TestContext) => Promise<void>;
@@ -105,6 +106,20 @@ export function runCasMetadataContract(withStore: WithStore): void {
         assert.equal(await store.getXorbSize(small.hash), U32_MAX);
         assert.equal(await store.getXorbSize(full.hash), full.serializedLength);
         assert.equal(await store.getXorbSize(hashOf("absent")), null);
+      }),
+    );
+
+    it(
+      "reads chunk tables packed, as stored, for the recorded xorbs among the hashes asked",
+      withStore(async (store) => {
+        const xorbs = [makeXorb("packed a", 3), makeXorb("packed b", MAX_XORB_CHUNKS)];
+        for (const xorb of xorbs) await store.putXorb(xorb);
+        const tables = await store.getChunkTables([xorbs[1].hash, hashOf("absent"), xorbs[0].hash, xorbs[1].hash]);
+        assert.deepEqual([...tables.keys()].sort(), xorbs.map((x) => hashToHex(x.hash)).sort());
+        for (const xorb of xorbs) {
+          assert.deepEqual(new Uint8Array(tables.get(hashToHex(xorb.hash))!), packChunkTable(xorb.chunks, "expected"));
+        }
+        assert.equal((await store.getChunkTables([])).size, 0);
       }),
     );
 
@@ -228,6 +243,49 @@ export function runCasMetadataContract(withStore: WithStore): void {
         }
         assert.deepEqual(await store.findFileBySha256(repoB.id, withSha.sha256!), withSha.hash);
         assert.deepEqual(await store.findDedupXorbs(xorbs[0].chunks[0].hash, 10), [xorbs[0].hash], "repeats add no second dedup entry");
+      }),
+    );
+
+    it(
+      "registers the packed form of a registration exactly as its object form",
+      withStore(async (store) => {
+        const repo = await store.createRepo("model", "alice/packed");
+        const xorbs = [makeXorb("p0", 30), makeXorb("p1", 9)];
+        for (const xorb of xorbs) await store.putXorb(xorb);
+        const files = [makeFile("packed with sha", xorbs, 7, hashOf("sha of packed")), makeFile("packed without sha", xorbs, 2, null), EMPTY_FILE];
+        const dedupEntries = [
+          { chunkHash: xorbs[1].chunks[3].hash, xorbHash: xorbs[1].hash },
+          { chunkHash: xorbs[0].chunks[0].hash, xorbHash: xorbs[0].hash },
+        ];
+        // A repeated file hash keeps its first occurrence in the packed form too.
+        const packed = packShardRegistration(registration("packed", repo.id, [...files, { ...files[1], size: 1 }], dedupEntries));
+        assert.equal(packed.files.count, files.length);
+        assert.equal(await store.registerShard(packed), true);
+        assert.equal(await store.registerShard(packed), false);
+        for (const file of files) {
+          assert.deepEqual(await store.getFile(file.hash), file);
+          assert.equal(await store.isFileInRepo(file.hash, repo.id), true);
+        }
+        assert.deepEqual(await store.findFileBySha256(repo.id, files[0].sha256!), files[0].hash);
+        for (const entry of dedupEntries) assert.deepEqual(await store.findDedupXorbs(entry.chunkHash, 10), [entry.xorbHash]);
+      }),
+    );
+
+    it(
+      "refuses a packed registration whose arrays disagree, storing nothing",
+      withStore(async (store) => {
+        const repo = await store.createRepo("model", "alice/bad-packed");
+        const xorb = makeXorb("bp", 4);
+        await store.putXorb(xorb);
+        const reg = registration("bad packed", repo.id, [makeFile("bad packed", [xorb], 2, null)]);
+        const packed = packShardRegistration(reg);
+        const broken = [
+          { ...packed, files: { ...packed.files, count: 2 } },
+          { ...packed, files: { ...packed.files, terms: packed.files.terms.subarray(1) } },
+          { ...packed, dedupEntries: new Uint8Array(63) },
+        ];
+        for (const bad of broken) await assert.rejects(store.registerShard(bad), InvalidRecordError);
+        await assertNothingStored(store, reg, repo.id);
       }),
     );
 

@@ -20,6 +20,7 @@ import { createHttpApp } from "../../src/http/app.js";
 import { casScope } from "../../src/http/cas-scope.js";
 import { createLogger } from "../../src/http/logging.js";
 import { shardRoutes } from "../../src/http/shard-routes.js";
+import { packChunkTable } from "../../src/metadata/cas.js";
 import type { MetadataStore, Repo } from "../../src/metadata/store.js";
 import { casTokenSignedWith } from "../helpers/fixtures.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../helpers/server.js";
@@ -283,9 +284,9 @@ describe("/v2/shards heartbeat (in-process, short interval)", () => {
     let release!: () => void;
     const released = new Promise<void>((resolve) => (release = resolve));
     const slowStore = {
-      getXorbs: async () => {
+      getChunkTables: async () => {
         await released;
-        return new Map([[VECTOR_XORB_HEX, { hash: vectorInfo.hash, serializedLength: 1398, uncompressedLength: 3565, chunks: [...vectorInfo.chunks] }]]);
+        return new Map([[VECTOR_XORB_HEX, packChunkTable(vectorInfo.chunks, "the vector xorb")]]);
       },
       registerShard: async (registration: unknown) => {
         registered.push(registration);

@@ -20,15 +20,30 @@ describe("receiveSpooled", () => {
     const dir = join(root.path, "small");
     const body = randomBytes(100_000);
     const received = await receiveSpooled(piecesOf(body, 65_536), { dir, memoryBytes: 1 << 20 });
-    assert.ok(Buffer.from(received).equals(body));
+    assert.equal(received.length, body.length);
+    assert.ok(Buffer.from(await received.read()).equals(body));
+    await received.dispose();
     await assert.rejects(readdir(dir), { code: "ENOENT" }, "no spool folder was made");
   });
 
-  it("spools a body past the memory bound to disk and reads it back exactly, removing the file", async () => {
+  it("spools a body past the memory bound to disk, keeps it there until it is read, reads it back exactly and removes the file", async () => {
     const dir = join(root.path, "large");
     const body = randomBytes(5 * 1024 * 1024 + 123);
     const received = await receiveSpooled(piecesOf(body, 65_536), { dir, memoryBytes: 1 << 20 });
-    assert.ok(Buffer.from(received).equals(body));
+    assert.equal(received.length, body.length);
+    assert.equal((await readdir(dir)).length, 1, "the body waits on disk");
+    assert.ok(Buffer.from(await received.read()).equals(body));
+    assert.deepEqual(await readdir(dir), []);
+    await received.dispose();
+    await assert.rejects(received.read(), /read or disposed of already/);
+  });
+
+  it("removes the file of a body disposed of unread", async () => {
+    const dir = join(root.path, "unread");
+    const received = await receiveSpooled(piecesOf(randomBytes(3 << 20), 65_536), { dir, memoryBytes: 1 << 20 });
+    assert.equal((await readdir(dir)).length, 1);
+    await received.dispose();
+    await received.dispose();
     assert.deepEqual(await readdir(dir), []);
   });
 
@@ -42,7 +57,7 @@ describe("receiveSpooled", () => {
 describe("sweepSpool", () => {
   it("removes spool files older than the age given, and nothing else", async () => {
     const dir = join(root.path, "sweep");
-    await receiveSpooled(piecesOf(Buffer.alloc(10), 10), { dir, memoryBytes: 1 }); // creates the folder
+    await (await receiveSpooled(piecesOf(Buffer.alloc(10), 10), { dir, memoryBytes: 1 })).dispose(); // creates the folder
     await writeFile(join(dir, "body-1-old"), "x");
     await writeFile(join(dir, "body-1-young"), "x");
     await writeFile(join(dir, "unrelated"), "x");

@@ -6,10 +6,12 @@ import type { RepoType } from "../../format/repo.js";
 import type Database from "better-sqlite3";
 import { hashToHex, type Hash } from "../../format/hash.js";
 import {
-  checkHash,
+  packShardRegistration,
   packXorbRecord,
+  storedChunkTable,
   storedHash,
   type FileRecord,
+  type PackedShardRegistration,
   type ShardRegistration,
   type XorbRecord,
   fileRecordOf,
@@ -17,7 +19,6 @@ import {
   type FileRow,
   type XorbRow,
 } from "../cas.js";
-import { InvalidRecordError } from "../errors.js";
 import { overtakenLease, type Lease } from "../gc.js";
 import type { SqliteConnection } from "./connection.js";
 import { HashBatchQuery } from "./hash-batches.js";
@@ -63,6 +64,7 @@ export class SqliteCasRecords {
   /** Writes large shard registrations on a connection of their own, in steps. */
   private readonly bulkShards: BulkShardWriter;
   private readonly xorbBatches: HashBatchQuery<XorbRow>;
+  private readonly chunkTableBatches: HashBatchQuery<Pick<XorbRow, "hash" | "chunks">>;
 
   constructor(private readonly connection: SqliteConnection) {
     this.db = connection.db;
@@ -72,6 +74,7 @@ export class SqliteCasRecords {
       this.db,
       (placeholders) => `SELECT hash, serialized_length, uncompressed_length, chunks FROM xorbs WHERE hash IN (${placeholders})`,
     );
+    this.chunkTableBatches = new HashBatchQuery(this.db, (placeholders) => `SELECT hash, chunks FROM xorbs WHERE hash IN (${placeholders})`);
   }
 
   async putXorb(xorb: XorbRecord, lease?: Lease): Promise<boolean> {
@@ -94,18 +97,25 @@ export class SqliteCasRecords {
     return found;
   }
 
+  async getChunkTables(hashes: readonly Hash[]): Promise<Map<string, Uint8Array>> {
+    const found = new Map<string, Uint8Array>();
+    for (const row of this.chunkTableBatches.all(hashes)) {
+      const hex = hashToHex(storedHash(row.hash, "xorb hash"));
+      found.set(hex, storedChunkTable(row.chunks, `xorb ${hex}`));
+    }
+    return found;
+  }
+
   async getXorbSize(hash: Hash): Promise<number | null> {
     return this.sql.xorbSize.get(hash)?.serialized_length ?? null;
   }
 
-  async registerShard(registration: ShardRegistration): Promise<boolean> {
-    const { shardHash, repoId } = registration;
-    checkHash(shardHash, "shard hash");
-    if (!Number.isSafeInteger(repoId)) throw new InvalidRecordError(`repository id must be an integer, got ${String(repoId)}`);
-    if (fitsOneStep(registration)) {
-      return this.connection.write(() => this.db.transaction(() => runToEnd(registrationSteps(this.sql, registration))).immediate());
+  async registerShard(registration: ShardRegistration | PackedShardRegistration): Promise<boolean> {
+    const packed = packShardRegistration(registration);
+    if (fitsOneStep(packed)) {
+      return this.connection.write(() => this.db.transaction(() => runToEnd(registrationSteps(this.sql, packed))).immediate());
     }
-    return this.connection.writeExclusively(() => this.bulkShards.register(registration));
+    return this.connection.writeExclusively(() => this.bulkShards.register(packed));
   }
 
   async getFile(hash: Hash): Promise<FileRecord | null> {
