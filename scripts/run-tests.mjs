@@ -41,10 +41,16 @@ import { fileURLToPath } from "node:url";
 
 const SCALEOUT_DIR = join("test", "scaleout");
 /**
- * Files that restart the services every other scale-out test shares (the fault drills): they
- * run after the other files, one at a time, so that no other test meets their outages.
+ * Files that run after the others, one at a time: those that must have the machine to themselves
+ * (a fixed port, say), and those that restart the services every other scale-out test shares
+ * (the fault drills), so that no other test meets their outages.
  */
 const RUN_ALONE = new Set([join(SCALEOUT_DIR, "faults.test.ts")]);
+/**
+ * The scale-out files share one PostgreSQL and one Ceph RGW, running on the same cores: a run
+ * that has any of them runs at most this many files at once (as many as before this runner).
+ */
+const SCALEOUT_CONCURRENCY = 2;
 /**
  * The heavy files, which CASTOR_SKIP_HEAVY=1 leaves out of a run over folders, for a quick
  * check on a developer's machine (a file named on the command line still runs, and where `CI`
@@ -264,11 +270,12 @@ function timing(result) {
 }
 
 const runsAlone = (file) => RUN_ALONE.has(file);
+const limit = files.some((file) => file.startsWith(SCALEOUT_DIR + sep)) ? Math.min(concurrency, SCALEOUT_CONCURRENCY) : concurrency;
 const started = performance.now();
 const results = [];
 await runGroup(
   files.filter((file) => !runsAlone(file)),
-  concurrency,
+  limit,
   results,
 );
 await runGroup(files.filter(runsAlone), 1, results);
@@ -289,7 +296,7 @@ if (results.length > 1) {
   for (const result of [...results].sort((a, b) => b.seconds - a.seconds).slice(0, 10)) console.log(`   ${result.file} (${timing(result)})`);
 }
 console.log(
-  `\n${failed.length ? "FAILED" : "passed"}: ${results.length} files, ${sum("tests")} tests, ${sum("pass")} passed, ${sum("fail")} failed, ${sum("cancelled")} cancelled, ${sum("skipped")} skipped in ${wall.toFixed(1)} s (CPU ${cpu.toFixed(1)} s, ${concurrency} files at once)${skipped.length ? `; ${skipped.length} heavy files not run (CASTOR_SKIP_HEAVY)` : ""}`,
+  `\n${failed.length ? "FAILED" : "passed"}: ${results.length} files, ${sum("tests")} tests, ${sum("pass")} passed, ${sum("fail")} failed, ${sum("cancelled")} cancelled, ${sum("skipped")} skipped in ${wall.toFixed(1)} s (CPU ${cpu.toFixed(1)} s, ${limit} files at once)${skipped.length ? `; ${skipped.length} heavy files not run (CASTOR_SKIP_HEAVY)` : ""}`,
 );
 for (const result of failed) console.log(`   failed: ${result.file} (${timing(result)})`);
 if (process.env.CASTOR_TEST_TIMES) {
