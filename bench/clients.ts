@@ -55,16 +55,17 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { castorClientDownload, castorClientUpload, interopPython, startCastorFixture, type CastorFixture } from "../test/interop/harness.js";
-import { benchRow, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { benchRow, megabytesPerSecond, median, sized, type BenchRow } from "./lib.js";
 import { startDoNothingCas, type DoNothingCas } from "./support/do-nothing-cas.js";
 import { processCpuSeconds, processThreadsCpuSeconds } from "./support/proc-stats.js";
 import { verifyDownload, writeCompressibleFile, writeRandomFile, type RandomFile } from "./support/random-file.js";
 import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 
 const GROUP = "clients";
-const FILE_BYTES = 256 * 1024 * 1024;
+const FILE_BYTES = sized(256, 8) * 1024 * 1024;
 const FILE_SEED = 256;
-const MAX_ROUNDS = 6;
+/** The uncounted warm-up round and at most 5 counted ones (a smoke run: one). */
+const MAX_ROUNDS = sized(6, 2);
 /** No new round starts after this much time, so the group stays around 3 minutes. */
 const ROUND_BUDGET_SECONDS = 140;
 
@@ -108,7 +109,7 @@ export async function run(): Promise<BenchRow[]> {
     let rounds = 0;
     while (rounds < MAX_ROUNDS && (rounds <= 1 || (performance.now() - groupStarted) / 1000 < ROUND_BUDGET_SECONDS)) {
       for (const kind of KINDS) {
-        const source = join(scratch, `${kind}-256MiB-${rounds}.bin`);
+        const source = join(scratch, `${kind}-${rounds}.bin`);
         const seed = FILE_SEED + rounds;
         const file = kind === "random" ? await writeRandomFile(source, FILE_BYTES, seed) : await writeCompressibleFile(source, FILE_BYTES, seed);
         const inMemory = await startDoNothingCas();
@@ -174,7 +175,8 @@ async function runRound(
 
 function report(rates: PerRound, serverCpu: PerRound, rounds: number): BenchRow[] {
   const rows: BenchRow[] = [];
-  const roundsNote = (kind: Kind) => `256 MiB ${kind} file, best and median of ${rounds} round${rounds === 1 ? "" : "s"} after a warm-up round`;
+  const roundsNote = (kind: Kind) =>
+    `${FILE_BYTES / 1024 / 1024} MiB ${kind} file, best and median of ${rounds} round${rounds === 1 ? "" : "s"} after a warm-up round`;
   // best ÷ best compares each side's least disturbed run; a best per-round ratio would favour
   // rounds where load happened to hit the denominator. For CPU seconds the least is the best.
   const ratioRow = (
@@ -207,7 +209,7 @@ function report(rates: PerRound, serverCpu: PerRound, rounds: number): BenchRow[
         rows.push(
           benchRow(GROUP, `${kind}: ${setup} ${transfer}: server CPU`, Math.min(...values), "s", {
             median: median(values),
-            note: "CPU seconds the server spent on one 256 MiB transfer (least and median)",
+            note: `CPU seconds the server spent on one ${FILE_BYTES / 1024 / 1024} MiB transfer (least and median)`,
           }),
         );
       }

@@ -49,17 +49,17 @@ import type { FileTerm } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
-import { benchRow, deterministicRandomBytes, median, megabytesPerSecond, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, median, megabytesPerSecond, sized, type BenchRow } from "./lib.js";
 import { fetchCountedBytes } from "./support/fetch-bytes.js";
 
 const GROUP = "file-read";
 const KiB = 1024;
 const MiB = 1024 * KiB;
 const CHUNK_BYTES = 64 * KiB;
-const CHUNKS_PER_XORB = 1024;
-const XORBS = 4;
+const CHUNKS_PER_XORB = sized(1024, 128);
+const XORBS = sized(4, 2);
 const FILE_BYTES = XORBS * CHUNKS_PER_XORB * CHUNK_BYTES;
-const ROUNDS = 7;
+const ROUNDS = sized(7, 1);
 const RATIO_TARGET = 0.7;
 const WORKER_ROLE = "castor-file-read-bench-server";
 
@@ -123,9 +123,12 @@ export async function run(): Promise<BenchRow[]> {
       };
       const inProcess = await alternate(drainFile, drainSpans, FILE_BYTES, setup.storedBytes);
 
-      const stored = `${XORBS} × 64 MiB xorbs stored in ${(setup.storedBytes / MiB).toFixed(1)} MiB (${((100 * setup.storedBytes) / FILE_BYTES).toFixed(0)}%)`;
+      const stored = `${XORBS} × ${(CHUNKS_PER_XORB * CHUNK_BYTES) / MiB} MiB xorbs stored in ${(setup.storedBytes / MiB).toFixed(1)} MiB (${((100 * setup.storedBytes) / FILE_BYTES).toFixed(0)}%)`;
       return [
-        benchRow(GROUP, "FileReader over HTTP, 256 MiB file", http.file.best, "MB/s", { median: http.file.median, note: `1 request, ${stored}` }),
+        benchRow(GROUP, `FileReader over HTTP, ${FILE_BYTES / MiB} MiB file`, http.file.best, "MB/s", {
+          median: http.file.median,
+          note: `1 request, ${stored}`,
+        }),
         benchRow(GROUP, "transfer route, the same stored spans over HTTP", http.raw.best, "MB/s", {
           median: http.raw.median,
           note: `${setup.spans.length} single-range GETs, 1 in flight; MB/s of stored bytes`,

@@ -33,16 +33,17 @@ import type { FileRecord, MetadataStore, ShardRegistration, TreeEntry, TreeRecor
 import type { GcPhases } from "../src/ops/gc.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
-import { benchRow, type BenchRow } from "./lib.js";
+import { benchRow, sized, type BenchRow } from "./lib.js";
 import { labelHash, onEachMetadataBackend, syntheticXorb, termsOver, treeOf } from "./support/synthetic-metadata.js";
 
 const GROUP = "gc";
-const XORBS = 100_000;
+/** A smoke run: 2,000 files over 20,000 chunks, in 2 repositories of 10 shards of 100 files. */
+const XORBS = sized(100_000, 2_000);
 const CHUNKS_PER_XORB = 10;
 const CHUNKS = XORBS * CHUNKS_PER_XORB;
-const FILES = 100_000;
+const FILES = sized(100_000, 2_000);
 const CHUNKS_PER_FILE = CHUNKS / FILES;
-const FILES_PER_SHARD = 1_000;
+const FILES_PER_SHARD = sized(1_000, 100);
 const SHARDS = FILES / FILES_PER_SHARD;
 const SHARDS_PER_REPO = 10;
 const REPOS = SHARDS / SHARDS_PER_REPO;

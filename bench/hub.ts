@@ -8,6 +8,13 @@
  * - one NDJSON commit of 1,000 small inline files.
  * - tree listings of a 10,000-file repository (100 folders × 100 files): a full recursive
  *   page (1,000 entries) and a one-folder listing, requests per second from 4 clients.
+ * - paths that once took a quadratic regular expression hours: paths-info of a path of
+ *   1,000,000 slashes between two letters, `trimSlashes` on it, and a commit line deleting a
+ *   folder of 200,000 slashes (the unit tests check the answers, these rows the time).
+ *
+ * The server runs without the per-token request limit (CASTOR_HUB_RATE_LIMIT=off): the listings
+ * send thousands of requests a minute with one token, and a benchmark of the routes must not
+ * measure the limiter's 429s instead.
  */
 import { createHash } from "node:crypto";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -17,29 +24,37 @@ import { join } from "node:path";
 import { upload } from "../src/client/index.js";
 import { parseReconstructionV1 } from "../src/format/reconstruction.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
-import { benchRow, deterministicRandomBytes, median, megabytesPerSecond, type BenchRow } from "./lib.js";
+import { trimSlashes } from "../src/format/repo.js";
+import { CommitPayloadParser, maxCommitLineBytes } from "../src/hub/commit-payload.js";
+import { HubError } from "../src/hub/errors.js";
+import { DEFAULT_HUB_INLINE_MAX_BYTES } from "../src/config.js";
+import { benchRow, deterministicRandomBytes, median, megabytesPerSecond, sized, timeRepeated, type BenchRow } from "./lib.js";
 
 const GROUP = "hub";
 const MiB = 1024 * 1024;
-const FILE_BYTES = 256 * MiB;
-const REPETITIONS = 5;
-const COMMIT_FILES = 1000;
-const TREE_FOLDERS = 100;
-const FILES_PER_FOLDER = 100;
+const FILE_BYTES = sized(256, 8) * MiB;
+const REPETITIONS = sized(5, 1);
+const COMMIT_FILES = sized(1000, 50);
+const TREE_FOLDERS = sized(100, 5);
+const FILES_PER_FOLDER = sized(100, 10);
+/** The folder of the one-folder listing. */
+const LISTED_FOLDER = `d${Math.min(42, TREE_FOLDERS - 1)}`;
 const TREE_CLIENTS = 4;
-const TREE_SECONDS = 3;
+const TREE_SECONDS = sized(3, 0.5);
 const RATIO_TARGET = 0.7;
+const SLASHES_IN_PATH = 1_000_000;
+const SLASHES_IN_COMMIT_LINE = 200_000;
 
 export async function run(): Promise<BenchRow[]> {
   const work = await mkdtemp(join(tmpdir(), "castor-bench-hub-"));
-  const server = await startCastorServer({ compiled: true });
+  const server = await startCastorServer({ compiled: true, env: { CASTOR_HUB_RATE_LIMIT: "off" } });
   const agent = new Agent({ keepAlive: true, maxSockets: TREE_CLIENTS });
   try {
     const fixture = await hubFixture(server, { repoType: "model", repoName: "bench/hub" });
     const token = fixture.hubTokens.write;
     const rows: BenchRow[] = [];
 
-    // A 256 MiB file, uploaded through Xet and committed by its SHA-256.
+    // A 256 MiB file (8 MiB in a smoke run), uploaded through Xet and committed by its SHA-256.
     const content = deterministicRandomBytes(FILE_BYTES, 11);
     const path = join(work, "model.bin");
     await writeFile(path, content);
@@ -62,7 +77,7 @@ export async function run(): Promise<BenchRow[]> {
       transferRates.push(megabytesPerSecond(FILE_BYTES, transferSeconds));
       ratios.push(transferSeconds / resolveSeconds);
     }
-    rows.push(benchRow(GROUP, "resolve GET, 256 MiB Xet file (server reconstructs)", median(resolveRates), "MB/s"));
+    rows.push(benchRow(GROUP, `resolve GET, ${FILE_BYTES / MiB} MiB Xet file (server reconstructs)`, median(resolveRates), "MB/s"));
     rows.push(benchRow(GROUP, "transfer route, same file's xorb ranges", median(transferRates), "MB/s"));
     rows.push(benchRow(GROUP, "resolve GET / transfer route (median of paired rounds)", median(ratios), "ratio", { target: { atLeast: RATIO_TARGET } }));
 
@@ -87,17 +102,24 @@ export async function run(): Promise<BenchRow[]> {
     const treeCommitSeconds = await timed(() => commit(server, token, "bench/hub", tree));
     rows.push(benchRow(GROUP, `commit of ${tree.length} inline files`, treeCommitSeconds * 1000, "ms"));
     const headers = { authorization: `Bearer ${token}` };
+    const repoFiles = 1 + COMMIT_FILES + tree.length;
     rows.push(
       benchRow(
         GROUP,
-        "tree, recursive page of 1,000 entries (11,000-file repo)",
+        `tree, recursive page of ${Math.min(1000, repoFiles).toLocaleString("en-US")} entries (${repoFiles.toLocaleString("en-US")}-file repo)`,
         await requestsPerSecond(agent, `${server.url}/api/models/bench/hub/tree/main?recursive=true`, headers),
         "req/s",
       ),
     );
     rows.push(
-      benchRow(GROUP, "tree, one folder of 100 files", await requestsPerSecond(agent, `${server.url}/api/models/bench/hub/tree/main/d42`, headers), "req/s"),
+      benchRow(
+        GROUP,
+        `tree, one folder of ${FILES_PER_FOLDER} files`,
+        await requestsPerSecond(agent, `${server.url}/api/models/bench/hub/tree/main/${LISTED_FOLDER}`, headers),
+        "req/s",
+      ),
     );
+    rows.push(...(await longPathRows(server, token)));
     return rows;
   } finally {
     agent.destroy();
@@ -164,4 +186,50 @@ async function requestsPerSecond(agent: Agent, url: string, headers: Record<stri
   const started = performance.now();
   await Promise.all(Array.from({ length: TREE_CLIENTS }, client));
   return count / ((performance.now() - started) / 1000);
+}
+
+/**
+ * The inputs that once met a quadratic regular expression, timed: milliseconds now, hours then.
+ * test/hub/commit-payload.test.ts and test/http/hub-routes-more.ts check their answers.
+ */
+async function longPathRows(server: ServerProcess, token: string): Promise<BenchRow[]> {
+  const long = `a${"/".repeat(SLASHES_IN_PATH)}b`;
+  const slashes = SLASHES_IN_PATH.toLocaleString("en-US");
+  const pathsInfo = await timeRepeated(async () => {
+    for (const expand of [false, true]) {
+      const response = await fetch(`${server.url}/api/models/bench/hub/paths-info/main`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ paths: [long, `${long}/`], expand }),
+      });
+      if (response.status !== 200) throw new Error(`paths-info answered ${response.status}: ${await response.text()}`);
+      await response.arrayBuffer();
+    }
+  }, 3);
+  const trim = await timeRepeated(() => {
+    if (trimSlashes(`${long}/`) !== long) throw new Error("trimSlashes changed the path");
+  }, 3);
+  const folderLine = JSON.stringify({ key: "deletedFolder", value: { path: `a${"/".repeat(SLASHES_IN_COMMIT_LINE)}b` } });
+  const header = JSON.stringify({ key: "header", value: { summary: "bench", description: "" } });
+  const parse = await timeRepeated(() => {
+    const parser = new CommitPayloadParser(DEFAULT_HUB_INLINE_MAX_BYTES);
+    parser.line(header);
+    try {
+      parser.line(folderLine);
+    } catch (error) {
+      if (error instanceof HubError && error.status === 400) return;
+      throw error;
+    }
+    throw new Error("a deletedFolder path of slashes was accepted");
+  }, 3);
+  if (folderLine.length > maxCommitLineBytes(DEFAULT_HUB_INLINE_MAX_BYTES)) throw new Error("the commit line is longer than the server would take");
+  return [
+    benchRow(GROUP, `paths-info, 2 paths of ${slashes} slashes between two letters, without and with expand`, pathsInfo.best * 1000, "ms", {
+      median: pathsInfo.median * 1000,
+    }),
+    benchRow(GROUP, `trimSlashes, ${slashes} slashes between two letters`, trim.best * 1000, "ms", { median: trim.median * 1000 }),
+    benchRow(GROUP, `commit line deleting a folder of ${SLASHES_IN_COMMIT_LINE.toLocaleString("en-US")} slashes (refused, 400)`, parse.best * 1000, "ms", {
+      median: parse.median * 1000,
+    }),
+  ];
 }

@@ -24,6 +24,24 @@ export interface BenchRow {
 
 export type BenchGroup = () => Promise<BenchRow[]>;
 
+/** Set by `npm run bench -- --smoke` (bench/run.ts), or by hand. */
+export const SMOKE_VARIABLE = "CASTOR_BENCH_SMOKE";
+
+/**
+ * Whether this is a smoke run: every group once, on small sizes, one timed round, to prove that
+ * each group still runs (CI does this), not to measure. Read when called, so that a group's
+ * module-level sizes see what bench/run.ts set before it loaded the group.
+ */
+export function isSmokeRun(): boolean {
+  const value = process.env[SMOKE_VARIABLE]?.trim().toLowerCase() ?? "";
+  return value !== "" && value !== "0" && value !== "false";
+}
+
+/** `full` in a real run, `smoke` in a smoke run: the one switch a group needs for its sizes. */
+export function sized<T>(full: T, smoke: T): T {
+  return isSmokeRun() ? smoke : full;
+}
+
 /** A target on a row: at least / at most this value (in the row's unit). */
 export interface BenchTarget {
   readonly atLeast?: number;
@@ -67,6 +85,8 @@ export interface Timing {
  */
 export async function timeRepeated(fn: () => unknown, repetitions: number, warmup = 1): Promise<Timing> {
   if (!Number.isInteger(repetitions) || repetitions < 1) throw new RangeError("repetitions must be a positive integer");
+  // A smoke run times one round, unwarmed.
+  if (isSmokeRun()) [repetitions, warmup] = [1, 0];
   for (let i = 0; i < warmup; i++) await fn();
   const samples: number[] = [];
   for (let i = 0; i < repetitions; i++) {

@@ -42,7 +42,7 @@ import { reconstructionRoutes } from "../src/http/reconstruction-routes.js";
 import type { FileRecord, XorbRecord } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
 import { StorageFullWatch } from "../src/storage/full.js";
-import { benchRow, deterministicRandomBytes, median, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, median, sized, type BenchRow } from "./lib.js";
 
 const GROUP = "reconstruction";
 const XORBS = 160;
@@ -52,9 +52,9 @@ const CHUNK_BYTES = 64 * 1024;
 const SERIALIZED_CHUNK_BYTES = 8 + 60_000;
 export const FILE_BYTES = XORBS * CHUNKS_PER_XORB * CHUNK_BYTES;
 const CLIENTS = 16;
-const ROUNDS = 4;
-const ROUND_SECONDS = 2.5;
-const WARMUP_SECONDS = 1.5;
+const ROUNDS = sized(4, 1);
+const ROUND_SECONDS = sized(2.5, 0.3);
+const WARMUP_SECONDS = sized(1.5, 0.2);
 /** Upper bound on requests per round, so a fast machine does not queue unbounded work. */
 const MAX_REQUESTS_PER_ROUND = 200_000;
 const RATIO_TARGET = 0.3;

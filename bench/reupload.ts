@@ -19,13 +19,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CastorClient } from "../src/client/index.js";
 import { REPO, interopPython, startCastorFixture, type CastorFixture } from "../test/interop/harness.js";
-import { benchRow, type BenchRow } from "./lib.js";
+import { benchRow, sized, type BenchRow } from "./lib.js";
 import { TimedHfXet } from "./support/hf-xet.js";
 import { writeRandomFile } from "./support/random-file.js";
 
 const GROUP = "reupload";
 const MiB = 1024 * 1024;
-const FILE_BYTES = Number(process.env.CASTOR_BENCH_REUPLOAD_MIB ?? 256) * MiB;
+const FILE_BYTES = Number(process.env.CASTOR_BENCH_REUPLOAD_MIB ?? sized(256, 16)) * MiB;
 const EDIT_BYTES = MiB;
 const SEED = 919;
 

@@ -39,12 +39,13 @@ import { HubService } from "../src/hub/service.js";
 import type { DatedXorb, FileRecord, MetadataStore, ShardRegistration, TreeEntry } from "../src/metadata/store.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { seededRandom } from "../test/helpers/vectors.js";
-import { benchRow, type BenchRow, type BenchTarget } from "./lib.js";
+import { benchRow, sized, type BenchRow, type BenchTarget } from "./lib.js";
 import { prepareRequest, runLightLoad } from "./support/light-load.js";
 import { chunkLength, labelHash, onEachMetadataBackend, syntheticXorb, termsOver, treeOf, type MetadataBackend } from "./support/synthetic-metadata.js";
 
 const GROUP = "scale";
-const SCALE = Number(process.env.CASTOR_BENCH_SCALE ?? "1");
+/** A smoke run: 10 repositories, 1,500 xorbs. */
+const SCALE = Number(process.env.CASTOR_BENCH_SCALE ?? sized(1, 0.01));
 const REPOS = Math.round(1_000 * SCALE);
 const COMMITS_PER_REPO = 10;
 const FILES_PER_COMMIT = 100;
@@ -59,7 +60,10 @@ const STAGES = [
   { label: "10 %", repos: Math.round(REPOS / 10) },
   { label: "100 %", repos: REPOS },
 ];
-const SAMPLES = { hot: 1_000, cold: 500, newTokens: 200, dedupHits: 300, dedupMisses: 300, shards: 5, commits: 100, listings: 300 };
+const SAMPLES = sized(
+  { hot: 1_000, cold: 500, newTokens: 200, dedupHits: 300, dedupMisses: 300, shards: 5, commits: 100, listings: 300 },
+  { hot: 50, cold: 20, newTokens: 10, dedupHits: 20, dedupMisses: 20, shards: 1, commits: 10, listings: 20 },
+);
 const FILES_PER_MEASURED_SHARD = 1_000;
 /** Xorbs an upload's shard names in the second registration figure: ~16 GiB of 64 MiB xorbs. */
 const RECENT_XORBS = 256;

@@ -24,16 +24,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CastorClient } from "../src/client/index.js";
 import { hubFixture, scaleOutUnavailable, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
-import { benchRow, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { benchRow, megabytesPerSecond, median, sized, type BenchRow } from "./lib.js";
 import { verifyDownload, writeRandomFile } from "./support/random-file.js";
 
 const GROUP = "scaleout";
-const FILE_BYTES = 256 * 1024 * 1024;
+const FILE_BYTES = sized(256, 8) * 1024 * 1024;
 const FILE_SEED = 7;
-const ROUNDS = 2;
+const ROUNDS = sized(2, 1);
 const LOAD_CLIENTS = 16;
-const LOAD_WARMUP_SECONDS = 1;
-const LOAD_SECONDS = 3;
+const LOAD_WARMUP_SECONDS = sized(1, 0.2);
+const LOAD_SECONDS = sized(3, 0.5);
 /** Upper bound on requests per load run, so a fast machine does not queue unbounded work. */
 const MAX_LOAD_REQUESTS = 100_000;
 const REPO = { type: "model", name: "bench/scaleout" } as const;
@@ -61,7 +61,7 @@ export async function run(): Promise<BenchRow[]> {
 
   const scratch = await mkdtemp(join(tmpdir(), "castor-bench-scaleout-"));
   try {
-    const source = join(scratch, "random-256MiB.bin");
+    const source = join(scratch, "random.bin");
     const file = await writeRandomFile(source, FILE_BYTES, FILE_SEED);
     const rates: Record<Mode, Rates> = { embedded: { upload: [], download: [] }, "scale-out": { upload: [], download: [] } };
     const load = {} as Record<Mode, LoadResult>;
@@ -104,7 +104,7 @@ export async function run(): Promise<BenchRow[]> {
 
 function report(rates: Record<Mode, Rates>, load: Record<Mode, LoadResult>): BenchRow[] {
   const rows: BenchRow[] = [];
-  const note = `castor's client, 256 MiB random file, best and median of ${ROUNDS} rounds`;
+  const note = `castor's client, ${FILE_BYTES / 1024 / 1024} MiB random file, best and median of ${ROUNDS} rounds`;
   for (const transfer of ["upload", "download"] as const) {
     for (const mode of MODES) {
       const values = rates[mode][transfer];

@@ -25,10 +25,10 @@ import { shardRoutes } from "../src/http/shard-routes.js";
 import type { ShardRegistration, XorbRecord } from "../src/metadata/cas.js";
 import { SqliteMetadataStore } from "../src/metadata/sqlite.js";
 import { FsBlobStore } from "../src/storage/fs.js";
-import { benchRow, type BenchRow } from "./lib.js";
+import { benchRow, sized, type BenchRow } from "./lib.js";
 
 const GROUP = "shard";
-const XORBS = 100;
+const XORBS = sized(100, 10);
 const CHUNKS_PER_XORB = 1_000;
 const CHUNKS_PER_FILE = 10;
 const FILES = (XORBS * CHUNKS_PER_XORB) / CHUNKS_PER_FILE;

@@ -81,16 +81,17 @@ import {
 import { SPOOL_DIR_NAME } from "../src/http/app.js";
 import { DEFAULT_CONNECTION_LIMITS } from "../src/http/connection-limits.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
-import { benchRow, deterministicRandomBytes, formatNumber, median, megabytesPerSecond, percentile, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, formatNumber, median, megabytesPerSecond, percentile, sized, type BenchRow } from "./lib.js";
 import { openDescriptorCount, processCpuSeconds, processStatusKiB } from "./support/proc-stats.js";
 import { SlowClients, type SlowClientReport } from "./support/slow-clients.js";
 
 const GROUP = "soak";
 const KiB = 1024;
 const MiB = 1024 * KiB;
-const DEFAULT_SECONDS = 600;
+/** A smoke run: 20 s, sampled every 5 s. */
+const DEFAULT_SECONDS = sized(600, 20);
 const MIN_SECONDS = 10;
-const SAMPLE_SECONDS = 30;
+const SAMPLE_SECONDS = sized(30, 5);
 /** Warm-up: this share of the run, from its start (see the file comment). */
 const WARMUP_SHARE = 0.5;
 const REPO = { type: "model", name: "bench/soak" } as const;

@@ -29,7 +29,7 @@ import { createLogger } from "../src/http/logging.js";
 import { transferRoutes } from "../src/http/transfer-routes.js";
 import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, timeRepeated, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, sized, timeRepeated, type BenchRow } from "./lib.js";
 import { fetchCountedBytes } from "./support/fetch-bytes.js";
 
 const GROUP = "transfer";
@@ -37,9 +37,9 @@ const MiB = 1024 * 1024;
 export const XORB_BYTES = 64 * MiB;
 export const XORB = hashFromHex("5a".repeat(32));
 const KEY_BYTES = 32;
-const REQUESTS_PER_RUN = 32;
+const REQUESTS_PER_RUN = sized(32, 4);
 const IN_FLIGHT = 4;
-const REPETITIONS = 4;
+const REPETITIONS = sized(4, 1);
 const RATIO_TARGET = 0.7;
 const WORKER_ROLE = "castor-transfer-bench-servers";
 

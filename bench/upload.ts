@@ -21,16 +21,18 @@ import { CompressionScheme } from "../src/format/compression.js";
 import { chunkHash, hashToHex, xorbHash } from "../src/format/hash.js";
 import { XORB_CHUNK_HEADER_BYTES, serializeXorb } from "../src/format/xorb.js";
 import { startCastorServer } from "../test/helpers/server.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, sized, type BenchRow } from "./lib.js";
 import { processStatusKiB } from "./support/proc-stats.js";
 
 const GROUP = "upload";
 const CHUNK_BYTES = 128 * 1024;
-const XORB_CHUNKS = 512; // 64 MiB of chunk data, the largest xorb clients build
+/** 64 MiB of chunk data, the largest xorb clients build (4 MiB in a smoke run). */
+const XORB_CHUNKS = sized(512, 32);
+const XORB_MIB = (XORB_CHUNKS * CHUNK_BYTES) / 2 ** 20;
 const CLIENTS = 4;
 const XORBS_PER_CLIENT = 1;
-const REPETITIONS = 3;
-const RSS_CONCURRENCY = 16;
+const REPETITIONS = sized(3, 1);
+const RSS_CONCURRENCY = sized(16, 2);
 
 const RATIO_TARGET = 0.6;
 const PEAK_RSS_TARGET_MIB = 512;
@@ -75,7 +77,7 @@ export async function run(): Promise<BenchRow[]> {
     const peak = await measurePeakRss(castor.child, castor.url, castorHeaders, bodies);
     const roundNote = `${REPETITIONS} rounds of ${CLIENTS} clients × ${XORBS_PER_CLIENT} uploads (${(ROUND_BYTES / 2 ** 20).toFixed(0)} MiB)`;
     return [
-      benchRow(GROUP, `castor POST /v1/xorbs, 64 MiB xorbs, ${CLIENTS} clients`, Math.max(...castorRates), "MB/s", {
+      benchRow(GROUP, `castor POST /v1/xorbs, ${XORB_MIB} MiB xorbs, ${CLIENTS} clients`, Math.max(...castorRates), "MB/s", {
         median: median(castorRates),
         note: roundNote,
       }),
@@ -88,7 +90,7 @@ export async function run(): Promise<BenchRow[]> {
         target: { atLeast: RATIO_TARGET },
         note: "per pair of adjacent rounds",
       }),
-      benchRow(GROUP, `castor peak RSS, ${RSS_CONCURRENCY} concurrent 64 MiB uploads`, peak.mib, "MiB", {
+      benchRow(GROUP, `castor peak RSS, ${RSS_CONCURRENCY} concurrent ${XORB_MIB} MiB uploads`, peak.mib, "MiB", {
         target: { atMost: PEAK_RSS_TARGET_MIB },
         note: peak.note,
       }),

@@ -46,7 +46,7 @@ import { blobKey } from "../src/storage/blob-store.js";
 import { FsBlobStore } from "../src/storage/fs.js";
 import { BLOBS_DIR_NAME } from "../src/storage/open.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
-import { benchRow, deterministicRandomBytes, formatNumber, median, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, formatNumber, median, sized, type BenchRow } from "./lib.js";
 import { FILE_BYTES, recordTenGibFile, REPO } from "./reconstruction.js";
 import { prepareRequest, runLightLoad, type LightLoadResult } from "./support/light-load.js";
 import { machineCpuSeconds, processTreeCpuSeconds } from "./support/proc-stats.js";
@@ -55,16 +55,16 @@ import { XorbBodies } from "./upload.js";
 
 const GROUP = "workers";
 const WORKER_COUNTS = [1, 2] as const;
-const ROUNDS = 5;
+const ROUNDS = sized(5, 1);
 /** Length of a timed load (healthz, reconstruction, transfer); the warm-up's is shorter. */
-const LOAD_SECONDS = 2;
-const WARMUP_SECONDS = 1;
+const LOAD_SECONDS = sized(2, 0.3);
+const WARMUP_SECONDS = sized(1, 0.2);
 /** Keep-alive connections (one request in flight on each) for the small answers. */
 const REQUEST_CONNECTIONS = 16;
 /** Uploads: this many connections, each sending fresh xorbs one after another. */
 const UPLOAD_CONNECTIONS = 4;
-const UPLOADS_PER_ROUND = 8;
-const WARMUP_UPLOADS = 2;
+const UPLOADS_PER_ROUND = sized(8, 2);
+const WARMUP_UPLOADS = sized(2, 1);
 const TRANSFER_CONNECTIONS = 8;
 /** Distinct signed ranges the transfer load cycles through. */
 const TRANSFER_RANGES = 64;
@@ -279,7 +279,7 @@ function cpuNote(samples: readonly Sample[], unit: LoadKind["unit"]): string {
 }
 
 /** How long the machine is watched before and after the rounds, with nothing of this group running. */
-const QUIET_SAMPLE_SECONDS = 2;
+const QUIET_SAMPLE_SECONDS = sized(2, 0.5);
 
 interface MachineSample {
   loadAverage: number[];

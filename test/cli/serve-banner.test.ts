@@ -5,11 +5,10 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { banner } from "../../src/cli/serve.js";
 import { loadConfig } from "../../src/config.js";
 import { logFormatFor } from "../../src/http/logging.js";
-import { TEST_RESERVED_SPACE } from "../helpers/cli.js";
+import { CASTOR_COMMAND, TEST_RESERVED_SPACE } from "../helpers/cli.js";
 import { withTempDir } from "../helpers/temp-dir.js";
 
 describe("castor serve banner", () => {
@@ -57,9 +56,7 @@ const SECRET_SIGNATURE = "neverInTheLogSignatureXXXXXXXXXXXXXXXXXXXX";
  * everything it printed, lines without the terminal's carriage returns.
  */
 async function serveOnTerminal(dataDir: string, env: Record<string, string>): Promise<string[]> {
-  const command = [process.execPath, "--import", import.meta.resolve("tsx"), fileURLToPath(new URL("../helpers/castor-cli.ts", import.meta.url)), "serve"]
-    .map((word) => `'${word}'`)
-    .join(" ");
+  const command = `'${CASTOR_COMMAND}' serve`;
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
   const child = spawn("script", ["-qefc", command, "/dev/null"], {
     env: { ...inherited, CASTOR_DATA_DIR: dataDir, CASTOR_LISTEN: "127.0.0.1:0", CASTOR_RESERVED_SPACE: TEST_RESERVED_SPACE, ...env },

@@ -6,25 +6,18 @@
  * fallback, and the `castor upload` / `castor download` commands as a user runs them.
  */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { createServer, type AddressInfo } from "node:net";
 import { mkdtemp, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
 import { CastorClient, CastorClientError, upload, type UploadResult } from "../../src/client/index.js";
-import { TEST_CACHE_DIR, runCastor } from "../helpers/cli.js";
+import { runCastor } from "../helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
 
 const MiB = 1024 * 1024;
 const REPO = "model:alice/bert";
-const TSX = import.meta.resolve("tsx");
-const CLI_MODULES = {
-  upload: fileURLToPath(new URL("../../src/cli/upload.ts", import.meta.url)),
-  download: fileURLToPath(new URL("../../src/cli/download.ts", import.meta.url)),
-};
 
 let server: ServerProcess;
 let hubToken: string;
@@ -72,23 +65,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-/** Runs src/cli/{upload,download}.ts's `run` in a child process, as `castor upload|download`. */
+/** `castor upload|download ARGS` in a child process. */
 function runClientCli(command: "upload" | "download", args: string[], env: Record<string, string> = {}) {
-  const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
-  const code = `import { run } from ${JSON.stringify(CLI_MODULES[command])}; process.exitCode = await run(process.argv.slice(1));`;
-  const child = spawn(process.execPath, ["--import", TSX, "--input-type=module", "-e", code, "--", ...args], {
-    env: { ...inherited, CASTOR_CACHE_DIR: TEST_CACHE_DIR, ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-    timeout: 30_000,
-  });
-  const stdout: Buffer[] = [];
-  const stderr: Buffer[] = [];
-  child.stdout.on("data", (chunk: Buffer) => stdout.push(chunk));
-  child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (exitCode) => resolve({ code: exitCode, stdout: Buffer.concat(stdout).toString(), stderr: Buffer.concat(stderr).toString() }));
-  });
+  return runCastor([command, ...args], { env, timeoutMs: 30_000 });
 }
 
 before(async () => {

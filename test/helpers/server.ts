@@ -1,8 +1,9 @@
 /**
- * Runs a REAL `castor serve` child process for end-to-end tests: 127.0.0.1 with a port the OS
- * picks, a fresh temporary data dir (unless one is given), every output line captured. Ready
- * when the server logs its "castor listening" line, which also tells the bound URL (with
- * `CASTOR_WORKERS` above 1, the primary's, written once every worker listens).
+ * Runs a REAL `castor serve` child process (the compiled command, as installed: CASTOR_COMMAND in
+ * cli.ts) for end-to-end tests: 127.0.0.1 with a port the OS picks, a fresh temporary data dir
+ * (unless one is given), every output line captured. Ready when the server logs its "castor
+ * listening" line, which also tells the bound URL (with `CASTOR_WORKERS` above 1, the
+ * primary's, written once every worker listens).
  *
  * Embedded by default (SQLite and blobs in the data dir). `scaleOut` runs the server on the
  * scale-out backends instead — PostgreSQL, the S3 bucket and signing keys supplied by
@@ -18,13 +19,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { CastorFixture, CasToken } from "../interop/harness.js";
-import { runCastor, TEST_RESERVED_SPACE } from "./cli.js";
+import { CASTOR_COMMAND, runCastor, TEST_RESERVED_SPACE } from "./cli.js";
 
-/** The `castor` command run from source, as the CLI tests run it. */
+/** The `castor` command run from the sources through tsx (`compiled: false`). */
 const ENTRY = fileURLToPath(new URL("./castor-cli.ts", import.meta.url));
 const TSX = import.meta.resolve("tsx");
 /** The `castor` command as installed: the launcher of the compiled CLI in dist/, run as an executable (its first lines add V8 flags). */
-export const COMPILED_COMMAND = fileURLToPath(new URL("../../bin/castor.js", import.meta.url));
+export const COMPILED_COMMAND = CASTOR_COMMAND;
 
 export interface ExitStatus {
   code: number | null;
@@ -79,6 +80,7 @@ export interface StartServerOptions {
   args?: string[];
   /** Reuse this data dir (kept on stop); default: a fresh temp dir, removed on stop. */
   dataDir?: string;
+  /** How long start-up may take before the server is killed and the start fails; default 60 s (a busy machine's worst). */
   readyTimeoutMs?: number;
   /**
    * Run on PostgreSQL + S3 with configured keys: `true` = a backend of the server's own, dropped
@@ -87,9 +89,10 @@ export interface StartServerOptions {
    */
   scaleOut?: boolean | ScaleOutBackend;
   /**
-   * Run the compiled CLI (bin/castor.js → dist/), as users run castor, instead of the sources
-   * through tsx, whose loader adds to the server's heap. For benchmarks; the caller makes sure
-   * dist/ is built from the current sources (`npm run bench` builds first).
+   * Run the compiled CLI (bin/castor.js → dist/), as users run castor: the default, as for
+   * `runCastor` (see CASTOR_COMMAND; `npm test` and `npm run bench` build dist/ from the current
+   * sources first). `false` runs the sources through tsx, whose loader costs every start ~0.7 s
+   * of CPU and adds to the server's heap.
    */
   compiled?: boolean;
   /**
@@ -219,7 +222,7 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
   const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_")));
   Object.assign(env, settings);
 
-  const [command, ...launcher] = options.compiled ? [COMPILED_COMMAND] : [process.execPath, "--import", TSX, ENTRY];
+  const [command, ...launcher] = options.compiled === false ? [process.execPath, "--import", TSX, ENTRY] : [COMPILED_COMMAND];
   const child = spawn(command, [...launcher, "serve", ...(options.args ?? [])], {
     env,
     stdio: ["ignore", "pipe", "pipe"],
@@ -252,11 +255,12 @@ async function startProcess(options: StartServerOptions, scaleOut: ScaleOutBacke
   });
   const exited = new Promise<ExitStatus>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
 
+  const readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
   const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new ServerStartError(`castor serve was not ready within ${options.readyTimeoutMs ?? 15000} ms`, null, output));
-    }, options.readyTimeoutMs ?? 15000);
+      reject(new ServerStartError(`castor serve was not ready within ${readyTimeoutMs} ms`, null, output));
+    }, readyTimeoutMs);
     const onReady = (line: Record<string, unknown>) => {
       if (typeof line.listenUrl === "string" && typeof line.publicUrl === "string") {
         lineListeners.delete(onReady);

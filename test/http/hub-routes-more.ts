@@ -374,15 +374,15 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
         assert.ok(!("lastCommit" in plain.json()[0]));
       });
 
-      // Once a quadratic regular expression over the path: 1,000,000 slashes between two letters took hours.
-      it("paths-info answers a path of a million slashes between two letters promptly, with and without expand", async () => {
+      // Once a quadratic regular expression over the path: 1,000,000 slashes between two letters
+      // took hours. Now milliseconds (`npm run bench -- hub` times it); the timeout only turns a
+      // return of the quadratic scan into a failure instead of a hang.
+      it("paths-info answers a path of a million slashes between two letters, with and without expand", { timeout: 60_000 }, async () => {
         const long = `a${"/".repeat(1_000_000)}b`;
         for (const expand of [false, true]) {
-          const started = performance.now();
           const answer = await call("POST", "/api/models/alice/history/paths-info/main", { token: tokens.alice, json: { paths: [long, `${long}/`], expand } });
           assertStatus(answer, 200);
           assert.deepEqual(answer.json(), []);
-          assert.ok(performance.now() - started < 5000, `took ${Math.round(performance.now() - started)} ms`);
         }
       });
 

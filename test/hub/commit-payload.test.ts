@@ -2,7 +2,7 @@
  * The NDJSON commit payload (src/hub/commit-payload.ts) and its line splitter
  * (src/http/hub/ndjson.ts) without HTTP: each operation kind, the refusals (HubError 400/413,
  * never another exception), the regressions the commit fuzz target and its review found, and
- * trimSlashes (src/format/repo.ts) staying linear.
+ * trimSlashes (src/format/repo.ts) on long runs of slashes.
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -87,11 +87,11 @@ describe("CommitPayloadParser", () => {
     }
   });
 
-  // Found reviewing the fuzz target: /\/+$/ is quadratic on a run of slashes that does not end the string.
-  it("refuses a deletedFolder path of 200,000 slashes between two letters promptly", () => {
-    const started = performance.now();
+  // Found reviewing the fuzz target: /\/+$/ is quadratic on a run of slashes that does not end
+  // the string, and took minutes here. Linear, it takes milliseconds: `npm run bench -- hub`
+  // times it (a test asserts no duration).
+  it("refuses a deletedFolder path of 200,000 slashes between two letters", () => {
     refused([HEADER, line("deletedFolder", { path: `a${"/".repeat(200_000)}b` })], 400, /invalid path/);
-    assert.ok(performance.now() - started < 2000, `took ${Math.round(performance.now() - started)} ms`);
   });
 });
 
@@ -134,11 +134,11 @@ describe("trimSlashes", () => {
     assert.equal(trimSlashes(""), "");
   });
 
-  it("takes linear time on long runs of slashes", () => {
+  // Linear, a million slashes take milliseconds (a quadratic scan, hours): `npm run bench -- hub`
+  // times it (a test asserts no duration).
+  it("handles long runs of slashes that do not end the string", () => {
     const path = `a${"/".repeat(1_000_000)}b`;
-    const started = performance.now();
     assert.equal(trimSlashes(path, { leading: true }), path);
     assert.equal(trimSlashes(`${path}/`), path);
-    assert.ok(performance.now() - started < 1000, `took ${Math.round(performance.now() - started)} ms`);
   });
 });

@@ -365,25 +365,28 @@ describe("daily storage statistics samples", () => {
       const base = Date.parse("2030-01-01T23:59:59.700Z");
       const now = () => new Date(base + Date.now() - start);
       const samples: StatsSample[] = [];
-      let secondSample: () => void = () => undefined;
-      const twoSamples = new Promise<void>((resolve) => (secondSample = resolve));
+      let nextDaySampled: () => void = () => undefined;
+      const nextDay = new Promise<void>((resolve) => (nextDaySampled = resolve));
       const sampler = new StatsSampler(new StorageStatsService(store, { now }), {
         now,
         onSample: (sample) => {
           samples.push(sample);
-          if (samples.length === 2) secondSample();
+          if (sample.day === "2030-01-02") nextDaySampled();
         },
         onError: (error) => assert.fail(String(error)),
       });
       sampler.start();
-      await within(twoSamples, "the samples of two days", 10_000);
+      await within(nextDay, "the samples of two days", 10_000);
       await sampler.stop();
       await sampler.stop();
-      assert.deepEqual(
-        samples.map((sample) => sample.day),
-        ["2030-01-01", "2030-01-02"],
-      );
-      assert.deepEqual(await store.listStatsSamples(), samples);
+      // A timer can fire a little before midnight by this clock (Node's timers and Date.now()
+      // read different clocks): the sampler then finds the day's sample kept, hands it on
+      // again, and comes back at midnight.
+      const [first, ...rest] = samples;
+      const second = rest.at(-1)!;
+      assert.deepEqual([first.day, second.day], ["2030-01-01", "2030-01-02"]);
+      for (const again of rest.slice(0, -1)) assert.deepEqual(again, first, "before midnight, the day's kept sample");
+      assert.deepEqual(await store.listStatsSamples(), [first, second]);
     });
   });
 

@@ -34,15 +34,17 @@ export function urlPrefix(type: RepoType): string {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The heavy suite's local switch
+// The heavy parts' local switch
 
 /** The environment variable with which a developer skips the heavy suites (torch, transformers, datasets) locally. */
 export const SKIP_HEAVY_VARIABLE = "CASTOR_SKIP_HEAVY";
 
 /**
- * The `skip` option of a heavy suite's `describe`: a message when a developer set
- * CASTOR_SKIP_HEAVY (to anything but "", "0" or "false"), false otherwise. CI never skips:
- * `.ci/run` unsets the variable, and where `CI` is set (as CI services do) it is ignored.
+ * The `skip` option of a heavy suite's `describe` in a file whose other tests are quick: a
+ * message when a developer set CASTOR_SKIP_HEAVY (to anything but "", "0" or "false"), false
+ * otherwise. (Whole heavy files are left out by scripts/run-tests.mjs, on the same terms.) CI
+ * never skips: `.ci/run` unsets the variable, and where `CI` is set (as CI services do) it is
+ * ignored.
  */
 export function heavySuiteSkip(what: string): string | false {
   const value = process.env[SKIP_HEAVY_VARIABLE]?.trim().toLowerCase() ?? "";

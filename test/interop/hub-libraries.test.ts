@@ -3,7 +3,7 @@
  * 1.33.0 (an older client still widely installed) on its own and through HfFileSystem, and
  * transformers 5.17.0 and datasets 5.0.1 over it, with hf_xet 1.6.0 and a CPU torch. The venv
  * (scripts/python-venv.mjs) is built once per version set (about 1.5 min here) and reused.
- * A developer may skip this suite with CASTOR_SKIP_HEAVY=1; CI always runs it.
+ * It is one of the heavy files that CASTOR_SKIP_HEAVY=1 leaves out (scripts/run-tests.mjs); CI always runs it.
  *
  * huggingface_hub uploads a small text file (inline), a 12 MiB random file (Xet) and a nested
  * folder, then a fresh machine downloads them with hf_hub_download and snapshot_download:
@@ -29,7 +29,6 @@ import {
   describeRequests,
   fetchExpecting,
   filesBelow,
-  heavySuiteSkip,
   lastJson,
   PYTHON_VENVS,
   pythonVenv,
@@ -61,9 +60,7 @@ interface Rows {
   type: string;
 }
 
-describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub", {
-  skip: heavySuiteSkip("the huggingface_hub/transformers/datasets suite"),
-}, () => {
+describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub", () => {
   let hub: HubServer;
   let python: string;
   let workDir: string;

@@ -12,7 +12,7 @@ import type { FileRecord } from "../../src/metadata/cas.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { JOURNAL_SIZE_LIMIT_BYTES, METADATA_FILE_NAME, MIGRATIONS, MetadataSchemaError, SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { PostgresConnectionError } from "../../src/metadata/postgres.js";
-import { BACKSTOP_CHECKPOINT_PAGES } from "../../src/metadata/sqlite/checkpointer.js";
+import { BACKSTOP_CHECKPOINT_PAGES, type CheckpointOutcome } from "../../src/metadata/sqlite/checkpointer.js";
 import { SqliteConnection } from "../../src/metadata/sqlite/connection.js";
 import { ROWS_PER_STEP } from "../../src/metadata/sqlite/shard-registration.js";
 import { CorruptRecordError } from "../../src/metadata/store.js";
@@ -20,6 +20,7 @@ import { runMetadataStoreContract } from "../contract/metadata-store.js";
 import { PRE_HISTORY_ROWS, checkUpgradedFromBeforeHistories } from "../contract/schema-upgrade.js";
 import { fileRecord, hashOf, xorbRecord } from "../helpers/fixtures.js";
 import { makeTempDir, removeTempDir, withTempDir } from "../helpers/temp-dir.js";
+import { within } from "../helpers/wait.js";
 
 function tempDir(): Promise<string> {
   return makeTempDir("castor-sqlite-");
@@ -131,8 +132,8 @@ describe("SqliteMetadataStore specifics", () => {
     const files = (label: string, count: number): FileRecord[] =>
       Array.from({ length: count }, (_, f) => ({ hash: hashOf(`${label} ${f}`), size: 65_536, terms: [term], sha256: null }));
     // Another thread (standing in for another process: a worker, `castor gc`) holds the write
-    // lock for HOLD_MS, far longer than the synchronous spin a write allows itself.
-    const HOLD_MS = 400;
+    // lock until told to let go: as long as the test needs, whatever the machine's speed, and
+    // far longer than the synchronous spin a write allows itself.
     const worker = new Worker(
       `
       const { parentPort, workerData } = require("node:worker_threads");
@@ -140,46 +141,51 @@ describe("SqliteMetadataStore specifics", () => {
       const db = new Database(workerData.path);
       db.exec("BEGIN IMMEDIATE");
       parentPort.postMessage("locked");
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, workerData.holdMs);
-      db.exec("COMMIT");
-      db.close();
-      parentPort.postMessage("released");
-      `,
-      { eval: true, workerData: { driver: createRequire(import.meta.url).resolve("better-sqlite3"), path: store.path, holdMs: HOLD_MS } },
-    );
-    let longestGap = 0;
-    let last = performance.now();
-    const ticker = setInterval(() => {
-      const now = performance.now();
-      longestGap = Math.max(longestGap, now - last);
-      last = now;
-    }, 5);
-    try {
-      const released = new Promise<number>((resolve, reject) => {
-        worker.on("message", (message) => message === "released" && resolve(performance.now()));
-        worker.once("error", reject);
+      parentPort.once("message", () => {
+        db.exec("COMMIT");
+        db.close();
+        parentPort.postMessage("released");
       });
-      await new Promise<void>((resolve) => worker.once("message", () => resolve()));
-      last = performance.now();
+      `,
+      { eval: true, workerData: { driver: createRequire(import.meta.url).resolve("better-sqlite3"), path: store.path } },
+    );
+    try {
+      worker.once("error", (error) => assert.fail(error));
+      await within(new Promise<void>((resolve) => worker.once("message", () => resolve())), "the other thread's lock");
       // One write of each kind: single statements, IMMEDIATE transactions, and a large
       // registration whose transaction spans event-loop turns on a connection of its own.
-      const done = await Promise.all([
-        store.createRepo("model", "alice/waited").then(() => performance.now()),
-        store.putXorb(xorbRecord("waited too", 1)).then(() => performance.now()),
-        store
-          .registerShard({ shardHash: hashOf("waited shard"), repoId: repo.id, files: files("bulk", 2 * ROWS_PER_STEP), dedupEntries: [] })
-          .then(() => performance.now()),
-        store.registerShard({ shardHash: hashOf("small shard"), repoId: repo.id, files: files("small", 3), dedupEntries: [] }).then(() => performance.now()),
+      let releaseAsked = false;
+      const settledWhileLocked: string[] = [];
+      const track = (name: string, write: Promise<unknown>) =>
+        write.finally(() => {
+          if (!releaseAsked) settledWhileLocked.push(name);
+        });
+      const writes = Promise.all([
+        track("createRepo", store.createRepo("model", "alice/waited")),
+        track("putXorb", store.putXorb(xorbRecord("waited too", 1))),
+        track(
+          "large registerShard",
+          store.registerShard({ shardHash: hashOf("waited shard"), repoId: repo.id, files: files("bulk", 2 * ROWS_PER_STEP), dedupEntries: [] }),
+        ),
+        track("small registerShard", store.registerShard({ shardHash: hashOf("small shard"), repoId: repo.id, files: files("small", 3), dedupEntries: [] })),
       ]);
-      const releasedAt = await released;
-      for (const at of done) assert.ok(at >= releasedAt - 1, "every write completed after the other process released its lock");
+      // While they wait, the event loop turns and reads are answered: the waits are asynchronous.
+      // (A write spinning synchronously on SQLite's busy timeout would hold each turn for seconds.)
+      const turns = async () => {
+        for (let turn = 0; turn < 20; turn++) {
+          assert.ok(await store.getRepo("model", "alice/first"), "a read answered while the writes waited");
+          await new Promise((resolve) => setTimeout(resolve, 1));
+        }
+      };
+      await within(turns(), "20 turns of the event loop while the writes waited", 10_000);
+      assert.deepEqual(settledWhileLocked, [], "no write completed (or failed) while the other process held the lock");
+      releaseAsked = true;
+      worker.postMessage("release");
+      await within(writes, "the writes once the lock is released", 30_000);
       assert.ok(await store.getRepo("model", "alice/waited"));
       assert.equal(await store.isFileInRepo(hashOf("bulk 0"), repo.id), true);
       assert.equal(await store.isFileInRepo(hashOf("small 2"), repo.id), true);
-      // The waits were asynchronous: timers kept firing while the lock was held.
-      assert.ok(longestGap < HOLD_MS / 2, `the event loop stalled for ${Math.round(longestGap)} ms while the writes waited`);
     } finally {
-      clearInterval(ticker);
       await worker.terminate();
       await store.close();
       await removeTempDir(root);
@@ -391,21 +397,35 @@ describe("SqliteMetadataStore CAS specifics", () => {
   it("with background checkpoints (a server), a thread checkpoints the log that commits only append to", async () => {
     const root = await tempDir();
     const connection = new SqliteConnection(join(root, METADATA_FILE_NAME), true);
+    const walSizeNow = () => statSync(`${connection.path}-wal`).size;
     try {
       assert.equal(connection.db.pragma("wal_autocheckpoint", { simple: true }), BACKSTOP_CHECKPOINT_PAGES);
       connection.db.exec("CREATE TABLE filler (n INTEGER PRIMARY KEY, bytes BLOB NOT NULL)");
       const insert = connection.db.prepare<[number, Buffer]>("INSERT INTO filler (n, bytes) VALUES (?, ?)");
-      // ~24 MiB in 300 commits: past SQLite's default of 1,000 pages many times over.
+      // ~24 MiB in 300 commits: past SQLite's default of 1,000 pages many times over, far below
+      // the connection's own backstop (BACKSTOP_CHECKPOINT_PAGES, 64 MiB).
       const bytes = Buffer.alloc(80_000, 7);
-      const checkpointed = connection.checkpointer!.nextCheckpoint();
+      const outcomes: CheckpointOutcome[] = [];
+      const firstCheckpoint = connection.checkpointer!.nextCheckpoint();
       for (let n = 0; n < 300; n++) await connection.write(() => insert.run(n, bytes));
-      const outcome = await checkpointed;
-      assert.ok(outcome.checkpointed > 0, `the thread copied back nothing: ${JSON.stringify(outcome)}`);
-      // It goes on until the whole log is copied back; the next commit then starts the log
-      // over, and journal_size_limit cuts the file back.
-      for (let last = outcome; last.checkpointed < last.log; ) last = await connection.checkpointer!.nextCheckpoint();
-      await connection.write(() => insert.run(300, bytes));
-      assert.ok(statSync(`${connection.path}-wal`).size <= JOURNAL_SIZE_LIMIT_BYTES, `the WAL stayed at ${statSync(`${connection.path}-wal`).size} bytes`);
+      outcomes.push(await within(firstCheckpoint, "the thread's first checkpoint", 30_000));
+      assert.ok(walSizeNow() > JOURNAL_SIZE_LIMIT_BYTES, "precondition: the log outgrew journal_size_limit");
+      // Once the thread has copied the whole log back, the next commit starts the log over and
+      // journal_size_limit cuts the file back. The thread's reports can trail the commits (one
+      // made while they went on arrives after them), so small commits follow, each awaiting the
+      // thread's next report, until one finds the log wholly copied. Only the thread copies:
+      // the backstop is never reached.
+      const small = Buffer.alloc(100, 7);
+      for (let n = 300; walSizeNow() > JOURNAL_SIZE_LIMIT_BYTES; n++) {
+        assert.ok(n < 400, `the WAL stayed at ${walSizeNow()} bytes after ${n - 300} more commits; the thread reported ${JSON.stringify(outcomes.slice(-3))}`);
+        const next = connection.checkpointer!.nextCheckpoint();
+        await connection.write(() => insert.run(n, small));
+        outcomes.push(await within(next, "the thread's next checkpoint", 30_000));
+      }
+      assert.ok(
+        outcomes.some((outcome) => outcome.checkpointed > 0),
+        `the thread copied back nothing: ${JSON.stringify(outcomes)}`,
+      );
     } finally {
       await connection.close();
       await removeTempDir(root);

@@ -16,7 +16,6 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { blobKey } from "../../src/storage/blob-store.js";
 import { collectGarbage, type GcReport } from "../../src/ops/gc.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
@@ -24,7 +23,7 @@ import type { MetadataStore } from "../../src/metadata/store.js";
 import type { BlobStore } from "../../src/storage/blob-store.js";
 import { openBlobStore } from "../../src/storage/open.js";
 import { loadConfig } from "../../src/config.js";
-import { runCastor, type CliResult } from "../helpers/cli.js";
+import { CASTOR_COMMAND, runCastor, type CliResult } from "../helpers/cli.js";
 import { countBlobs, storeGarbageXorbs } from "../helpers/stores.js";
 import { startCastorServer, type ServerProcess, type StartServerOptions } from "../helpers/server.js";
 
@@ -275,8 +274,7 @@ export function runGcSuite(name: string, serverOptions: StartServerOptions): voi
 
 /** Runs `castor ARGS` and SIGKILLs it as soon as its stderr matches `when`. */
 function runUntilKilled(args: string[], when: RegExp): Promise<{ signal: NodeJS.Signals | null; stderr: string }> {
-  const entry = fileURLToPath(new URL("../helpers/castor-cli.ts", import.meta.url));
-  const child = spawn(process.execPath, ["--import", import.meta.resolve("tsx"), entry, ...args], {
+  const child = spawn(CASTOR_COMMAND, args, {
     env: { ...Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("CASTOR_"))), ...server.settings },
     stdio: ["ignore", "ignore", "pipe"],
   });
