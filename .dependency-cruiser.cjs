@@ -29,6 +29,12 @@ module.exports = {
       layer("wire"),
       "^src/(?!wire/)",
     ),
+    forbid(
+      "helpers-stand-alone",
+      "src/{concurrency,duration,writable-drain}.ts: small tools any layer (castor's client included) may import; they import nothing of castor.",
+      "^src/(concurrency|duration|writable-drain)\\.ts$",
+      "^src/",
+    ),
     forbid("config-at-the-bottom", "src/config.ts: one typed config object; imports nothing above it (its defaults live in it).", "^src/config\\.ts$", "^src/(?!format/|duration\\.ts$)"),
     forbid(
       "storage-below-services",
@@ -54,14 +60,12 @@ module.exports = {
       layer("cas"),
       castor("hub", "http", "ops", "cli", "client", "cluster") + "|^src/server\\.ts$",
     ),
-    {
-      name: "hub-below-transports",
-      comment:
-        "src/hub: the hub's application layer, called by every transport; imports format, auth, cas and the stores, never a transport (the client's dependency-free task pool excepted).",
-      severity: "error",
-      from: { path: layer("hub") },
-      to: { path: castor("http", "ops", "cli", "client", "cluster") + "|^src/server\\.ts$", pathNot: "^src/client/concurrency\\.ts$" },
-    },
+    forbid(
+      "hub-below-transports",
+      "src/hub: the hub's application layer, called by every transport; imports format, auth, cas and the stores, never a transport.",
+      layer("hub"),
+      castor("http", "ops", "cli", "client", "cluster") + "|^src/server\\.ts$",
+    ),
     forbid(
       "ops-below-transports",
       "src/ops: operations on whole stores (gc, fsck, backup, migration); called by the CLI and the composition root, never by HTTP routes.",
@@ -82,9 +86,9 @@ module.exports = {
     ),
     forbid(
       "client-stands-alone",
-      "src/client: castor's own client (castor/client) works against any Xet server: it imports format and the wire shapes only.",
+      "src/client: castor's own client (castor/client) works against any Xet server: it imports format, the wire shapes and the stand-alone helpers only.",
       layer("client"),
-      "^src/(?!client/|format/|wire/)",
+      "^src/(?!client/|format/|wire/|concurrency\\.ts$)",
     ),
     forbid(
       "cli-and-cluster-are-wiring",

@@ -15,7 +15,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, open, rm, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { leaseForWrite } from "../cas/leases.js";
-import { TaskPool } from "../client/concurrency.js";
+import { TaskPool } from "../concurrency.js";
 import type { GcRecords } from "../metadata/gc.js";
 import { blobKeyFromHex, type BlobStore } from "../storage/blob-store.js";
 
