@@ -35,7 +35,7 @@ import { fileHash, hashToHex, isGlobalDedupEligible, verificationHash, type Hash
 import type { ShardFile } from "../src/format/shard.js";
 import { serializeUploadShard } from "../src/format/shard-writer.js";
 import { buildCommit, initialCommit, xetFileEntry } from "../src/hub/history.js";
-import { HubService } from "../src/hub/service.js";
+import { createAdminHub, OPERATOR } from "../src/hub/index.js";
 import type { DatedXorb, FileRecord, MetadataStore, ShardRegistration, TreeEntry } from "../src/metadata/store.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { seededRandom } from "../test/helpers/vectors.js";
@@ -104,7 +104,7 @@ async function benchBackend(backend: MetadataBackend, say: Say): Promise<BenchRo
   const store = await backend.open();
   let adminToken: string;
   try {
-    adminToken = (await new HubService(store).createToken({ repos: "all", access: "write", expiresAt: null })).secret;
+    adminToken = (await createAdminHub(store).tokens.create(OPERATOR, { repos: "all", access: "write", expiresAt: null })).secret;
   } catch (error) {
     await store.close();
     throw error;

@@ -79,7 +79,7 @@ import {
   type ShardFile,
 } from "../src/format/index.js";
 import { SPOOL_DIR_NAME } from "../src/http/app.js";
-import { DEFAULT_CONNECTION_LIMITS } from "../src/http/connection-limits.js";
+import { DEFAULT_CONNECTION_LIMITS } from "../src/config.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { benchRow, deterministicRandomBytes, formatNumber, median, megabytesPerSecond, percentile, sized, type BenchRow } from "./lib.js";
 import { openDescriptorCount, processCpuSeconds, processStatusKiB } from "./support/proc-stats.js";

@@ -9,10 +9,6 @@ import { resolve } from "node:path";
 import { getHeapStatistics } from "node:v8";
 import { durationMs } from "./duration.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "./format/xorb.js";
-import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from "./http/connection-limits.js";
-import { DEFAULT_HUB_LIMITS, type HubLimits } from "./http/hub-limits.js";
-import { DEFAULT_MAX_CONCURRENT_UPLOADS } from "./http/upload-limit.js";
-import { MAX_PRESIGNED_URL_TTL_SECONDS } from "./storage/blob-store.js";
 
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
@@ -120,6 +116,76 @@ export interface CastorConfig {
 }
 
 const MiB = 1024 * 1024;
+
+/** Connection timeouts and bounds, all in milliseconds or bytes: what src/http/connection-limits.ts enforces. */
+export interface ConnectionLimits {
+  /** Longest time from a request's first byte to the end of its headers. */
+  headerTimeoutMs: number;
+  /** Longest pause within a request body; also the window `bodyMinBytesPerSecond` is averaged over. */
+  bodyTimeoutMs: number;
+  /** Slowest average rate a request body may arrive at, over each `bodyTimeoutMs` window. */
+  bodyMinBytesPerSecond: number;
+  /** Longest time an answer may make no progress because the client does not read it. */
+  sendTimeoutMs: number;
+  /** After an answer sent before the request body was read: longest time its rest is read and dropped. */
+  lingerTimeoutMs: number;
+  /** … and the most bytes of it that are read and dropped. */
+  lingerBytes: number;
+  /** Most connections open at once; one more is closed on arrival. */
+  maxConnections: number;
+}
+
+export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
+  // Real clients send their headers in one packet; nginx's client_header_timeout is 60 s.
+  headerTimeoutMs: 30_000,
+  // nginx's client_body_timeout. hf_xet and hf.js stream a body without pauses; castor's own
+  // backpressure (a slow disk or bucket) is not counted against the client.
+  bodyTimeoutMs: 60_000,
+  // 1 KiB/s: a 64 MiB xorb at this rate takes 18 hours; hf_xet's 8 parallel uploads on a
+  // 256 kbit/s uplink still send 4 KiB/s each. A body of one byte every 10 s is far below.
+  bodyMinBytesPerSecond: 1024,
+  // nginx's send_timeout. A client reading a 64 MiB range on a slow link still makes progress.
+  sendTimeoutMs: 60_000,
+  // Measured with nginx configured as the README shows (test/e2e/early-answers.test.ts, 70 MiB
+  // uploads refused with 401): closing after 1 byte gave 502s and took the nodes out of
+  // rotation; from 64 KiB on, every answer got through, and nginx stopped sending within 1 ms
+  // on loopback. Over a network the bytes in flight while the answer travels are bandwidth ×
+  // round trip: 4 MiB covers 1 Gbit/s × 30 ms, 2 s a loaded peer. A refused client costs at
+  // most that much reading, and no memory.
+  lingerTimeoutMs: 2_000,
+  lingerBytes: 4 * 1024 * 1024,
+  // Far above what real clients open (hf_xet: ~8–16 per upload or download session; nginx's
+  // keep-alive pool per node), and well inside a process's usual 4,096+ descriptors (`ulimit -n`)
+  // with room for the stores' own (SQLite, staging files, S3 sockets). Raise both together.
+  maxConnections: 1024,
+};
+
+/** Per-client limits of the hub routes: what src/http/hub-limits.ts enforces. */
+export interface HubLimits {
+  /** Requests a minute per hub token (per address without one); null: no limit. */
+  requestsPerMinute: number | null;
+  /** Failed hub authentications a minute per address before its unknown tokens are refused; null: no limit. */
+  authFailuresPerMinute: number | null;
+}
+
+export const DEFAULT_HUB_LIMITS: Readonly<HubLimits> = {
+  // Six times the ~1,000-request burst of a snapshot_download of a large repository; a person
+  // or a script on one token rarely gets near it, a tight loop does within seconds.
+  requestsPerMinute: 6000,
+  // A person mistyping a token a few times, or a script with a stale HF_TOKEN retrying, stays
+  // under it; a guesser gets ten tries, then fewer and fewer.
+  authFailuresPerMinute: 10,
+};
+
+/** Most xorb and shard uploads one node receives at once (src/http/upload-limit.ts). */
+export const DEFAULT_MAX_CONCURRENT_UPLOADS = 64;
+
+/**
+ * The longest a presigned URL may live: 7 days, AWS Signature V4's limit. `loadConfig` checks
+ * CASTOR_TRANSFER_URL_TTL against it in presigned mode, the one place a lifetime enters castor.
+ */
+export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
+
 /** What `castor gc` and scheduled collections keep by default: a day of uploads not committed yet. */
 export const DEFAULT_GC_GRACE = "24h";
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;

@@ -1,5 +1,7 @@
 /**
- * Starting and stopping castor programmatically (used by `castor serve` and by tests).
+ * The composition root: the one place castor's stores, services and background work are built
+ * and handed to the HTTP app (src/http/app.ts constructs none itself). Starting and stopping
+ * castor programmatically (used by `castor serve` and by tests).
  * The order matters: data dir, metadata store and keys are ready before the port opens, so
  * the first request accepted can be answered; on close the port stops accepting, requests in
  * progress finish, and only then are the stores closed.
@@ -18,19 +20,23 @@ import { DedupService } from "./cas/dedup.js";
 import { PresignedTransferUrls } from "./cas/presigned-transfer.js";
 import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
-import { HubService } from "./hub/index.js";
 import { FileReader } from "./cas/file-reader.js";
-import { HubRepositories } from "./hub/repositories.js";
-import { buildCastorApp, SPOOL_DIR_NAME } from "./http/app.js";
+import { ReconstructionService } from "./cas/reconstruction-service.js";
+import { createHub } from "./hub/index.js";
+import { StorageStatsService } from "./hub/stats.js";
+import { StatsSampler, type StatsSamplerOptions } from "./hub/stats-sampler.js";
+import { buildCastorApp, SPOOL_DIR_NAME, type BackgroundTask } from "./http/app.js";
 import { sweepSpool } from "./http/body-spool.js";
 import { createLogger } from "./http/logging.js";
 import { PublicUrls } from "./http/public-url.js";
 import { openMetadataStore, type OpenMetadataOptions } from "./metadata/open.js";
 import type { MetadataStore } from "./metadata/store.js";
 import type { SharedMetrics } from "./metrics.js";
+import { gcTotals } from "./ops/gc.js";
+import { GcSchedule } from "./ops/gc-schedule.js";
 import type { BlobStore } from "./storage/blob-store.js";
 import { openBlobStore } from "./storage/open.js";
-import { ensureReserve, reserveOf } from "./storage/reserve.js";
+import { ensureReserve, reserveOf, type Reserve } from "./storage/reserve.js";
 
 /**
  * Staging files older than this are swept at start-up. With S3 other nodes share the bucket
@@ -135,15 +141,29 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       logger.info("transfer URLs are presigned S3 GETs, one byte range each (CASTOR_TRANSFER_MODE=presigned)");
     }
     const runsSchedules = worker?.runsSchedules ?? true;
+    // Transfer URLs stay on the configured public URL whatever name a client used: hf_xet follows
+    // them as given, any loopback name reaches the same server, and answers are cached across clients.
+    const transferUrls = new HmacTransferUrls({ key: keys.urlKey, publicUrl: () => publicUrls.configured(), ttlSeconds: config.transferUrlTtlSeconds });
+    const stats = new StorageStatsService(store);
+    // Every worker measures after its own changes; one takes the daily samples (stats-sampler.ts).
+    const sampler = statsSampler(stats, logger, { daily: runsSchedules });
+    const background: BackgroundTask[] = [sampler];
+    if (runsSchedules && config.gc.intervalMs !== null) {
+      background.push(scheduledGc(store, blobs, logger, { ...config.gc, intervalMs: config.gc.intervalMs, reserve: reserveOf(config) }));
+    }
     const app = await buildCastorApp({
       logger,
       limits: config.limits,
       trustedProxies: config.trustedProxies,
       store,
-      hub: new HubService(store),
-      hubRepos: new HubRepositories(store, { inlineMaxBytes: config.hubInlineMaxBytes }),
-      hubInlineMaxBytes: config.hubInlineMaxBytes,
-      xetFiles: new FileReader({ metadata: store, blobs }),
+      hub: createHub({
+        store,
+        blobs,
+        xetFiles: new FileReader({ metadata: store, blobs }),
+        stats,
+        inlineMaxBytes: config.hubInlineMaxBytes,
+        spoolDir: join(config.dataDir, SPOOL_DIR_NAME),
+      }),
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
       verifier: new CasTokenVerifier(keys.jwtPublicKey),
       publicUrl: (request) => publicUrls.forRequest(request),
@@ -158,18 +178,20 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
         admissionWaitMs: config.shardAdmissionWaitMs,
       }),
       dedup: new DedupService({ metadata: store, dedupKeySeed: keys.dedupKeySeed }),
-      // Transfer URLs stay on the configured public URL whatever name a client used: hf_xet follows
-      // them as given, any loopback name reaches the same server, and answers are cached across clients.
-      transferUrls: new HmacTransferUrls({ key: keys.urlKey, publicUrl: () => publicUrls.configured(), ttlSeconds: config.transferUrlTtlSeconds }),
-      presignedUrls,
+      reconstructions: new ReconstructionService({
+        store,
+        signer: presignedUrls ?? transferUrls,
+        singleRangeEntries: presignedUrls !== undefined,
+        transferUrlTtlSeconds: config.transferUrlTtlSeconds,
+      }),
+      transferUrls,
       downloadLinks: new DownloadLinks({ urlKey: keys.urlKey }),
-      transferUrlTtlSeconds: config.transferUrlTtlSeconds,
       v2Reconstruction: config.v2Reconstruction,
       dataDir: config.dataDir,
       minFreeBytes: config.minFreeBytes,
       metrics: { enabled: config.metrics, token: config.metricsToken, shared: worker?.metrics },
-      storageStats: { dailySamples: runsSchedules, afterChanges: true },
-      gc: runsSchedules ? { ...config.gc, reserve: reserveOf(config) } : undefined,
+      background,
+      onChange: () => sampler.changed(),
       maxConcurrentUploads: config.maxConcurrentUploads,
       hubLimits: config.hubLimits,
     });
@@ -198,6 +220,40 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     await store.close();
     throw error;
   }
+}
+
+/**
+ * The storage-statistics samples (src/hub/stats-sampler.ts), each reported to the log: the daily
+ * ones when `daily` (one process of a node: `WorkerRole.runsSchedules`), and a measurement after
+ * changes, which the app reports (`CastorAppDeps.onChange`). The metrics read the latest sample
+ * from the store.
+ */
+export function statsSampler(stats: StorageStatsService, logger: Logger, options: Pick<StatsSamplerOptions, "daily" | "delayMs" | "now"> = {}): StatsSampler {
+  return new StatsSampler(stats, {
+    ...options,
+    onSample: (sample) => {
+      const { logicalBytes, storedBytes, recordedXorbBytes } = sample;
+      logger.info({ day: sample.day, logicalBytes, storedBytes, recordedXorbBytes }, "storage statistics sample");
+    },
+    onError: (error) => logger.warn({ err: error }, "the storage statistics sample failed; trying again later"),
+  });
+}
+
+/** Garbage collection every `intervalMs` (CASTOR_GC_INTERVAL, src/ops/gc-schedule.ts). */
+export function scheduledGc(
+  store: MetadataStore,
+  blobs: BlobStore,
+  logger: Logger,
+  gc: { intervalMs: number; graceMs: number; reserve?: Reserve | null },
+): BackgroundTask {
+  return new GcSchedule(store, blobs, {
+    intervalMs: gc.intervalMs,
+    graceMs: gc.graceMs,
+    onReport: (report) => logger.info({ removed: gcTotals(report) }, "scheduled garbage collection finished"),
+    onError: (error) => logger.error({ err: error }, "scheduled garbage collection failed; trying again at the next interval"),
+    reserve: gc.reserve,
+    onReserve: (line) => logger.warn(`scheduled garbage collection: ${line}`),
+  });
 }
 
 /** Makes the data disk's maintenance reserve (src/storage/reserve.ts), saying so when there is no room for it. */

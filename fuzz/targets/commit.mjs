@@ -1,5 +1,5 @@
 // The hub's NDJSON commit payload (POST /api/{type}s/{ns}/{name}/commit/{rev}): the body cut into
-// bounded lines as it arrives (src/http/hub/ndjson.ts), each line parsed into the header and the
+// bounded lines as it arrives (src/hub/ndjson.ts), each line parsed into the header and the
 // operations (src/hub/commit-payload.ts). Input: byte 0 picks the piece size the body arrives in
 // (1..255 bytes, or the whole body when 0), the rest is the body. Expected: HubError only.
 // Besides crashes, a finding is: lines that differ from the body's own split at "\n" (or a 413
@@ -10,7 +10,7 @@
 // within a line's worth (its base64 decoded) plus the operations' descriptions.
 import { createHash } from "node:crypto";
 import { repoPathProblem } from "../../dist/format/repo.js";
-import { LineSplitter } from "../../dist/http/hub/ndjson.js";
+import { LineSplitter } from "../../dist/hub/ndjson.js";
 import { CommitPayloadParser, MAX_COMMIT_OPERATIONS } from "../../dist/hub/commit-payload.js";
 import { HubError } from "../../dist/hub/errors.js";
 import { expected } from "./expect.mjs";

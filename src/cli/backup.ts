@@ -7,7 +7,7 @@ import { loadAdminConfig } from "./stores.js";
 import { KEY_FILES, backupDataDir, requireEmbedded, type BackupManifest } from "../ops/backup.js";
 import type { FsCopyCounts } from "../storage/fs-copy.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, interruptSignal, parseCommandLine, parseCount, runCommand } from "./args.js";
-import { VERSION } from "./main.js";
+import { VERSION } from "./version.js";
 
 const USAGE = `Usage: castor backup DEST [--copy] [--progress-every N]
 

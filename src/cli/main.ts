@@ -2,9 +2,7 @@
  * `castor` command entry point. Each subcommand lives in its own module and is imported only
  * when invoked, so a quick admin call never pays for loading the server.
  */
-import { readFileSync } from "node:fs";
-
-export const VERSION: string = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")).version;
+import { VERSION } from "./version.js";
 
 const USAGE = `castor ${VERSION} — self-hosted Xet-compatible content-addressable storage
 

@@ -5,6 +5,7 @@
 import { DEFAULT_ENDPOINT } from "../client/index.js";
 import { loadAdminConfig } from "./stores.js";
 import { formatRepoRef, requireRepoName, requireRepoType } from "../hub/names.js";
+import { OPERATOR } from "../hub/access.js";
 import { withHub } from "../hub/open.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, formatTime, parseCommandLine, runCommand, runSubcommand } from "./args.js";
 import { asUsageError, CLIENT_FLAGS, createClient } from "./client.js";
@@ -71,7 +72,7 @@ function create(argv: string[]): Promise<number> {
     requireRepoType(type);
     requireRepoName(name);
     const config = loadAdminConfig(args.configFlags);
-    const repo = await withHub(config, (hub) => hub.createRepo(type, name, { private: args.values.public !== true }));
+    const repo = await withHub(config, (hub) => hub.repos.create(OPERATOR, type, name, { private: args.values.public !== true }));
     process.stdout.write(`Created ${repo.private ? "private" : "public"} repository ${formatRepoRef(repo)} with branch main.\n`);
     return EXIT_OK;
   });
@@ -82,7 +83,7 @@ function list(argv: string[]): Promise<number> {
     const args = parseCommandLine(argv, {});
     if (args.help) return help(LIST_USAGE);
     expectPositionals(args.positionals, []);
-    const repos = await withHub(loadAdminConfig(args.configFlags), (hub) => hub.listRepos());
+    const { repos } = await withHub(loadAdminConfig(args.configFlags), (hub) => hub.repos.list(OPERATOR));
     if (repos.length === 0) {
       process.stderr.write("No repositories yet: create one with 'castor repo create TYPE NAMESPACE/NAME'.\n");
       return EXIT_OK;

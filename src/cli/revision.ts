@@ -1,6 +1,7 @@
 /** `castor revision create TYPE:NS/NAME NAME [--tag]`. */
 import { loadAdminConfig } from "./stores.js";
 import { parseRepoRef, requireNewRevisionName } from "../hub/names.js";
+import { OPERATOR } from "../hub/access.js";
 import { withHub } from "../hub/open.js";
 import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, parseCommandLine, runCommand, runSubcommand } from "./args.js";
 
@@ -35,11 +36,11 @@ function create(argv: string[]): Promise<number> {
     }
     const [repoRef, name] = expectPositionals(args.positionals, ["TYPE:NAMESPACE/NAME", "NAME"]);
     // Checked before the database is opened, so a typo creates no data folder.
-    parseRepoRef(repoRef);
+    const address = parseRepoRef(repoRef);
     requireNewRevisionName(name);
     const kind = args.values.tag === true ? "tag" : "branch";
     const config = loadAdminConfig(args.configFlags);
-    const revision = await withHub(config, (hub) => hub.createRevision(repoRef, name, kind));
+    const revision = await withHub(config, (hub) => hub.repos.createRevision(OPERATOR, address, name, kind));
     // createRevision accepted repoRef, so it is a valid TYPE:NAMESPACE/NAME worth echoing.
     process.stdout.write(`Created ${revision.kind} ${revision.name} in ${repoRef}.\n`);
     return EXIT_OK;

@@ -2,6 +2,7 @@
 import { loadAdminConfig } from "./stores.js";
 import { parseExpires } from "../hub/expires.js";
 import { formatRepoRef, parseRepoRef } from "../hub/names.js";
+import { OPERATOR } from "../hub/access.js";
 import { withHub } from "../hub/open.js";
 import { hubTokenState } from "../hub/tokens.js";
 import type { Access, HubToken, Repo } from "../metadata/store.js";
@@ -104,7 +105,7 @@ function create(argv: string[]): Promise<number> {
 
     const config = loadAdminConfig(args.configFlags);
     const { secret, token } = await withHub(config, (hub) =>
-      hub.createToken({ repos: allRepos ? "all" : refs, namespaces, owner: values.user ?? null, access, expiresAt }),
+      hub.tokens.create(OPERATOR, { repos: allRepos ? "all" : refs, namespaces, owner: values.user ?? null, access, expiresAt }),
     );
     const covers = allRepos ? "all repositories" : [...new Set(refs), ...namespaces.map((ns) => `${ns}/*`)].join(", ");
     const expiry = expiresAt === null ? "never expires" : `expires ${formatTime(expiresAt)}`;
@@ -121,8 +122,8 @@ function list(argv: string[]): Promise<number> {
     if (args.help) return help(LIST_USAGE);
     expectPositionals(args.positionals, []);
     const { tokens, repos } = await withHub(loadAdminConfig(args.configFlags), async (hub) => ({
-      tokens: await hub.listTokens(),
-      repos: await hub.listRepos(),
+      tokens: await hub.tokens.list(OPERATOR),
+      repos: (await hub.repos.list(OPERATOR)).repos,
     }));
     if (tokens.length === 0) {
       process.stderr.write("No hub tokens yet: create one with 'castor token create'.\n");
@@ -155,7 +156,7 @@ function revoke(argv: string[]): Promise<number> {
     const args = parseCommandLine(argv, {});
     if (args.help) return help(REVOKE_USAGE);
     const [id] = expectPositionals(args.positionals, ["ID"]);
-    const revoked = await withHub(loadAdminConfig(args.configFlags), (hub) => hub.revokeToken(id));
+    const revoked = await withHub(loadAdminConfig(args.configFlags), (hub) => hub.tokens.revoke(OPERATOR, id));
     if (!revoked) {
       process.stderr.write(`castor token revoke: no hub token has the id ${JSON.stringify(id)}; see 'castor token list'.\n`);
       return EXIT_FAILURE;

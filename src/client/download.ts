@@ -45,7 +45,7 @@ import type { Writable } from "node:stream";
 import { fileHash, hashEquals, hashFromHex, isHashHex, isZeroHash, xorbHash, type FetchSource, type Hash, type MerkleEntry } from "../format/index.js";
 import type { CasClient } from "./cas.js";
 import { ChunkStreamDecoder } from "./chunk-stream.js";
-import { Limiter } from "./concurrency.js";
+import { Limiter } from "../concurrency.js";
 import { fileSink, partialPathOf, streamSink, type Sink } from "./download-output.js";
 import { ScanError, pushBatchLeaves, scanFile } from "./file-scan.js";
 import { CastorClientError, HttpStatusError } from "./errors.js";

@@ -28,6 +28,7 @@ import { STATUS_CODES } from "node:http";
 import { gitBlobId } from "../format/git.js";
 import { CastorClientError, HttpStatusError } from "./errors.js";
 import { isRetryableStatus, readErrorMessage, readJson, type HttpClient } from "./http.js";
+import type { CommitAnswer, CommitLine, RepoInfo, TreeEntry } from "../wire/hub.js";
 import { formatRepoRef, type RepoRef } from "./token.js";
 
 /** One change of a commit. Paths are `/`-separated, relative to the repository's root. */
@@ -158,21 +159,22 @@ export function encodeCommit(request: CommitRequest): Uint8Array {
     description: request.description ?? "",
     ...(request.parentCommit === undefined ? {} : { parentCommit: request.parentCommit }),
   };
-  const lines = [JSON.stringify({ key: "header", value: header })];
+  const line = (item: CommitLine) => JSON.stringify(item);
+  const lines = [line({ key: "header", value: header })];
   for (const op of request.operations) {
     if (typeof op.path !== "string" || op.path === "") throw new CastorClientError("usage", "a commit operation has no path");
     switch (op.kind) {
       case "lfsFile":
         if (!HEX64.test(op.sha256)) throw new CastorClientError("usage", `${op.path}: the SHA-256 must be 64 lowercase hex characters`);
         if (!Number.isSafeInteger(op.size) || op.size < 0) throw new CastorClientError("usage", `${op.path}: the size must be a whole number of bytes`);
-        lines.push(JSON.stringify({ key: "lfsFile", value: { path: op.path, algo: "sha256", oid: op.sha256, size: op.size } }));
+        lines.push(line({ key: "lfsFile", value: { path: op.path, algo: "sha256", oid: op.sha256, size: op.size } }));
         break;
       case "file":
-        lines.push(JSON.stringify({ key: "file", value: { content: Buffer.from(op.content).toString("base64"), path: op.path, encoding: "base64" } }));
+        lines.push(line({ key: "file", value: { content: Buffer.from(op.content).toString("base64"), path: op.path, encoding: "base64" } }));
         break;
       case "deletedFile":
       case "deletedFolder":
-        lines.push(JSON.stringify({ key: op.kind, value: { path: op.path } }));
+        lines.push(line({ key: op.kind, value: { path: op.path } }));
         break;
       default:
         throw new CastorClientError("usage", `unknown commit operation ${JSON.stringify((op as { kind?: unknown }).kind)}`);
@@ -244,7 +246,8 @@ export class HubClient {
   async resolveRevision(revision: string): Promise<string> {
     const what = `looking up revision ${JSON.stringify(revision)} of ${formatRepoRef(this.repo)}`;
     const response = await this.send({ what, url: this.apiUrl(`/revision/${encodeURIComponent(revision)}`), method: "GET" });
-    const body = (await readJson(response, MAX_JSON_ANSWER_BYTES, what)) as { sha?: unknown } | null;
+    // Checked field by field: the server may be any Hub, and may be wrong.
+    const body = (await readJson(response, MAX_JSON_ANSWER_BYTES, what)) as Partial<Record<keyof RepoInfo, unknown>> | null;
     const sha = body?.sha;
     if (typeof sha !== "string" || !HEX40.test(sha)) throw new CastorClientError("protocol", `${what}: the answer has no 40-hex "sha"`);
     return sha;
@@ -346,7 +349,7 @@ export class HubClient {
         ...(response.status >= 500 ? { [response.status]: maybeApplied } : {}),
       });
     }
-    const answer = (await readJson(response, MAX_JSON_ANSWER_BYTES, what)) as { commitOid?: unknown; commitUrl?: unknown } | null;
+    const answer = (await readJson(response, MAX_JSON_ANSWER_BYTES, what)) as Partial<Record<keyof CommitAnswer, unknown>> | null;
     const { commitOid, commitUrl } = answer ?? {};
     if (typeof commitOid !== "string" || !HEX40.test(commitOid)) throw new CastorClientError("protocol", `${what}: the answer has no 40-hex "commitOid"`);
     return { commitOid, commitUrl: typeof commitUrl === "string" ? commitUrl : "" };
@@ -460,7 +463,7 @@ async function hubError(response: Response, what: string, hints: Readonly<Partia
 function treeEntryOf(item: unknown, what: string): RepoTreeEntry {
   const bad = (why: string) => new CastorClientError("protocol", `${what}: a tree entry ${why}`);
   if (item === null || typeof item !== "object") throw bad("is not a JSON object");
-  const { type, path, oid, size, xetHash, lfs } = item as Record<string, unknown>;
+  const { type, path, oid, size, xetHash, lfs } = item as Partial<Record<keyof TreeEntry, unknown>>;
   if (typeof path !== "string" || path === "") throw bad('has no "path"');
   if (typeof oid !== "string") throw bad(`${JSON.stringify(path)} has no "oid"`);
   if (type === "directory") return { type, path, oid };

@@ -51,7 +51,7 @@ import {
   type MerkleEntry,
 } from "../format/index.js";
 import type { CasClient } from "./cas.js";
-import { Limiter, TaskPool } from "./concurrency.js";
+import { Limiter, TaskPool } from "../concurrency.js";
 import { CastorClientError, HttpStatusError } from "./errors.js";
 import { ScanError, batchChunkBytes, pushBatchLeaves, scanFile, type ScannedBatch } from "./file-scan.js";
 import { readBodyBounded, readJson } from "./http.js";

@@ -1,8 +1,9 @@
 /**
  * The fastify application. `createHttpApp` is the bare frame every castor HTTP surface
  * shares (request ids, one log line per request, JSON errors, shutdown behaviour);
- * `buildCastorApp` adds the routes on top. Tests build the frame alone to exercise a single
- * piece (e.g. the CAS auth hook with test routes).
+ * `buildCastorApp` adds the routes on top, over services the composition root (src/server.ts)
+ * built: it constructs none itself. Tests build the frame alone to exercise a single piece (e.g.
+ * the CAS auth hook with test routes).
  */
 import { join } from "node:path";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from "fastify";
@@ -10,30 +11,23 @@ import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { DownloadLinks } from "../auth/download-link.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
 import type { DedupService } from "../cas/dedup.js";
-import type { RangeUrlSigner } from "../cas/reconstruction-render.js";
-import { ReconstructionService } from "../cas/reconstruction-service.js";
+import type { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
+import type { Hub } from "../hub/index.js";
 import type { MetadataStore } from "../metadata/store.js";
 import { CastorMetrics, type OnRefusal, type SharedMetrics } from "../metrics.js";
-import { gcTotals } from "../ops/gc.js";
-import { GcSchedule } from "../ops/gc-schedule.js";
-import type { Reserve } from "../storage/reserve.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
 import { casScope } from "./cas-scope.js";
-import { DEFAULT_CONNECTION_LIMITS, httpServerOptions, installConnectionLimits, type ConnectionLimits } from "./connection-limits.js";
+import { DEFAULT_CONNECTION_LIMITS, DEFAULT_HUB_LIMITS, type ConnectionLimits, type HubLimits } from "../config.js";
+import { httpServerOptions, installConnectionLimits } from "./connection-limits.js";
 import { dedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
 import { healthRoutes } from "./health.js";
-import type { HubRepositories } from "../hub/repositories.js";
-import { StorageStatsService } from "../hub/stats.js";
-import { StatsSampler } from "../hub/stats-sampler.js";
-import { HubService } from "../hub/service.js";
-import { castorRoutes } from "./hub/castor-routes.js";
-import { acceptHubBodies, hubRoutes, type XetFileSource } from "./hub/index.js";
-import { DEFAULT_HUB_LIMITS, installHubLimits, type HubLimits } from "./hub-limits.js";
-import { hubTokenRoutes, type TokenRequestAuthorizer } from "./hub-token.js";
+import { acceptHubBodies, hubRoutes } from "./hub/index.js";
+import { installHubLimits } from "./hub-limits.js";
+import { hubTokenRoutes } from "./hub-token.js";
 import { OneLinePerRequest, requestIdFor } from "./logging.js";
 import { installMetrics } from "./metrics.js";
 import { reconstructionRoutes } from "./reconstruction-routes.js";
@@ -114,9 +108,17 @@ export function createHttpApp(options: HttpAppOptions): FastifyInstance {
   return app;
 }
 
+/** Work a server does in the background while it serves (the daily statistics sample, scheduled gc): started once ready, stopped before it closes. */
+export interface BackgroundTask {
+  start(): void;
+  stop(): void | Promise<void>;
+}
+
 export interface CastorAppDeps extends HttpAppOptions {
+  /** For /readyz (ping) and /metrics (the last maintenance runs), and the shard routes' repository lookup. */
   store: MetadataStore;
-  hub: TokenRequestAuthorizer;
+  /** The hub's services (src/hub): the Hugging Face routes, castor's own and the token operation call them. */
+  hub: Hub;
   issuer: CasTokenIssuer;
   verifier: CasTokenVerifier;
   /**
@@ -128,43 +130,28 @@ export interface CastorAppDeps extends HttpAppOptions {
   xorbs: XorbIngestService;
   shards: ShardRegistrationService;
   dedup: DedupService;
+  reconstructions: ReconstructionService;
   transferUrls: HmacTransferUrls;
   /** Signs the web interface's download links, which `resolve` accepts without a token (auth/download-link.ts). */
   downloadLinks: DownloadLinks;
-  /**
-   * CASTOR_TRANSFER_MODE=presigned: reconstruction answers hand out these URLs (presigned S3
-   * GETs, one range per V2 entry) instead of `transferUrls`. Absent in the default proxy mode.
-   */
-  presignedUrls?: RangeUrlSigner;
-  /** `config.transferUrlTtlSeconds`: the lifetime of the transfer URLs handed out (`transferUrls`' or `presignedUrls`'). */
-  transferUrlTtlSeconds: number;
   /** `config.v2Reconstruction`. */
   v2Reconstruction: "on" | "501";
   /** `config.dataDir`: `/readyz` watches its filesystem's free space. */
   dataDir: string;
   /** `config.minFreeBytes`. */
   minFreeBytes: number;
-  /** The hub's repositories, for the Hugging Face routes. */
-  hubRepos: HubRepositories;
-  /** Serves Xet-stored files to clients that download them over plain HTTP. */
-  xetFiles: XetFileSource;
-  /** `config.hubInlineMaxBytes`. */
-  hubInlineMaxBytes: number;
   /**
    * `config.metrics` and `config.metricsToken`; default: `/metrics` served, no token needed.
    * `shared`: this app is one of several processes on one port, and a scrape shows all of them.
    */
   metrics?: { enabled: boolean; token: string | null; shared?: SharedMetrics };
+  /** Started once the app is ready, stopped when it closes (before server.ts closes the stores). */
+  background?: readonly BackgroundTask[];
   /**
-   * Storage statistics (`GET /api/stats`): their clock; whether the app takes the daily samples
-   * (at start-up, after each UTC midnight) and measures again after the requests that change
-   * something, from the moment it is ready until it closes (hub/stats-sampler.ts; `castor serve`
-   * does both, one worker of several only the latter; test apps only when asked); how long after
-   * a change (`changeDelayMs`, DEFAULT_CHANGE_DELAY_MS by default).
+   * Called after every request that may have changed what is stored (a write that succeeded):
+   * the storage statistics' sampler then measures again (hub/stats-sampler.ts).
    */
-  storageStats?: { dailySamples: boolean; afterChanges?: boolean; changeDelayMs?: number; now?: () => Date };
-  /** `config.gc`: collections on a schedule when `intervalMs` is set (src/ops/gc-schedule.ts). */
-  gc?: { intervalMs: number | null; graceMs: number; reserve?: Reserve | null };
+  onChange?: () => void;
   /** `config.maxConcurrentUploads`; the default when absent. */
   maxConcurrentUploads?: number;
   /** `config.hubLimits`; each one missing takes its default. */
@@ -187,7 +174,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   // Both upload services report to it, so /readyz learns of storage-full failures (and of
   // the successes that end them) whichever route or frame answered the client.
   const storageFull = new StorageFullWatch();
-  const { xorbs, shards } = deps;
+  const { xorbs, shards, reconstructions } = deps;
   if (metrics) {
     const shared = deps.metrics?.shared;
     shared?.attach(metrics);
@@ -195,46 +182,15 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     metrics.watchMaintenance(() => deps.store.lastMaintenanceRuns());
     metrics.watchStorageSamples(async () => (await deps.store.listStatsSamples()).at(-1) ?? null);
   }
-  const hub: TokenRequestAuthorizer = {
-    authorizeTokenRequest: async (request) => {
-      const decision = await deps.hub.authorizeTokenRequest(request);
-      metrics?.tokenRequestDecided(decision.ok ? "granted" : "denied");
-      return decision;
-    },
-  };
-  const stats = new StorageStatsService(deps.store, { now: deps.storageStats?.now });
-  const { dailySamples = false, afterChanges = false } = deps.storageStats ?? {};
-  if (dailySamples || afterChanges) {
-    const sampler = new StatsSampler(stats, {
-      now: deps.storageStats?.now,
-      daily: dailySamples,
-      delayMs: deps.storageStats?.changeDelayMs,
-      onSample: (sample) => {
-        const { logicalBytes, storedBytes, recordedXorbBytes } = sample;
-        app.log.info({ day: sample.day, logicalBytes, storedBytes, recordedXorbBytes }, "storage statistics sample");
-      },
-      onError: (error) => app.log.warn({ err: error }, "the storage statistics sample failed; trying again later"),
-    });
-    // Started once the app is ready, stopped before the stores close (server.ts closes them after the app).
-    app.addHook("onReady", async () => sampler.start());
-    app.addHook("onClose", () => sampler.stop());
-    if (afterChanges) {
-      app.addHook("onResponse", async (request, reply) => {
-        if (changesSomething(request.method, reply.statusCode)) sampler.changed();
-      });
-    }
+  for (const task of deps.background ?? []) {
+    app.addHook("onReady", async () => task.start());
+    app.addHook("onClose", async () => task.stop());
   }
-  if (deps.gc?.intervalMs != null) {
-    const schedule = new GcSchedule(deps.store, deps.blobs, {
-      intervalMs: deps.gc.intervalMs,
-      graceMs: deps.gc.graceMs,
-      onReport: (report) => app.log.info({ removed: gcTotals(report) }, "scheduled garbage collection finished"),
-      onError: (error) => app.log.error({ err: error }, "scheduled garbage collection failed; trying again at the next interval"),
-      reserve: deps.gc.reserve,
-      onReserve: (line) => app.log.warn(`scheduled garbage collection: ${line}`),
+  const onChange = deps.onChange;
+  if (onChange !== undefined) {
+    app.addHook("onResponse", async (request, reply) => {
+      if (changesSomething(request.method, reply.statusCode)) onChange();
     });
-    app.addHook("onReady", async () => schedule.start());
-    app.addHook("onClose", () => schedule.stop());
   }
   await app.register(healthRoutes, { store: deps.store, dataDir: deps.dataDir, minFreeBytes: deps.minFreeBytes, storageFull });
   // One scope for the hub's routes and the token operation, so the per-client limits
@@ -242,25 +198,18 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   await app.register(async (hubScope) => {
     acceptHubBodies(hubScope);
     await installHubLimits(hubScope, { ...DEFAULT_HUB_LIMITS, ...deps.hubLimits }, onRefusal);
-    await hubScope.register(hubTokenRoutes, { hub, issuer: deps.issuer, publicUrl: deps.publicUrl });
-    await hubScope.register(hubRoutes, {
-      repos: deps.hubRepos,
-      blobs: deps.blobs,
-      xetFiles: deps.xetFiles,
-      store: deps.store,
+    await hubScope.register(hubTokenRoutes, {
+      tokens: {
+        authorizeTokenRequest: async (request) => {
+          const decision = await deps.hub.tokens.authorizeTokenRequest(request);
+          metrics?.tokenRequestDecided(decision.ok ? "granted" : "denied");
+          return decision;
+        },
+      },
+      issuer: deps.issuer,
       publicUrl: deps.publicUrl,
-      downloadLinks: deps.downloadLinks,
-      inlineMaxBytes: deps.hubInlineMaxBytes,
-      spoolDir: join(deps.dataDir, SPOOL_DIR_NAME),
-      stats,
     });
-    await hubScope.register(castorRoutes, {
-      repos: deps.hubRepos,
-      publicUrl: deps.publicUrl,
-      downloadLinks: deps.downloadLinks,
-      store: deps.store,
-      tokens: new HubService(deps.store),
-    });
+    await hubScope.register(hubRoutes, { hub: deps.hub, publicUrl: deps.publicUrl, downloadLinks: deps.downloadLinks });
   });
   await app.register(webUiRoutes, deps.webUi ?? {});
   await app.register(casScope, {
@@ -304,12 +253,6 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
             return answer;
           },
         },
-      });
-      const reconstructions = new ReconstructionService({
-        store: deps.store,
-        signer: deps.presignedUrls ?? deps.transferUrls,
-        singleRangeEntries: deps.presignedUrls !== undefined,
-        transferUrlTtlSeconds: deps.transferUrlTtlSeconds,
       });
       await cas.register(reconstructionRoutes, {
         reconstructions: {

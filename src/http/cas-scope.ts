@@ -27,7 +27,8 @@ import type { CasTokenVerifier } from "../auth/cas-token.js";
 import type { OnRefusal } from "../metrics.js";
 import { registerCasAuth } from "./cas-auth.js";
 import { acceptRawBodies } from "./raw-body.js";
-import { DEFAULT_MAX_CONCURRENT_UPLOADS, limitConcurrentUploads } from "./upload-limit.js";
+import { DEFAULT_MAX_CONCURRENT_UPLOADS } from "../config.js";
+import { limitConcurrentUploads } from "./upload-limit.js";
 
 export interface CasScopeOptions {
   /** Verifies the CAS access tokens of the scope's requests. */

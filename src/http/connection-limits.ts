@@ -27,7 +27,8 @@
  *   (FIN after the answer) and the rest of the body is read and dropped until it ends, or for at
  *   most `lingerTimeoutMs` / `lingerBytes`, and only then is the socket closed. The bounds are
  *   small on purpose: they are spent on clients castor refused (unauthenticated ones included),
- *   and a peer has the answer within milliseconds of its arrival; see the defaults below.
+ *   and a peer has the answer within milliseconds of its arrival; see the defaults (DEFAULT_CONNECTION_LIMITS in
+ *   config.ts).
  *   A route may instead keep the connection and drop the rest in the background
  *   (`settleUnreadBody` in raw-body.ts); the rest must then end within `lingerTimeoutMs` of the
  *   answer too, or the connection is closed.
@@ -36,49 +37,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { FastifyInstance } from "fastify";
 import type { OnRefusal } from "../metrics.js";
+import type { ConnectionLimits } from "../config.js";
 import { HttpError, pathOf } from "./errors.js";
-
-export interface ConnectionLimits {
-  /** Longest time from a request's first byte to the end of its headers. */
-  headerTimeoutMs: number;
-  /** Longest pause within a request body; also the window `bodyMinBytesPerSecond` is averaged over. */
-  bodyTimeoutMs: number;
-  /** Slowest average rate a request body may arrive at, over each `bodyTimeoutMs` window. */
-  bodyMinBytesPerSecond: number;
-  /** Longest time an answer may make no progress because the client does not read it. */
-  sendTimeoutMs: number;
-  /** After an answer sent before the request body was read: longest time its rest is read and dropped. */
-  lingerTimeoutMs: number;
-  /** … and the most bytes of it that are read and dropped. */
-  lingerBytes: number;
-  /** Most connections open at once; one more is closed on arrival. */
-  maxConnections: number;
-}
-
-export const DEFAULT_CONNECTION_LIMITS: Readonly<ConnectionLimits> = {
-  // Real clients send their headers in one packet; nginx's client_header_timeout is 60 s.
-  headerTimeoutMs: 30_000,
-  // nginx's client_body_timeout. hf_xet and hf.js stream a body without pauses; castor's own
-  // backpressure (a slow disk or bucket) is not counted against the client.
-  bodyTimeoutMs: 60_000,
-  // 1 KiB/s: a 64 MiB xorb at this rate takes 18 hours; hf_xet's 8 parallel uploads on a
-  // 256 kbit/s uplink still send 4 KiB/s each. A body of one byte every 10 s is far below.
-  bodyMinBytesPerSecond: 1024,
-  // nginx's send_timeout. A client reading a 64 MiB range on a slow link still makes progress.
-  sendTimeoutMs: 60_000,
-  // Measured with nginx configured as the README shows (test/e2e/early-answers.test.ts, 70 MiB
-  // uploads refused with 401): closing after 1 byte gave 502s and took the nodes out of
-  // rotation; from 64 KiB on, every answer got through, and nginx stopped sending within 1 ms
-  // on loopback. Over a network the bytes in flight while the answer travels are bandwidth ×
-  // round trip: 4 MiB covers 1 Gbit/s × 30 ms, 2 s a loaded peer. A refused client costs at
-  // most that much reading, and no memory.
-  lingerTimeoutMs: 2_000,
-  lingerBytes: 4 * 1024 * 1024,
-  // Far above what real clients open (hf_xet: ~8–16 per upload or download session; nginx's
-  // keep-alive pool per node), and well inside a process's usual 4,096+ descriptors (`ulimit -n`)
-  // with room for the stores' own (SQLite, staging files, S3 sockets). Raise both together.
-  maxConnections: 1024,
-};
 
 /** Dropped connections are logged at most this often, so a flood of them cannot flood the log. */
 const DROP_LOG_INTERVAL_MS = 10_000;

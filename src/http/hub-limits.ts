@@ -25,26 +25,11 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import rateLimit from "@fastify/rate-limit";
 import { LRUCache } from "lru-cache";
+import type { HubLimits } from "../config.js";
 import { hashHubTokenSecret } from "../hub/tokens.js";
 import type { OnRefusal } from "../metrics.js";
 import { bearerToken } from "./cas-auth.js";
 import { HttpError } from "./errors.js";
-
-export interface HubLimits {
-  /** Requests a minute per hub token (per address without one); null: no limit. */
-  requestsPerMinute: number | null;
-  /** Failed hub authentications a minute per address before its unknown tokens are refused; null: no limit. */
-  authFailuresPerMinute: number | null;
-}
-
-export const DEFAULT_HUB_LIMITS: Readonly<HubLimits> = {
-  // Six times the ~1,000-request burst of a snapshot_download of a large repository; a person
-  // or a script on one token rarely gets near it, a tight loop does within seconds.
-  requestsPerMinute: 6000,
-  // A person mistyping a token a few times, or a script with a stale HF_TOKEN retrying, stays
-  // under it; a guesser gets ten tries, then fewer and fewer.
-  authFailuresPerMinute: 10,
-};
 
 const WINDOW_MS = 60_000;
 /** The longest block; also how long an address must stay clean before its blocks start at one window again. */

@@ -16,26 +16,21 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { CasScope, CasTokenIssuer } from "../auth/cas-token.js";
-import type { HubService } from "../hub/index.js";
-import type { RepoType } from "../metadata/store.js";
+import type { TokenService } from "../hub/token-service.js";
+import type { RepoType } from "../hub/records.js";
+import { CasTokenAnswer, RepoParams } from "../wire/hub.js";
 import { bearerToken } from "./cas-auth.js";
 import { ERROR_BODY_SCHEMA, HttpError } from "./errors.js";
 import { hubTokenAccepted } from "./hub-limits.js";
 
-/** The part of the hub service this route needs. */
-export type TokenRequestAuthorizer = Pick<HubService, "authorizeTokenRequest">;
+/** The part of the hub's token service this route needs. */
+export type TokenRequestAuthorizer = Pick<TokenService, "authorizeTokenRequest">;
 
 export interface HubTokenRouteDeps {
-  hub: TokenRequestAuthorizer;
+  tokens: TokenRequestAuthorizer;
   issuer: CasTokenIssuer;
   /** The base of `casUrl` in the answer to a request (src/http/public-url.ts). */
   publicUrl: (request: FastifyRequest) => string;
-}
-
-export interface HubTokenResponse {
-  accessToken: string;
-  exp: number;
-  casUrl: string;
 }
 
 /** The path carries the type in the plural. */
@@ -48,35 +43,22 @@ const REPO_TYPE_BY_PATH_SEGMENT: Readonly<Record<string, RepoType>> = {
 const OPERATION_SPELLINGS = ["cas", "xet"] as const;
 const ACCESSES: readonly CasScope[] = ["read", "write"];
 
-const RESPONSE_SCHEMA = {
-  200: {
-    type: "object",
-    required: ["accessToken", "exp", "casUrl"],
-    additionalProperties: false,
-    properties: {
-      accessToken: { type: "string" },
-      exp: { type: "integer" },
-      casUrl: { type: "string" },
-    },
-  },
-  "4xx": ERROR_BODY_SCHEMA,
-} as const;
+/**
+ * The path's parts are checked by the token service (in the interface's order: the hub token
+ * first), so the params schema only says what they are.
+ */
+const SCHEMA = { params: RepoParams, response: { 200: CasTokenAnswer, "4xx": ERROR_BODY_SCHEMA } } as const;
 
-interface TokenPathParams {
-  repoTypes: string;
-  namespace: string;
-  name: string;
-  "*"?: string;
-}
+type TokenPathParams = RepoParams;
 
 export async function hubTokenRoutes(app: FastifyInstance, deps: HubTokenRouteDeps): Promise<void> {
   for (const spelling of OPERATION_SPELLINGS) {
     for (const access of ACCESSES) {
-      const base = `/api/:repoTypes/:namespace/:name/${spelling}-${access}-token`;
+      const base = `/api/:types/:namespace/:name/${spelling}-${access}-token`;
       const handler = (request: FastifyRequest<{ Params: TokenPathParams }>, reply: FastifyReply) => issueToken(deps, access, request, reply);
-      app.get<{ Params: TokenPathParams }>(`${base}/*`, { schema: { response: RESPONSE_SCHEMA } }, handler);
+      app.get<{ Params: TokenPathParams }>(`${base}/*`, { schema: SCHEMA }, handler);
       // Without a revision segment: answered (400) rather than left to the generic 404, so the client learns what is missing.
-      app.get<{ Params: TokenPathParams }>(base, { schema: { response: RESPONSE_SCHEMA } }, handler);
+      app.get<{ Params: TokenPathParams }>(base, { schema: SCHEMA }, handler);
     }
   }
 }
@@ -86,8 +68,8 @@ async function issueToken(
   access: CasScope,
   request: FastifyRequest<{ Params: TokenPathParams }>,
   reply: FastifyReply,
-): Promise<HubTokenResponse> {
-  const { repoTypes, namespace, name } = request.params;
+): Promise<CasTokenAnswer> {
+  const { types: repoTypes, namespace, name } = request.params;
   const revision = request.params["*"] ?? "";
   const repoType = Object.hasOwn(REPO_TYPE_BY_PATH_SEGMENT, repoTypes) ? REPO_TYPE_BY_PATH_SEGMENT[repoTypes] : undefined;
   if (repoType === undefined) {
@@ -98,7 +80,7 @@ async function issueToken(
   }
 
   const hubToken = bearerToken(request.headers.authorization) ?? undefined;
-  const decision = await deps.hub.authorizeTokenRequest({ hubToken, repoType, repoName: `${namespace}/${name}`, revision, access });
+  const decision = await deps.tokens.authorizeTokenRequest({ hubToken, repoType, repoName: `${namespace}/${name}`, revision, access });
   // Only an unusable token is answered 401 when one was sent; any other answer means it was valid.
   if (hubToken !== undefined && (decision.ok || decision.status !== 401)) hubTokenAccepted(request);
   if (!decision.ok) {

@@ -24,8 +24,6 @@ declare module "fastify" {
 /** A small upload takes well under a second; a few seconds let several finish before the retry. */
 export const UPLOAD_RETRY_AFTER_SECONDS = 5;
 
-export const DEFAULT_MAX_CONCURRENT_UPLOADS = 64;
-
 /** Installs the cap on `scope` (the CAS scope); every upload route of it and its children counts. */
 export function limitConcurrentUploads(scope: FastifyInstance, maxConcurrentUploads: number, onRefusal: OnRefusal = () => {}): void {
   let inProgress = 0;

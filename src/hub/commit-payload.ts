@@ -1,9 +1,10 @@
 /**
- * The Hub's NDJSON commit payload (HUB-API §6), one line at a time: a header line first, then
- * one operation per line. Pure: the HTTP route splits the body into bounded lines
- * (http/hub/ndjson.ts), keeps each inline file's content aside as its line is parsed, and
- * applies the operations once the body ended, so only their small descriptions are kept in
- * memory meanwhile; the contents are stored only once the commit applies (history.ts).
+ * The Hub's NDJSON commit payload (HUB-API §6; the lines' shapes: src/wire/hub.ts `CommitLine`),
+ * one line at a time: a header line first, then one operation per line. Pure: the file service
+ * (files.ts) splits the body into bounded lines (ndjson.ts), keeps each inline file's content
+ * aside as its line is parsed (inline-contents.ts), and applies the operations once the body
+ * ended, so only their small descriptions are kept in memory meanwhile; the contents are stored
+ * only once the commit applies (history.ts).
  *
  *     const payload = new CommitPayloadParser(inlineMaxBytes);
  *     for await (const line of readLines(pieces, maxCommitLineBytes(inlineMaxBytes))) {

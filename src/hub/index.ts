@@ -1,21 +1,74 @@
-/** The hub's public surface, for the HTTP layer and the admin commands. */
-export { HubService, MAX_REPOS_PER_TOKEN } from "./service.js";
-export type { TokenGrant, TokenDenial, TokenRequest, CreateTokenOptions } from "./service.js";
+/**
+ * The hub's application layer, one service per aggregate, built once by the composition root
+ * (src/server.ts) and called by every transport: the Hugging Face routes and castor's own JSON
+ * routes (src/http/hub), the token operation (src/http/hub-token.ts), the admin commands
+ * (src/cli, as the operator) — and a mirror's upstream source or a git transport the same way.
+ *
+ * - `repos`: repositories and refs — who may see or change which repository, what a revision
+ *   names (repositories.ts);
+ * - `history`: commits and trees by id, tree listings, paths, last commits (histories.ts);
+ * - `files`: preupload and the LFS batch, commits (payloads whose inline contents are stored
+ *   under GC leases once the commit applies), squashes, a file's bytes inline or Xet, its git blob (files.ts);
+ * - `tokens`: who a bearer is, hub tokens, the token operation's checks (token-service.ts);
+ * - `admin`: storage statistics, sharing, maintenance runs (admin.ts).
+ */
+import type { FileReader } from "../cas/file-reader.js";
+import type { MetadataStore } from "../metadata/store.js";
+import type { BlobStore } from "../storage/blob-store.js";
+import { AdminService } from "./admin.js";
+import { FileService } from "./files.js";
+import { HistoryService } from "./histories.js";
+import { RepositoryService } from "./repositories.js";
+import type { StorageStatsService } from "./stats.js";
+import { TokenService } from "./token-service.js";
+
+export interface Hub {
+  repos: RepositoryService;
+  history: HistoryService;
+  files: FileService;
+  tokens: TokenService;
+  admin: AdminService;
+}
+
+export interface HubDeps {
+  store: MetadataStore;
+  blobs: BlobStore;
+  /** Xet-stored files, rebuilt from their xorbs for clients that download over plain HTTP. */
+  xetFiles: Pick<FileReader, "open">;
+  /** Storage statistics and their daily samples (one instance per process: it shares a walk between callers). */
+  stats: StorageStatsService;
+  /** `config.hubInlineMaxBytes`. */
+  inlineMaxBytes: number;
+  /** Where commits' inline contents wait on disk until the commit has validated (the data dir's spool). */
+  spoolDir: string;
+  now?: () => Date;
+}
+
+export function createHub(deps: HubDeps): Hub {
+  const { store, now } = deps;
+  const repos = new RepositoryService(store, now);
+  const history = new HistoryService(store);
+  return {
+    repos,
+    history,
+    files: new FileService({ store, blobs: deps.blobs, xetFiles: deps.xetFiles, repos, inlineMaxBytes: deps.inlineMaxBytes, spoolDir: deps.spoolDir, now }),
+    tokens: new TokenService(store, repos, now),
+    admin: new AdminService({ store, repos, history, stats: deps.stats }),
+  };
+}
+
+/** What the admin commands use: repositories and tokens, over the metadata store alone. */
+export type AdminHub = Pick<Hub, "repos" | "tokens">;
+
+export function createAdminHub(store: MetadataStore, now?: () => Date): AdminHub {
+  const repos = new RepositoryService(store, now);
+  return { repos, tokens: new TokenService(store, repos, now) };
+}
+
+export type { Caller } from "./access.js";
+export { ANONYMOUS, OPERATOR } from "./access.js";
 export { HubError } from "./errors.js";
-export {
-  parseRepoRef,
-  formatRepoRef,
-  repoNameProblem,
-  repoTypeProblem,
-  revisionNameProblem,
-  MAX_REVISION_NAME_LENGTH,
-} from "./names.js";
+export { parseRepoRef, formatRepoRef, repoNameProblem, repoTypeProblem, revisionNameProblem, MAX_REVISION_NAME_LENGTH } from "./names.js";
 export { parseExpires, MAX_TOKEN_LIFETIME_MS } from "./expires.js";
-export {
-  HUB_TOKEN_PREFIX,
-  generateHubTokenSecret,
-  generateHubTokenId,
-  hashHubTokenSecret,
-  hubTokenState,
-  type HubTokenState,
-} from "./tokens.js";
+export { HUB_TOKEN_PREFIX, generateHubTokenSecret, generateHubTokenId, hashHubTokenSecret, hubTokenState, type HubTokenState } from "./tokens.js";
+export { MAX_REPOS_PER_TOKEN, type CreateTokenOptions, type TokenDenial, type TokenGrant, type TokenRequest } from "./token-service.js";

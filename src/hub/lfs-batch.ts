@@ -17,7 +17,7 @@ import type { MetadataStore } from "../metadata/store.js";
 import { isStoredWhole } from "./stored-files.js";
 import type { Caller } from "./access.js";
 import { HubError } from "./errors.js";
-import type { HubRepositories, RepoAddress } from "./repositories.js";
+import type { RepoAddress, RepositoryService } from "./repositories.js";
 
 /** Objects per batch request at most (the library sends at most 100 at a time). */
 export const MAX_BATCH_OBJECTS = 1000;
@@ -96,7 +96,7 @@ export type StoredFileLookup = Pick<MetadataStore, "findFileBySha256" | "getFile
 
 export class LfsBatch {
   constructor(
-    private readonly repos: HubRepositories,
+    private readonly repos: Pick<RepositoryService, "find" | "resolve">,
     private readonly store: StoredFileLookup,
   ) {}
 
@@ -106,7 +106,7 @@ export class LfsBatch {
    * RevisionNotFound). `body` is the request's JSON (parseLfsBatchRequest).
    */
   async upload(caller: Caller, address: RepoAddress, body: unknown): Promise<LfsBatchAnswer> {
-    const repo = await this.repos.writable(caller, address);
+    const repo = await this.repos.find(caller, address, "write");
     const request = parseLfsBatchRequest(body);
     await this.repos.resolve(repo, request.branch);
     const objects: LfsBatchObjectAnswer[] = [];

@@ -1,12 +1,12 @@
-/** Short-lived hub access for the admin commands: open the configured store, use it, close it. */
+/** Short-lived hub access for the admin commands: open the configured metadata store, use it, close it. */
 import type { CastorConfig } from "../config.js";
 import { openMetadataStore } from "../metadata/open.js";
-import { HubService } from "./service.js";
+import { createAdminHub, type AdminHub } from "./index.js";
 
-export async function withHub<T>(config: CastorConfig, use: (hub: HubService) => Promise<T>): Promise<T> {
+export async function withHub<T>(config: CastorConfig, use: (hub: AdminHub) => Promise<T>): Promise<T> {
   const store = await openMetadataStore(config);
   try {
-    return await use(new HubService(store));
+    return await use(createAdminHub(store));
   } finally {
     await store.close();
   }

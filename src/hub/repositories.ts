@@ -1,29 +1,39 @@
 /**
- * The hub as its HTTP clients see it: repositories a caller may read or write, their
- * revisions and commits, the files a commit holds, and new commits. Every method takes the
- * `Caller` and enforces what it may do (access.ts); the HTTP layer only translates.
+ * Repositories and their refs, for every transport: which repositories exist and who may see or
+ * change them, their branches and tags, and what a revision names. Every method takes the
+ * `Caller` and enforces what it may do (access.ts), so the HTTP routes, the admin commands (as the
+ * operator) and the token operation follow one set of rules.
+ *
+ * `find` and `resolve` are where a repository and a revision are decided; the other services
+ * start from what they return. A second source of repositories (a mirror of an upstream hub)
+ * would answer there for names this store does not hold.
  */
 import { isGitOid } from "../format/git.js";
-import { hashFromHex } from "../format/hash.js";
-import { trimSlashes } from "../format/repo.js";
 import {
   AlreadyExistsError,
+  NotFoundError,
   type CommitRecord,
   type MetadataStore,
   type Repo,
   type RepoType,
   type Revision,
-  type TreeEntry,
-  type TreeFileEntry,
+  type RevisionKind,
 } from "../metadata/store.js";
-import { callerOf, canRead, namespaceOf, repoNotFound, requireReadable, requireWritable, type Caller } from "./access.js";
+import {
+  authorOf,
+  canRead,
+  mayCreateIn,
+  namespaceOf,
+  repoNotFound,
+  requireReadable,
+  requireToken,
+  requireWritable,
+  ADMIN_AUTHOR,
+  type Caller,
+} from "./access.js";
 import { HubError } from "./errors.js";
-import { HistoryWriter, initialCommit, type CommitOperation } from "./history.js";
-import { formatRepoRef, quote, requireNamespace, requireNewRevisionName, requireRepoName, requireRepoType } from "./names.js";
-import { lastCommits } from "./last-commits.js";
-import { requireNewPath, TreeReader } from "./paths.js";
-import { isStoredWhole } from "./stored-files.js";
-import { ADMIN_AUTHOR } from "./service.js";
+import { initialCommit } from "./history.js";
+import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireNewRevisionName } from "./names.js";
 
 /** A short commit id: 4 to 39 lowercase hex digits (git's shortest abbreviation is 4). */
 const SHORT_COMMIT_ID = /^[0-9a-f]{4,39}$/;
@@ -34,83 +44,85 @@ export interface RepoAddress {
   name: string;
 }
 
-export interface HubOptions {
-  /** Files of at least this many bytes are uploaded through Xet (`lfs`); smaller ones inline, unless binary. */
-  inlineMaxBytes: number;
-  now?: () => Date;
-}
-
-export interface PreuploadFile {
-  path: string;
-  size: number;
-  /** The first (up to) 512 bytes. */
-  sample: Uint8Array;
-}
-
-export interface PreuploadAnswer {
-  path: string;
-  uploadMode: "regular" | "lfs";
-  /** The current file's id when it is stored the way this upload would store it (the client then skips it). */
-  oid?: string;
-}
-
-export interface ListedEntry {
-  path: string;
-  entry: TreeEntry;
-}
+/** What a caller asks a repository for: reading it, or changing it. */
+export type Intent = "read" | "write";
 
 export interface RefsListing {
   branches: { name: string; commit: CommitRecord }[];
   tags: { name: string; commit: CommitRecord }[];
 }
 
-/** The user a caller acts as: the token's owner, or its namespace-less admin stand-in. */
-export function authorOf(caller: Caller): string {
-  return caller.token?.owner ?? ADMIN_AUTHOR;
+/** What `resolve` finds: the commit, and the branch or tag that named it (null for a commit id). */
+export interface Resolved {
+  commit: CommitRecord;
+  revision: Revision | null;
 }
 
-export class HubRepositories {
-  private readonly writer: HistoryWriter;
-  private readonly now: () => Date;
+export type RepositoryStore = Pick<
+  MetadataStore,
+  | "createRepo"
+  | "getRepo"
+  | "listRepos"
+  | "deleteRepo"
+  | "setRepoPrivate"
+  | "renameRepo"
+  | "createRevision"
+  | "deleteRevision"
+  | "getRevision"
+  | "listRevisions"
+  | "getCommit"
+  | "commitOidsWithPrefix"
+  | "advanceBranch"
+>;
 
+export class RepositoryService {
   constructor(
-    private readonly store: MetadataStore,
-    private readonly options: HubOptions,
-  ) {
-    this.now = options.now ?? (() => new Date());
-    this.writer = new HistoryWriter(store, this.now);
-  }
-
-  caller(secret: string | undefined): Promise<Caller> {
-    return callerOf(this.store, secret, this.now());
-  }
+    private readonly store: RepositoryStore,
+    private readonly now: () => Date = () => new Date(),
+  ) {}
 
   // --- repositories -------------------------------------------------------------------------
 
   /**
-   * `POST /api/repos/create`. `namespace` null means the caller's own (the token's owner).
-   * 409 (with the repository, for the Hub's `url`) when it exists and the caller can see it.
+   * The repository at `address` if the caller may `read` (or `write`) it: 401/404 as for a
+   * missing one when it may not see it, 403 when it may see but not change it.
    */
-  async createRepo(caller: Caller, type: string, namespace: string | null, name: string, isPrivate: boolean | undefined): Promise<Repo> {
+  async find(caller: Caller, address: RepoAddress, intent: Intent = "read"): Promise<Repo> {
+    const repo = await this.store.getRepo(address.type, address.name);
+    return intent === "read" ? requireReadable(caller, repo, address) : requireWritable(caller, repo, address);
+  }
+
+  /**
+   * Creates a repository and its `main` branch (an empty initial commit by the caller's user).
+   * `name` is `namespace/name`, or a bare name in the namespace of the caller's user (as
+   * `POST /api/repos/create` without an organization). Private unless asked otherwise. 409
+   * RepoExistsError (naming it) when it exists and the caller can see it; 403 when the caller may
+   * not create repositories in the namespace.
+   */
+  async create(caller: Caller, type: string, name: string, options: { private?: boolean } = {}): Promise<Repo> {
     const repoType = requireRepoType(type);
-    if (caller.token === null) throw new HubError(401, "creating a repository needs a hub token (HF_TOKEN)");
-    const ns = namespace ?? caller.token.owner;
-    if (ns === null) {
-      throw new HubError(400, `this hub token has no user, so ${quote(name)} has no namespace: name the repository namespace/name`);
+    requireToken(caller, "creating a repository");
+    let repoName = name;
+    if (!name.includes("/")) {
+      const owner = caller.grant.owner;
+      if (owner === null) {
+        throw new HubError(400, `this hub token has no user, so ${quote(name)} has no namespace: name the repository namespace/name`);
+      }
+      repoName = `${requireNamespace(owner)}/${name}`;
     }
-    const repoName = requireRepoName(`${requireNamespace(ns)}/${name}`);
+    repoName = requireRepoName(repoName);
+    const namespace = namespaceOf(repoName);
     const existing = await this.store.getRepo(repoType, repoName);
-    if (existing !== null && canRead(caller, existing)) {
-      throw new RepoExistsError(existing);
-    }
-    const token = caller.token;
-    const mayCreate = token.access === "write" && (token.repos === "all" || token.namespaces.includes(ns));
-    if (!mayCreate || existing !== null) {
-      throw new HubError(403, `this hub token may not create repositories in ${quote(ns)}: use a write token created with --namespace ${ns} (or --all-repos)`);
+    if (existing !== null && canRead(caller, existing)) throw new RepoExistsError(existing);
+    if (!mayCreateIn(caller, namespace) || existing !== null) {
+      throw new HubError(
+        403,
+        `this hub token may not create repositories in ${quote(namespace)}: use a write token created with --namespace ${namespace} (or --all-repos)`,
+      );
     }
     const { commit, tree } = initialCommit(authorOf(caller), this.now());
     try {
-      return await this.store.createRepo(repoType, repoName, { private: isPrivate ?? true, commit, tree });
+      return await this.store.createRepo(repoType, repoName, { private: options.private ?? true, commit, tree });
     } catch (err) {
       if (err instanceof AlreadyExistsError) {
         const raced = await this.store.getRepo(repoType, repoName);
@@ -120,13 +132,10 @@ export class HubRepositories {
     }
   }
 
-  async readable(caller: Caller, address: RepoAddress): Promise<Repo> {
-    return requireReadable(caller, await this.store.getRepo(address.type, address.name), address);
-  }
-
   /**
-   * The repository a signed download link names (auth/download-link.ts). The link is the read
-   * permission itself, checked when it was issued to a caller who could read the repository.
+   * The repository a signed download link names (auth/download-link.ts; the transport verifies
+   * the link). The link is the read permission itself, checked when it was issued to a caller
+   * who could read the repository: `find` for that caller, then.
    */
   async linked(address: RepoAddress): Promise<Repo> {
     const repo = await this.store.getRepo(address.type, address.name);
@@ -134,35 +143,33 @@ export class HubRepositories {
     return repo;
   }
 
-  async writable(caller: Caller, address: RepoAddress): Promise<Repo> {
-    return requireWritable(caller, await this.store.getRepo(address.type, address.name), address);
-  }
-
-  async deleteRepo(caller: Caller, address: RepoAddress): Promise<void> {
-    const repo = await this.writable(caller, address);
+  async delete(caller: Caller, address: RepoAddress): Promise<void> {
+    const repo = await this.find(caller, address, "write");
     await this.store.deleteRepo(repo.id);
   }
 
   async setPrivate(caller: Caller, address: RepoAddress, isPrivate: boolean): Promise<Repo> {
-    const repo = await this.writable(caller, address);
+    const repo = await this.find(caller, address, "write");
     await this.store.setRepoPrivate(repo.id, isPrivate);
     return { ...repo, private: isPrivate };
   }
 
   /**
-   * `POST /api/repos/move`: renames a repository the caller may write to `toName` (same type),
-   * which must be in a namespace the caller may create repositories in. 409 when the name is
-   * taken by a repository the caller can see (403 when it cannot, as for create); the old name
-   * then answers like any missing repository.
+   * Renames a repository the caller may write to `toName` (same type), which must be in a
+   * namespace the caller may create repositories in. 409 when the name is taken by a repository
+   * the caller can see (403 when it cannot, as for create); the old name then answers like any
+   * missing repository.
    */
-  async moveRepo(caller: Caller, from: RepoAddress, toName: string): Promise<Repo> {
-    const repo = await this.writable(caller, from);
+  async move(caller: Caller, from: RepoAddress, toName: string): Promise<Repo> {
+    const repo = await this.find(caller, from, "write");
     const target = requireRepoName(toName);
     if (target === repo.name) throw new HubError(400, `${formatRepoRef(repo)} is already named ${quote(target)}`);
-    const token = caller.token!;
-    const ns = namespaceOf(target);
-    if (!(token.repos === "all" || token.namespaces.includes(ns))) {
-      throw new HubError(403, `this hub token may not move repositories into ${quote(ns)}: use a write token created with --namespace ${ns} (or --all-repos)`);
+    const namespace = namespaceOf(target);
+    if (!mayCreateIn(caller, namespace)) {
+      throw new HubError(
+        403,
+        `this hub token may not move repositories into ${quote(namespace)}: use a write token created with --namespace ${namespace} (or --all-repos)`,
+      );
     }
     try {
       if (!(await this.store.renameRepo(repo.id, target))) throw repoNotFound(caller, from);
@@ -178,33 +185,34 @@ export class HubRepositories {
   }
 
   /**
-   * The repositories of `type` the caller can read, optionally of one namespace or matching a
-   * search text, in creation order: at most `limit` of those after the one with id `afterId`
+   * The repositories the caller can read (of `type`, one namespace, or matching a search text
+   * when given), in creation order: at most `limit` of those after the one with id `afterId`
    * (keyset paging, so creations and deletions between pages neither repeat nor skip any).
    */
-  async listRepos(
+  async list(
     caller: Caller,
-    type: RepoType,
-    filter: { author?: string; search?: string; afterId?: number; limit: number },
-  ): Promise<{ items: { repo: Repo; head: CommitRecord | null }[]; more: boolean }> {
+    filter: { type?: RepoType; author?: string; search?: string; afterId?: number; limit?: number } = {},
+  ): Promise<{ repos: Repo[]; more: boolean }> {
     const search = filter.search?.toLowerCase();
     const repos = (await this.store.listRepos()).filter(
       (repo) =>
-        repo.type === type &&
+        (filter.type === undefined || repo.type === filter.type) &&
         (filter.afterId === undefined || repo.id > filter.afterId) &&
         canRead(caller, repo) &&
         (filter.author === undefined || namespaceOf(repo.name) === filter.author) &&
         (search === undefined || repo.name.toLowerCase().includes(search)),
     );
-    const items = [];
-    for (const repo of repos.slice(0, filter.limit)) {
-      const main = await this.store.getRevision(repo.id, "main");
-      items.push({ repo, head: main?.commitOid ? await this.store.getCommit(repo.id, main.commitOid) : null });
-    }
-    return { items, more: repos.length > filter.limit };
+    const limit = filter.limit ?? repos.length;
+    return { repos: repos.slice(0, limit), more: repos.length > limit };
   }
 
-  // --- revisions ----------------------------------------------------------------------------
+  /** The commit `main` points at (null for a legacy repository whose main has none yet). */
+  async mainHead(repo: Repo): Promise<CommitRecord | null> {
+    const main = await this.store.getRevision(repo.id, "main");
+    return main?.commitOid ? this.store.getCommit(repo.id, main.commitOid) : null;
+  }
+
+  // --- refs ---------------------------------------------------------------------------------
 
   /**
    * The commit `revision` names: a branch, a tag or a commit id of the repository (all 40
@@ -213,7 +221,7 @@ export class HubRepositories {
    * may be created with that name, but one made before castor refused it still wins). 404
    * RevisionNotFound otherwise, also for an ambiguous prefix.
    */
-  async resolve(repo: Repo, revision: string): Promise<{ commit: CommitRecord; revision: Revision | null }> {
+  async resolve(repo: Repo, revision: string): Promise<Resolved> {
     const named = (await this.store.getRevision(repo.id, revision)) ?? (revision === "HEAD" ? await this.store.getRevision(repo.id, "main") : null);
     if (named !== null) return { commit: await this.headOf(repo, named), revision: named };
     if (isGitOid(revision)) {
@@ -262,162 +270,38 @@ export class HubRepositories {
     return listing;
   }
 
-  /** A branch or tag at the commit `from` names (default: `main`'s head). */
-  async createRevision(caller: Caller, address: RepoAddress, name: string, kind: "branch" | "tag", from: string | undefined): Promise<Revision> {
-    const repo = await this.writable(caller, address);
+  /**
+   * A branch or tag at the commit `from` names (default: `main`'s head, as `git branch NAME`
+   * would). 400 for a name git would refuse, `HEAD`, or one that looks like a commit id
+   * (names.ts `requireNewRevisionName`: each would be read as something else); 409 when the
+   * repository has a revision of that name.
+   */
+  async createRevision(caller: Caller, address: RepoAddress, name: string, kind: RevisionKind, from?: string): Promise<Revision> {
+    if (kind !== "branch" && kind !== "tag") throw new HubError(400, `revision kind must be branch or tag; got ${quote(String(kind))}`);
+    const repo = await this.find(caller, address, "write");
     requireNewRevisionName(name);
     const { commit } = await this.resolve(repo, from ?? "main");
     try {
       return await this.store.createRevision(repo.id, name, kind, commit.oid);
     } catch (err) {
       if (err instanceof AlreadyExistsError) throw new HubError(409, `${quote(name)} already exists in ${formatRepoRef(repo)}`);
+      if (err instanceof NotFoundError) throw repoNotFound(caller, address);
       throw err;
     }
   }
 
-  async deleteRevision(caller: Caller, address: RepoAddress, name: string, kind: "branch" | "tag"): Promise<void> {
-    const repo = await this.writable(caller, address);
+  async deleteRevision(caller: Caller, address: RepoAddress, name: string, kind: RevisionKind): Promise<void> {
+    const repo = await this.find(caller, address, "write");
     const revision = await this.store.getRevision(repo.id, name);
     if (revision === null || revision.kind !== kind) throw new HubError(404, `${kind} ${quote(name)} not found in ${formatRepoRef(repo)}`, "RevisionNotFound");
     if (name === "main") throw new HubError(400, "the main branch cannot be deleted");
     await this.store.deleteRevision(repo.id, name);
   }
-
-  /** Up to `limit` commits from `start` back along first parents, after skipping `skip`. */
-  async commitsFrom(repo: Repo, start: CommitRecord, skip: number, limit: number): Promise<{ commits: CommitRecord[]; more: boolean }> {
-    const commits: CommitRecord[] = [];
-    let current: CommitRecord | null = start;
-    for (let index = 0; current !== null && commits.length <= limit; index++) {
-      if (index >= skip) commits.push(current);
-      const parent: string | undefined = current.parentOids[0];
-      current = parent === undefined ? null : await this.store.getCommit(repo.id, parent);
-    }
-    const more = commits.length > limit;
-    return { commits: commits.slice(0, limit), more };
-  }
-
-  // --- files --------------------------------------------------------------------------------
-
-  /** The file at `path` in `commit`; 404 EntryNotFound when there is none. */
-  async fileAt(repo: Repo, commit: CommitRecord, path: string): Promise<TreeFileEntry> {
-    const file = await new TreeReader(this.store, repo.id).fileAt(commit.treeOid, path);
-    if (file === null) throw entryNotFound(path, commit);
-    return file;
-  }
-
-  /**
-   * Entries below `path` (the root for ""), `offset` onwards, at most `limit`; 404 EntryNotFound
-   * when `path` is not a folder. `more` says whether entries follow.
-   */
-  async listTree(
-    repo: Repo,
-    commit: CommitRecord,
-    path: string,
-    recursive: boolean,
-    offset: number,
-    limit: number,
-  ): Promise<{ entries: ListedEntry[]; more: boolean }> {
-    const reader = new TreeReader(this.store, repo.id);
-    const folder = await reader.entryAt(commit.treeOid, path);
-    if (folder === null || folder.type !== "directory") throw entryNotFound(path, commit);
-    const entries: ListedEntry[] = [];
-    let index = 0;
-    for await (const listed of reader.walk(folder.oid, path, recursive)) {
-      if (index++ < offset) continue;
-      if (entries.length === limit) return { entries, more: true };
-      entries.push(listed);
-    }
-    return { entries, more: false };
-  }
-
-  /** The entries at `paths` that exist (files or folders), in the order asked. */
-  async pathsInfo(repo: Repo, commit: CommitRecord, paths: string[]): Promise<ListedEntry[]> {
-    const reader = new TreeReader(this.store, repo.id);
-    const out: ListedEntry[] = [];
-    for (const path of paths) {
-      const entry = await reader.entryAt(commit.treeOid, trimSlashes(path, { leading: true }));
-      if (entry !== null && entry.name !== "") out.push({ path, entry: entry as TreeEntry });
-    }
-    return out;
-  }
-
-  /** The commit that last changed each path of `commit` (last-commits.ts: a bounded walk; unfound paths are absent). */
-  lastCommits(repo: Repo, commit: CommitRecord, paths: string[]): Promise<Map<string, CommitRecord>> {
-    return lastCommits(this.store, repo, commit, paths);
-  }
-
-  /** Every file of the commit (for repository info's `siblings`). */
-  async allFiles(repo: Repo, commit: CommitRecord): Promise<{ path: string; entry: TreeFileEntry }[]> {
-    const files: { path: string; entry: TreeFileEntry }[] = [];
-    for await (const { path, entry } of new TreeReader(this.store, repo.id).walk(commit.treeOid, "", true)) {
-      if (entry.type === "file") files.push({ path, entry });
-    }
-    return files;
-  }
-
-  // --- writing ------------------------------------------------------------------------------
-
-  /**
-   * Which files travel inline and which through Xet: Xet for non-empty files of at least
-   * `inlineMaxBytes` or with a NUL byte in their first 512 bytes (binary), inline otherwise.
-   */
-  async preupload(repo: Repo, commit: CommitRecord, files: PreuploadFile[]): Promise<PreuploadAnswer[]> {
-    const reader = new TreeReader(this.store, repo.id);
-    const answers: PreuploadAnswer[] = [];
-    for (const file of files) {
-      const lfs = file.size > 0 && (file.size >= this.options.inlineMaxBytes || file.sample.includes(0));
-      requireNewPath(file.path);
-      const current = await reader.fileAt(commit.treeOid, file.path);
-      const answer: PreuploadAnswer = { path: file.path, uploadMode: lfs ? "lfs" : "regular" };
-      // The client skips a file whose oid matches its own: only say it when it is exactly that id.
-      if (current !== null && (current.xetHash !== null) === lfs && (await this.isWhole(current))) answer.oid = lfs ? current.sha256 : current.oid;
-      answers.push(answer);
-    }
-    return answers;
-  }
-
-  /** Whether a tree entry's content can still be served (a Xet file whose xorbs are all recorded). */
-  private async isWhole(entry: TreeFileEntry): Promise<boolean> {
-    if (entry.xetHash === null) return true;
-    const file = await this.store.getFile(hashFromHex(entry.xetHash));
-    return file !== null && (await isStoredWhole(this.store, file));
-  }
-
-  /**
-   * Applies a commit to `branch` of a repository the caller may write. `storeContents` writes the
-   * inline files' bytes; it runs only once the commit is known to apply (see CommitRequest).
-   */
-  async commit(
-    caller: Caller,
-    address: RepoAddress,
-    branch: string,
-    header: { summary: string; description: string; parentCommit?: string },
-    operations: CommitOperation[],
-    storeContents?: () => Promise<void>,
-  ): Promise<CommitRecord> {
-    const repo = await this.writable(caller, address);
-    if (isGitOid(branch) && (await this.store.getRevision(repo.id, branch)) === null) {
-      throw new HubError(400, `commits go to a branch, not to the commit id ${branch}`);
-    }
-    if (header.summary.trim() === "") throw new HubError(400, "the commit summary is empty");
-    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations, storeContents });
-  }
-
-  /** Squashes `branch` of a repository the caller may write to one commit (see HistoryWriter.squash). */
-  async squash(caller: Caller, address: RepoAddress, branch: string, message: string | undefined): Promise<CommitRecord> {
-    const repo = await this.writable(caller, address);
-    const text = message?.trim() || `Super-squash branch '${branch}'`;
-    return this.writer.squash(repo, branch, text, authorOf(caller));
-  }
 }
 
-/** `createRepo` found the repository already there (the Hub answers 409 with its URL). */
+/** `create` or `move` found the name taken by a repository the caller can see (the Hub answers 409 with its URL). */
 export class RepoExistsError extends HubError {
   constructor(readonly repo: Repo) {
     super(409, `repository ${formatRepoRef(repo)} already exists`);
   }
-}
-
-export function entryNotFound(path: string, commit: CommitRecord): HubError {
-  return new HubError(404, `${quote(path)} does not exist at commit ${commit.oid}`, "EntryNotFound", commit.oid);
 }

@@ -34,6 +34,7 @@
  */
 import { hashFromHex, hashToHex } from "../format/hash.js";
 import type { MetadataStore, Repo, StatsSample, StorageTotals, TreeFileEntry, XorbFootprint } from "../metadata/store.js";
+import type { StorageStatsAnswer } from "../wire/hub.js";
 import { formatRepoRef } from "./names.js";
 
 /** What the walk reads. */
@@ -301,12 +302,12 @@ export function unreferencedXorbBytes(totals: Pick<StorageTotals, "recordedXorbB
 }
 
 /** Totals with what follows from them, as JSON answers and tables show them. */
-function totalsJson(totals: Omit<StatsSample, "day" | "takenAt">) {
+function totalsJson<Totals extends Omit<StatsSample, "day" | "takenAt">>(totals: Totals) {
   return { ...totals, ...ratiosOf(totals), unreferencedXorbBytes: unreferencedXorbBytes(totals) };
 }
 
-/** The JSON of `GET /api/stats` and `castor stats --json`: numbers of bytes are exact integers. */
-export function storageStatsJson(stats: StorageStats, history: readonly StatsSample[]) {
+/** The JSON of `GET /api/stats` and `castor stats --json` (its shape: src/wire/hub.ts): numbers of bytes are exact integers. */
+export function storageStatsJson(stats: StorageStats, history: readonly StatsSample[]): StorageStatsAnswer {
   return {
     takenAt: stats.takenAt.toISOString(),
     totals: totalsJson(stats.totals),
@@ -316,7 +317,7 @@ export function storageStatsJson(stats: StorageStats, history: readonly StatsSam
 }
 
 /** Daily samples as JSON, oldest first (`castor stats --history --json`, the API's `history`). */
-export function historyJson(history: readonly StatsSample[]) {
+export function historyJson(history: readonly StatsSample[]): StorageStatsAnswer["history"] {
   return history.map(({ day, takenAt, ...totals }) => ({ day, takenAt: takenAt.toISOString(), ...totalsJson(totals) }));
 }
 

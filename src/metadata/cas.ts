@@ -15,57 +15,9 @@ import { bytesToPlainHex, HASH_BYTES, hashToHex, type Hash } from "../format/has
 import type { RepoType } from "../format/repo.js";
 import { MAX_XORB_CHUNKS } from "../format/xorb.js";
 import { CorruptRecordError, InvalidRecordError } from "./errors.js";
-import type { Lease } from "./gc.js";
+import type { FileRecord, FileTerm, Lease, ShardRegistration, StoredChunk, XorbRecord } from "./records.js";
 
-/** One chunk of a stored xorb, in xorb order. */
-export interface StoredChunk {
-  hash: Hash;
-  uncompressedLength: number;
-  /** End offset of this chunk (header + payload) in the serialized xorb: E[i] of §5.5. */
-  serializedEnd: number;
-}
-
-export interface XorbRecord {
-  hash: Hash;
-  /** Serialized length as stored (chunks only, never a footer). */
-  serializedLength: number;
-  uncompressedLength: number;
-  /** 1 to MAX_XORB_CHUNKS chunks. */
-  chunks: StoredChunk[];
-}
-
-/** A term of a file: chunks [chunkStart, chunkEnd) of one xorb. */
-export interface FileTerm {
-  xorbHash: Hash;
-  chunkStart: number;
-  chunkEnd: number;
-  /** Uncompressed bytes of the term. */
-  unpackedLength: number;
-}
-
-export interface FileRecord {
-  hash: Hash;
-  /** Σ term lengths. */
-  size: number;
-  terms: FileTerm[];
-  /** Raw SHA-256 digest of the whole file (standard byte order) when the uploader sent it. */
-  sha256: Uint8Array | null;
-}
-
-/** Everything one accepted shard registers, written in ONE transaction. */
-export interface ShardRegistration {
-  /** Identity of the shard's content (so a re-upload of the identical shard answers result 0). */
-  shardHash: Hash;
-  /** Repository every file of the shard is linked to (the uploading token's repository). */
-  repoId: number;
-  /** Files in shard order; a file hash may repeat — the first occurrence wins. */
-  files: FileRecord[];
-  /**
-   * Chunk hash → xorb hash entries of the global-dedup index. Their order is the index's
-   * "oldest first" order among entries of this registration.
-   */
-  dedupEntries: { chunkHash: Hash; xorbHash: Hash }[];
-}
+export type { FileRecord, FileTerm, ShardRegistration, StoredChunk, XorbRecord } from "./records.js";
 
 /**
  * A shard registration packed into a few typed arrays: the form the CAS service builds. An

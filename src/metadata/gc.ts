@@ -24,7 +24,9 @@
 import { bytesToPlainHex, HASH_BYTES, hashToHex, type Hash } from "../format/hash.js";
 import { PACKED_DEDUP_ENTRY_BYTES, PACKED_TERM_BYTES, type PackedShardRegistration } from "./cas.js";
 import { BeingCollectedError } from "./errors.js";
-import type { DedupEntry } from "./migration.js";
+import type { DedupEntry, Lease } from "./records.js";
+
+export type { Lease } from "./records.js";
 
 /** What a lease protects: a xorb (record and blob), a file record, an inline blob (keyed by SHA-256). */
 export const LEASE_KINDS = ["xorb", "file", "inline"] as const;
@@ -32,12 +34,6 @@ export type LeaseKind = (typeof LEASE_KINDS)[number];
 
 /** The blobs the collector condemns before deleting them. */
 export type CondemnableKind = Exclude<LeaseKind, "file">;
-
-/** A lease taken: the object is safe from the collector until the lease is older than a run's cutoff. */
-export interface Lease {
-  /** Advances each time the collector condemns the object: `putXorb` checks it did not. */
-  epoch: number;
-}
 
 /** A xorb the collector condemned: its record (if it had one) is deleted, its blob is next. */
 export interface CondemnedXorb {

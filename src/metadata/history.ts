@@ -19,7 +19,7 @@
  */
 import { isAscii } from "node:buffer";
 import { CorruptRecordError, InvalidRecordError } from "./errors.js";
-import type { CommitRecord, TreeEntry, TreeRecord } from "./store.js";
+import type { CommitRecord, TreeEntry, TreeRecord } from "./records.js";
 
 type StoredEntry = ["d", string, string] | ["f", string, string, number, string, string | null];
 

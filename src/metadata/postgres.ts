@@ -9,8 +9,8 @@
  * `postgres/schema.ts` (migrations), `postgres/connection.ts` (the pool), `postgres/repos.ts`
  * (repositories, revisions), `postgres/tokens.ts` (hub tokens), `postgres/history.ts`
  * (commits, trees, branch heads), `postgres/cas.ts` (xorbs, files, shards, dedup index),
- * `postgres/gc.ts` (leases, the collector's deletions), `postgres/migration.ts` (export and
- * import for `castor migrate`) and `postgres/stats.ts` (storage statistics).
+ * `postgres/gc.ts` (leases, the collector's deletions), `postgres/migration.ts` (scans of
+ * whole tables, and imports for `castor migrate`) and `postgres/stats.ts` (storage statistics).
  */
 import { PostgresCasRecords } from "./postgres/cas.js";
 import { PostgresConnection, type PostgresStoreOptions } from "./postgres/connection.js";
@@ -42,6 +42,7 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
     private readonly connection: PostgresConnection,
     history = new PostgresHistoryRecords(connection),
     cas = new PostgresCasRecords(connection),
+    migration = new PostgresMigrationRecords(connection, cas),
   ) {
     super({
       repos: new PostgresRepoRecords(connection, history),
@@ -49,7 +50,9 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
       history,
       cas,
       gc: new PostgresGcRecords(connection),
-      migration: new PostgresMigrationRecords(connection, cas),
+      // One class reads tables out and writes them in: both families are about whole tables.
+      scan: migration,
+      migration,
       stats: new PostgresStatsRecords(connection),
     });
     this.poolSize = connection.poolSize;

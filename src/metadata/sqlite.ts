@@ -17,7 +17,7 @@
  * `sqlite/schema.ts` (file, settings, migrations), `sqlite/repos.ts` (repositories,
  * revisions), `sqlite/tokens.ts` (hub tokens), `sqlite/history.ts` (commits, trees, branch
  * heads), `sqlite/cas.ts` (xorbs, files, shards, dedup index), `sqlite/gc.ts` (leases, the
- * collector's deletions), `sqlite/migration.ts` (export and import for `castor migrate`) and
+ * collector's deletions), `sqlite/migration.ts` (scans of whole tables, and imports for `castor migrate`) and
  * `sqlite/stats.ts` (storage statistics). `sqlite/snapshot.ts` handles the file as a whole
  * (online copies and checks for `castor backup` and `castor restore`).
  */
@@ -57,6 +57,7 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
     repos = new SqliteRepoRecords(connection, history),
     tokens = new SqliteTokenRecords(connection),
     cas = new SqliteCasRecords(connection),
+    migration = new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql),
   ) {
     super({
       repos,
@@ -64,7 +65,9 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
       history,
       cas,
       gc: new SqliteGcRecords(connection),
-      migration: new SqliteMigrationRecords(connection, tokens.sql, history.sql, cas.sql),
+      // One class reads tables out and writes them in: both families are about whole tables.
+      scan: migration,
+      migration,
       stats: new SqliteStatsRecords(connection),
     });
     this.path = connection.path;

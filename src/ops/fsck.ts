@@ -43,7 +43,8 @@
  */
 import { hashFromHex, hashToHex, type Hash } from "../format/hash.js";
 import type { XorbRecord } from "../metadata/cas.js";
-import { exportPages, type DatedFile, type ExportPage } from "../metadata/migration.js";
+import type { DatedFile, ScanPage } from "../metadata/records.js";
+import { scanPages } from "../metadata/scan.js";
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobKey, BlobKind, BlobStore } from "../storage/blob-store.js";
 import { blobHash, deleteCondemnedBlobs, forEachInFlight, keyBatches } from "./blobs.js";
@@ -281,7 +282,7 @@ class Fsck {
     const everyBytes = this.options.progressEveryBytes ?? 1024 ** 3;
     let xorbsAtLine = 0;
     let bytesAtLine = 0;
-    for await (const xorb of rows((after, limit) => this.metadata.exportXorbs(after, limit), this.pageRows(LARGE_ROW_PAGE))) {
+    for await (const xorb of rows((after, limit) => this.metadata.scanXorbs(after, limit), this.pageRows(LARGE_ROW_PAGE))) {
       const problem = await checkXorb(this.blobs, xorb);
       counts.xorbs++;
       this.recordedXorbs.add(xorb.hash);
@@ -298,7 +299,7 @@ class Fsck {
 
   /** Pass 2: file terms against the xorb records. */
   private async checkFiles(): Promise<void> {
-    for await (const page of exportPages((after, limit) => this.metadata.exportFiles(after, limit), this.pageRows(LARGE_ROW_PAGE))) {
+    for await (const page of scanPages((after, limit) => this.metadata.scanFiles(after, limit), this.pageRows(LARGE_ROW_PAGE))) {
       const xorbs = await this.metadata.getXorbs(page.flatMap((file) => file.terms.map((term) => term.xorbHash)));
       for (const file of page) {
         this.counts.files++;
@@ -393,7 +394,7 @@ class Fsck {
   /** Pass 4: the dedup index against the xorb records; repaired page by page. */
   private async checkDedupIndex(): Promise<void> {
     let removed = 0;
-    for await (const page of exportPages((after, limit) => this.metadata.exportDedupEntries(after, limit), this.pageRows(SMALL_ROW_PAGE))) {
+    for await (const page of scanPages((after, limit) => this.metadata.scanDedupEntries(after, limit), this.pageRows(SMALL_ROW_PAGE))) {
       this.counts.dedupEntries += page.length;
       // Only xorbs pass 1 did not see are looked up (a page of entries in chunk order names about
       // as many xorbs as it has entries), and only whether they are recorded: no chunk tables.
@@ -437,7 +438,7 @@ class Fsck {
       this.say("inline: orphan blobs not listed: with part of the history missing, what is reachable cannot be told");
     }
     const shards = new HashPrefixSet();
-    for await (const page of exportPages((after, limit) => this.metadata.exportShards(after, limit), this.pageRows(SMALL_ROW_PAGE))) {
+    for await (const page of scanPages((after, limit) => this.metadata.scanShards(after, limit), this.pageRows(SMALL_ROW_PAGE))) {
       for (const shard of page) shards.add(shard.hash);
     }
     for await (const keys of keyBatches(this.blobs.list("shards/"), BATCH)) {
@@ -540,6 +541,6 @@ class Fsck {
 }
 
 /** Every row of a paged export, one at a time. */
-async function* rows<T>(exporter: (after: string | null, limit: number) => Promise<ExportPage<T>>, limit: number): AsyncGenerator<T> {
-  for await (const page of exportPages(exporter, limit)) yield* page;
+async function* rows<T>(exporter: (after: string | null, limit: number) => Promise<ScanPage<T>>, limit: number): AsyncGenerator<T> {
+  for await (const page of scanPages(exporter, limit)) yield* page;
 }

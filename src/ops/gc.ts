@@ -23,7 +23,7 @@
  */
 import { hashToHex, type Hash } from "../format/hash.js";
 import type { CondemnableKind } from "../metadata/gc.js";
-import { exportPages } from "../metadata/migration.js";
+import { scanPages } from "../metadata/scan.js";
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { blobHash, condemnableKey, deleteCondemnedBlobs, keyBatches } from "./blobs.js";
@@ -229,10 +229,10 @@ class Collector {
       if (found === undefined) unreachable.set(repoId, (found = { commits: [], trees: [] }));
       return found;
     };
-    for await (const page of exportPages((after, limit) => this.store.exportCommits(after, limit), SCAN_PAGE_ROWS)) {
+    for await (const page of scanPages((after, limit) => this.store.scanCommits(after, limit), SCAN_PAGE_ROWS)) {
       for (const commit of page) if (!reachable.histories.get(commit.repoId)?.commits.has(commit.oid)) of(commit.repoId).commits.push(commit.oid);
     }
-    for await (const page of exportPages((after, limit) => this.store.exportTrees(after, limit), SCAN_PAGE_ROWS)) {
+    for await (const page of scanPages((after, limit) => this.store.scanTrees(after, limit), SCAN_PAGE_ROWS)) {
       for (const tree of page) if (!reachable.histories.get(tree.repoId)?.trees.has(tree.oid)) of(tree.repoId).trees.push(tree.oid);
     }
     for (const [repoId, { commits, trees }] of unreachable) {
@@ -267,7 +267,7 @@ class Collector {
   private async sweepFiles(reachable: Reachable): Promise<HashPrefixSet> {
     const liveXorbs = new HashPrefixSet();
     const removed = this.report.removed.files;
-    for await (const page of exportPages((after, limit) => this.store.exportFiles(after, limit), SCAN_PAGE_ROWS)) {
+    for await (const page of scanPages((after, limit) => this.store.scanFiles(after, limit), SCAN_PAGE_ROWS)) {
       const candidates = page.filter((file) => file.createdAt < this.cutoff && !reachable.files.has(file.hash));
       const gone = new Set<string>();
       for (const batch of batches(candidates, this.batchSize)) {
@@ -297,7 +297,7 @@ class Collector {
 
   private async sweepXorbs(liveXorbs: HashPrefixSet): Promise<void> {
     const removed = this.report.removed.xorbs;
-    for await (const page of exportPages((after, limit) => this.store.exportXorbs(after, limit), SCAN_PAGE_ROWS)) {
+    for await (const page of scanPages((after, limit) => this.store.scanXorbs(after, limit), SCAN_PAGE_ROWS)) {
       const candidates = page.filter((xorb) => xorb.createdAt < this.cutoff && !liveXorbs.has(xorb.hash));
       for (const batch of batches(candidates, this.batchSize)) {
         if (this.dryRun) {

@@ -168,14 +168,8 @@ export function rangeHeaderOf(span: ByteSpan): string {
   return `bytes=${span.offset}-${span.offset + span.length - 1}`;
 }
 
-/**
- * The longest a presigned URL may live: 7 days, AWS Signature V4's limit. `loadConfig` checks
- * CASTOR_TRANSFER_URL_TTL against it in presigned mode, the one place a lifetime enters castor.
- */
-export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
-
 export interface RangePresignerOptions {
-  /** Lifetime of every URL: whole seconds, 1 to `MAX_PRESIGNED_URL_TTL_SECONDS`. */
+  /** Lifetime of every URL: whole seconds, 1 to `MAX_PRESIGNED_URL_TTL_SECONDS` (config.ts). */
   ttlSeconds: number;
   /** Clock in ms since the epoch; tests pin it. */
   now?: () => number;

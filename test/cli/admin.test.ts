@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { HubService } from "../../src/hub/index.js";
+import { OperatorHub } from "../helpers/operator.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import { runCastor, type CliResult } from "../helpers/cli.js";
 
@@ -50,7 +50,7 @@ function tokenFrom(result: CliResult): string {
 async function authorize(token: string, repoName: string, access: "read" | "write", repoType = "model", revision = "main") {
   const store = await SqliteMetadataStore.open(dataDir);
   try {
-    return await new HubService(store).authorizeTokenRequest({ hubToken: token, repoType, repoName, revision, access });
+    return await new OperatorHub(store).authorizeTokenRequest({ hubToken: token, repoType, repoName, revision, access });
   } finally {
     await store.close();
   }
@@ -168,6 +168,28 @@ describe("castor repo / revision / token (child processes)", () => {
     assertFails(badName, 2, /revision name "a\.\.b" is not valid/);
     assertFails(headBranch, 2, /revision name "HEAD" is reserved: it names the default branch \(main\)/);
     assertFails(headTag, 2, /revision name "HEAD" is reserved/);
+  });
+
+  it("refuses a branch or tag named like a commit id, as the HTTP routes do (test/http/hub-rules.test.ts)", async () => {
+    assertOk(await castor("repo", "create", "model", "alice/bert"));
+    const commitLike = "0123456789abcdef0123456789abcdef01234567";
+    const [branch, tag] = await Promise.all([
+      castor("revision", "create", "model:alice/bert", commitLike),
+      castor("revision", "create", "model:alice/bert", commitLike, "--tag"),
+    ]);
+    // The words of the HTTP routes' refusal: one rule (names.ts requireNewRevisionName) for both.
+    assertFails(branch, 2, /revision name "0123456789abcdef0123456789abcdef01234567" is not valid: it looks like a commit id/);
+    assertFails(tag, 2, /revision name "0123456789abcdef0123456789abcdef01234567" is not valid: it looks like a commit id/);
+    const store = await SqliteMetadataStore.open(dataDir);
+    try {
+      const repo = (await store.getRepo("model", "alice/bert"))!;
+      assert.deepEqual(
+        (await store.listRevisions(repo.id)).map((r) => r.name),
+        ["main"],
+      );
+    } finally {
+      await store.close();
+    }
   });
 
   it("lets several processes open a fresh data folder at once", async () => {

@@ -25,6 +25,7 @@ import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import type { CommitRecord, TreeRecord } from "../../src/metadata/store.js";
 import { blobKeyFromHex } from "../../src/storage/blob-store.js";
 import { openFsBlobStore } from "../../src/storage/fs.js";
+import { OperatorHub } from "../helpers/operator.js";
 import { startCastorServer } from "../helpers/server.js";
 
 export interface UploadedFixtureFile {
@@ -54,9 +55,10 @@ export async function buildEmbeddedDataDir(): Promise<EmbeddedDataDir> {
   const dataDir = join(root, "data");
   const remove = () => rm(root, { recursive: true, force: true });
   try {
-    // The admin commands' own code (HubService) in-process: the CLI is tested elsewhere, and a
+    // The admin commands' own code (the hub's services, as the operator) in-process: the CLI is tested elsewhere, and a
     // child process per command would cost seconds here.
-    const hubTokens = await withHub(loadConfig({ CASTOR_DATA_DIR: dataDir }), async (hub) => {
+    const hubTokens = await withHub(loadConfig({ CASTOR_DATA_DIR: dataDir }), async (admin) => {
+      const hub = new OperatorHub(admin);
       await hub.createRepo("model", "alice/bert");
       await hub.createRepo("dataset", "bob/data");
       await hub.createRevision(BERT, "v1", "tag");

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, describe, it } from "node:test";
-import { migrateStores, MigrationSourceError, type MigrationSource, type MigrationTarget } from "../../src/cli/migrate.js";
+import { migrateStores, MigrationSourceError, type MigrationSource, type MigrationTarget } from "../../src/ops/migrate.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
 import { blobKeyFromHex, type BlobStore } from "../../src/storage/blob-store.js";
@@ -86,15 +86,15 @@ async function idFreeRows(store: MetadataStore) {
   return {
     repos: repos.map((repo) => ({ ...repo, id: undefined })),
     revisions: (await Promise.all(repos.map((repo) => store.listRevisions(repo.id)))).flat().map((r) => ({ ...r, repoId: repoNames.get(r.repoId) })),
-    commits: (await all((a, n) => store.exportCommits(a, n))).map((c) => ({ ...c, repoId: repoNames.get(c.repoId) })),
-    trees: (await all((a, n) => store.exportTrees(a, n))).map((t) => ({ ...t, repoId: repoNames.get(t.repoId) })),
+    commits: (await all((a, n) => store.scanCommits(a, n))).map((c) => ({ ...c, repoId: repoNames.get(c.repoId) })),
+    trees: (await all((a, n) => store.scanTrees(a, n))).map((t) => ({ ...t, repoId: repoNames.get(t.repoId) })),
     tokens: (await store.listHubTokens()).map((t) => ({ ...t, repos: t.repos === "all" ? "all" : t.repos.map((id) => repoNames.get(id)) })),
-    xorbs: await all((a, n) => store.exportXorbs(a, n)),
-    files: await all((a, n) => store.exportFiles(a, n)),
-    links: (await all((a, n) => store.exportFileRepoLinks(a, n))).map((l) => ({ ...l, repoId: repoNames.get(l.repoId) })),
-    sha256: (await all((a, n) => store.exportSha256Index(a, n))).map((e) => ({ ...e, repoId: repoNames.get(e.repoId) })),
-    shards: await all((a, n) => store.exportShards(a, n)),
-    dedup: await all((a, n) => store.exportDedupEntries(a, n)),
+    xorbs: await all((a, n) => store.scanXorbs(a, n)),
+    files: await all((a, n) => store.scanFiles(a, n)),
+    links: (await all((a, n) => store.scanFileRepoLinks(a, n))).map((l) => ({ ...l, repoId: repoNames.get(l.repoId) })),
+    sha256: (await all((a, n) => store.scanSha256Index(a, n))).map((e) => ({ ...e, repoId: repoNames.get(e.repoId) })),
+    shards: await all((a, n) => store.scanShards(a, n)),
+    dedup: await all((a, n) => store.scanDedupEntries(a, n)),
     statsSamples: await store.listStatsSamples(),
   };
 }

@@ -170,6 +170,14 @@ describe("castor upload / repo files / download with repositories", () => {
     assert.ok((await readFile(join(work, "by-hash-flag.bin"))).equals(data.a));
   });
 
+  it("downloads by file hash at revision HEAD, whose read token is asked at HEAD as tree/HEAD and resolve/HEAD are (test/http/hub-rules.test.ts)", async () => {
+    const up = assertOk(await client(["upload", "--repo", REPO, "--no-commit", "in/a.bin"]));
+    const [hash] = up.stdout.trimEnd().split(/\s{2}/);
+    const head = await client(["download", "--repo", REPO, "--revision", "HEAD", "--hash", hash, "-o", "at-head.bin"], { token: tokens.read });
+    assert.equal(assertOk(head).stdout, `${hash}  at-head.bin  (3.0 MiB, file hash verified)\n`);
+    assert.ok((await readFile(join(work, "at-head.bin"))).equals(data.a));
+  });
+
   it("commits a single file at --path with -m, deduplicated against the first upload", async () => {
     const up = assertOk(await client(["upload", "--repo", REPO, "in/a.bin", "--path", "weights/model.bin", "-m", "Add weights\n\nSame bytes, new place."]));
     // The repository has the file whole: asked with HEAD /v1/files/…, nothing is sent or registered.

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { Limiter, TaskPool } from "../../src/client/concurrency.js";
+import { Limiter, TaskPool } from "../../src/concurrency.js";
 import { ProgressRenderer, formatBytes, type ProgressEvent } from "../../src/client/progress.js";
 
 function event(bytesDone: number, bytesTotal: number | null, phase: ProgressEvent["phase"] = "reading"): ProgressEvent {

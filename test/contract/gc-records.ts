@@ -101,7 +101,7 @@ export function runGcRecordsContract(withStore: WithStore): void {
         // `castor migrate` does not carry the entry left behind, and skipping it ends no export early.
         const exported: [number, string][] = [];
         for (let after: string | null = null; ; ) {
-          const page = await store.exportSha256Index(after, 1);
+          const page = await store.scanSha256Index(after, 1);
           exported.push(...page.rows.map((entry): [number, string] => [entry.repoId, key(entry.sha256)]));
           if (page.next === null) break;
           after = page.next;

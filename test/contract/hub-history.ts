@@ -470,10 +470,10 @@ export function runHubHistoryContract(withStore: WithStore): void {
 
         // The rows are gone, not just unreachable: no export names the repository.
         const rowsNaming = async (repoId: number) => ({
-          links: (await store.exportFileRepoLinks(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
-          sha256: (await store.exportSha256Index(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
-          commits: (await store.exportCommits(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
-          trees: (await store.exportTrees(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
+          links: (await store.scanFileRepoLinks(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
+          sha256: (await store.scanSha256Index(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
+          commits: (await store.scanCommits(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
+          trees: (await store.scanTrees(null, 1000)).rows.filter((row) => row.repoId === repoId).length,
         });
         assert.deepEqual(await rowsNaming(doomed.id), { links: 0, sha256: 0, commits: 0, trees: 0 });
         assert.deepEqual(await rowsNaming(kept.id), { links: 1, sha256: 1, commits: 2, trees: 2 });

@@ -14,7 +14,7 @@ import {
   type DatedFile,
   type DatedXorb,
   type DedupEntry,
-  type ExportPage,
+  type ScanPage,
   type FileRepoLink,
   type CommitRecord,
   type HubToken,
@@ -130,7 +130,7 @@ async function populate(store: MetadataStore): Promise<Populated> {
   };
 }
 
-type Exporter<T> = (after: string | null, limit: number) => Promise<ExportPage<T>>;
+type Exporter<T> = (after: string | null, limit: number) => Promise<ScanPage<T>>;
 
 /** Every row of an export, page by page. */
 async function exportAll<T>(exporter: Exporter<T>, limit: number): Promise<T[]> {
@@ -138,7 +138,7 @@ async function exportAll<T>(exporter: Exporter<T>, limit: number): Promise<T[]> 
   let after: string | null = null;
   for (let pages = 0; ; pages++) {
     assert.ok(pages < 10_000, "an export must end");
-    const page: ExportPage<T> = await exporter(after, limit);
+    const page: ScanPage<T> = await exporter(after, limit);
     rows.push(...page.rows);
     if (page.next === null) return rows;
     after = page.next;
@@ -158,14 +158,14 @@ interface Everything {
 
 async function exportEverything(store: MetadataStore, limit = 10_000): Promise<Everything> {
   return {
-    xorbs: await exportAll((a, n) => store.exportXorbs(a, n), limit),
-    files: await exportAll((a, n) => store.exportFiles(a, n), limit),
-    links: await exportAll((a, n) => store.exportFileRepoLinks(a, n), limit),
-    sha256: await exportAll((a, n) => store.exportSha256Index(a, n), limit),
-    shards: await exportAll((a, n) => store.exportShards(a, n), limit),
-    dedup: await exportAll((a, n) => store.exportDedupEntries(a, n), limit),
-    commits: await exportAll((a, n) => store.exportCommits(a, n), limit),
-    trees: await exportAll((a, n) => store.exportTrees(a, n), limit),
+    xorbs: await exportAll((a, n) => store.scanXorbs(a, n), limit),
+    files: await exportAll((a, n) => store.scanFiles(a, n), limit),
+    links: await exportAll((a, n) => store.scanFileRepoLinks(a, n), limit),
+    sha256: await exportAll((a, n) => store.scanSha256Index(a, n), limit),
+    shards: await exportAll((a, n) => store.scanShards(a, n), limit),
+    dedup: await exportAll((a, n) => store.scanDedupEntries(a, n), limit),
+    commits: await exportAll((a, n) => store.scanCommits(a, n), limit),
+    trees: await exportAll((a, n) => store.scanTrees(a, n), limit),
   };
 }
 
@@ -228,7 +228,7 @@ async function copyStore(source: MetadataStore, target: MetadataStore, limit: nu
     let changed = 0;
     let after: string | null = null;
     for (;;) {
-      const page: ExportPage<T> = await exporter(after, limit);
+      const page: ScanPage<T> = await exporter(after, limit);
       changed += await importer(page.rows);
       if (page.next === null) return changed;
       after = page.next;
@@ -236,14 +236,14 @@ async function copyStore(source: MetadataStore, target: MetadataStore, limit: nu
   };
   /** A row naming a repository, with the source's id mapped to the target's. */
   const toTarget = <R extends { repoId: number }>(row: R): R => ({ ...row, repoId: mapId(row.repoId) });
-  counts.xorbs = await pages(source.exportXorbs.bind(source), target.importXorbs.bind(target));
-  counts.files = await pages(source.exportFiles.bind(source), target.importFiles.bind(target));
-  counts.links = await pages(source.exportFileRepoLinks.bind(source), (rows) => target.importFileRepoLinks(rows.map(toTarget)));
-  counts.sha256 = await pages(source.exportSha256Index.bind(source), (rows) => target.importSha256Index(rows.map(toTarget)));
-  counts.shards = await pages(source.exportShards.bind(source), target.importShards.bind(target));
-  counts.dedup = await pages(source.exportDedupEntries.bind(source), target.importDedupEntries.bind(target));
-  counts.trees = await pages(source.exportTrees.bind(source), (rows) => target.importTrees(rows.map(toTarget)));
-  counts.commits = await pages(source.exportCommits.bind(source), (rows) => target.importCommits(rows.map(toTarget)));
+  counts.xorbs = await pages(source.scanXorbs.bind(source), target.importXorbs.bind(target));
+  counts.files = await pages(source.scanFiles.bind(source), target.importFiles.bind(target));
+  counts.links = await pages(source.scanFileRepoLinks.bind(source), (rows) => target.importFileRepoLinks(rows.map(toTarget)));
+  counts.sha256 = await pages(source.scanSha256Index.bind(source), (rows) => target.importSha256Index(rows.map(toTarget)));
+  counts.shards = await pages(source.scanShards.bind(source), target.importShards.bind(target));
+  counts.dedup = await pages(source.scanDedupEntries.bind(source), target.importDedupEntries.bind(target));
+  counts.trees = await pages(source.scanTrees.bind(source), (rows) => target.importTrees(rows.map(toTarget)));
+  counts.commits = await pages(source.scanCommits.bind(source), (rows) => target.importCommits(rows.map(toTarget)));
   return { counts, repoIds };
 }
 
@@ -352,9 +352,9 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
             expectedDedup.get(hashToHex(chunk)),
           );
         }
-        const busyPage = await store.exportDedupEntries(null, 2);
+        const busyPage = await store.scanDedupEntries(null, 2);
         const busyPages: DedupEntry[][] = [];
-        for (let page = busyPage; ; page = await store.exportDedupEntries(page.next, 2)) {
+        for (let page = busyPage; ; page = await store.scanDedupEntries(page.next, 2)) {
           busyPages.push(page.rows);
           const chunksInPage = new Set(page.rows.map((e) => hashToHex(e.chunkHash)));
           for (const chunk of chunksInPage) {
@@ -589,13 +589,13 @@ export function runMigrationContract(open: () => Promise<MetadataStoreFixture>):
         assert.equal(await store.importSha256Index([{ repoId: repo.id, sha256: SHA_A, fileHash: F1.hash }]), 0);
 
         for (const cursor of ["", "zz", "0".repeat(63), `${"0".repeat(64)}:x`]) {
-          await assert.rejects(store.exportXorbs(cursor, 10), RangeError);
-          await assert.rejects(store.exportFileRepoLinks(cursor, 10), RangeError);
-          await assert.rejects(store.exportSha256Index(cursor, 10), RangeError);
-          await assert.rejects(store.exportCommits(cursor, 10), RangeError);
-          await assert.rejects(store.exportTrees(cursor, 10), RangeError);
+          await assert.rejects(store.scanXorbs(cursor, 10), RangeError);
+          await assert.rejects(store.scanFileRepoLinks(cursor, 10), RangeError);
+          await assert.rejects(store.scanSha256Index(cursor, 10), RangeError);
+          await assert.rejects(store.scanCommits(cursor, 10), RangeError);
+          await assert.rejects(store.scanTrees(cursor, 10), RangeError);
         }
-        for (const limit of [0, -1, 1.5, 10_001]) await assert.rejects(store.exportFiles(null, limit), RangeError);
+        for (const limit of [0, -1, 1.5, 10_001]) await assert.rejects(store.scanFiles(null, limit), RangeError);
       }),
     );
   });

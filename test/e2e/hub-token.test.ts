@@ -17,7 +17,7 @@ import { loadConfig } from "../../src/config.js";
 import { createHttpApp } from "../../src/http/app.js";
 import { casAccessOf, registerCasAuth } from "../../src/http/cas-auth.js";
 import { createLogger } from "../../src/http/logging.js";
-import { HubService } from "../../src/hub/index.js";
+import { OperatorHub } from "../helpers/operator.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { runCastor } from "../helpers/cli.js";
 import { openSocket, readUntilClosed, unreadByServer } from "../helpers/raw-socket.js";
@@ -70,7 +70,7 @@ describe("castor serve: hub token operation", () => {
 
     const store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
     try {
-      const hub = new HubService(store);
+      const hub = new OperatorHub(store);
       await hub.createRepo("dataset", "alice/corpus");
       await hub.createRepo("space", "alice/demo");
       await hub.createRevision("model:alice/bert", "feature/x", "branch");

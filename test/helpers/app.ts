@@ -16,30 +16,21 @@ import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { DEFAULT_HUB_INLINE_MAX_BYTES, DEFAULT_MAX_SHARD_BYTES, loadConfig } from "../../src/config.js";
 import { FileReader } from "../../src/cas/file-reader.js";
-import { HubRepositories } from "../../src/hub/repositories.js";
+import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
+import { createHub } from "../../src/hub/index.js";
+import { StorageStatsService } from "../../src/hub/stats.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "../../src/format/xorb.js";
-import { buildCastorApp, type CastorAppDeps } from "../../src/http/app.js";
+import { buildCastorApp, SPOOL_DIR_NAME, type CastorAppDeps } from "../../src/http/app.js";
 import { createLogger } from "../../src/http/logging.js";
-import { HubService } from "../../src/hub/index.js";
+import { statsSampler } from "../../src/server.js";
+import { OperatorHub } from "./operator.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
 import { FsBlobStore } from "../../src/storage/fs.js";
 
 export type CasDeps = Pick<
   CastorAppDeps,
-  | "blobs"
-  | "xorbs"
-  | "shards"
-  | "dedup"
-  | "transferUrls"
-  | "downloadLinks"
-  | "transferUrlTtlSeconds"
-  | "v2Reconstruction"
-  | "dataDir"
-  | "minFreeBytes"
-  | "hubRepos"
-  | "xetFiles"
-  | "hubInlineMaxBytes"
+  "blobs" | "xorbs" | "shards" | "dedup" | "reconstructions" | "transferUrls" | "downloadLinks" | "v2Reconstruction" | "dataDir" | "minFreeBytes" | "hub"
 >;
 
 const TRANSFER_URL_TTL_SECONDS = 3600;
@@ -48,25 +39,32 @@ export async function casDepsForTest(
   store: MetadataStore,
   dataDir: string,
   publicUrl: () => string,
-  hub: { inlineMaxBytes?: number; now?: () => Date } = {},
+  hub: { inlineMaxBytes?: number; now?: () => Date; stats?: StorageStatsService } = {},
 ): Promise<CasDeps> {
   const blobs = await FsBlobStore.open(join(dataDir, "blobs"));
   const inlineMaxBytes = hub.inlineMaxBytes ?? DEFAULT_HUB_INLINE_MAX_BYTES;
+  const transferUrls = new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS });
   return {
     blobs,
     xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES }),
     shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: DEFAULT_MAX_SHARD_BYTES }),
     dedup: new DedupService({ metadata: store, dedupKeySeed: Buffer.alloc(32, 7) }),
-    transferUrls: new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS }),
+    transferUrls,
     downloadLinks: new DownloadLinks({ urlKey: Buffer.alloc(32, 9) }),
-    transferUrlTtlSeconds: TRANSFER_URL_TTL_SECONDS,
+    reconstructions: new ReconstructionService({ store, signer: transferUrls, singleRangeEntries: false, transferUrlTtlSeconds: TRANSFER_URL_TTL_SECONDS }),
     v2Reconstruction: "on",
     dataDir,
     // Readiness never fails for lack of space on the machine running the tests.
     minFreeBytes: 0,
-    hubRepos: new HubRepositories(store, { inlineMaxBytes, now: hub.now }),
-    xetFiles: new FileReader({ metadata: store, blobs }),
-    hubInlineMaxBytes: inlineMaxBytes,
+    hub: createHub({
+      store,
+      blobs,
+      xetFiles: new FileReader({ metadata: store, blobs }),
+      stats: hub.stats ?? new StorageStatsService(store, { now: hub.now }),
+      inlineMaxBytes,
+      spoolDir: join(dataDir, SPOOL_DIR_NAME),
+      now: hub.now,
+    }),
   };
 }
 
@@ -74,7 +72,7 @@ export async function casDepsForTest(
 export interface TestApp {
   dataDir: string;
   store: MetadataStore;
-  hub: HubService;
+  hub: OperatorHub;
   app: FastifyInstance;
   /** Where it listens (http://127.0.0.1:PORT); the public URL too unless one was given. */
   url: string;
@@ -97,7 +95,8 @@ export interface TestAppOptions {
   /** `/metrics`: served without a token unless this says otherwise. */
   metrics?: CastorAppDeps["metrics"];
   /** Storage statistics' clock and daily samples (off unless asked). */
-  storageStats?: CastorAppDeps["storageStats"];
+  /** Storage statistics' samples (off unless asked): the daily ones, measurements after changes (and how long after), their clock. */
+  storageStats?: { dailySamples: boolean; afterChanges?: boolean; changeDelayMs?: number; now?: () => Date };
   /** Per-client limits of the hub routes; castor's defaults unless given. */
   hubLimits?: CastorAppDeps["hubLimits"];
   /** The web interface's built files; dist/web/ unless given. */
@@ -109,23 +108,30 @@ export interface TestAppOptions {
 export async function startTestApp(options: TestAppOptions): Promise<TestApp> {
   const dataDir = await mkdtemp(join(tmpdir(), `castor-${options.name}-`));
   const store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
-  const hub = new HubService(store);
+  const hub = new OperatorHub(store);
   const { privateKey, publicKey } = options.keys ?? generateKeyPairSync("ed25519");
   let url = "";
   const publicUrl = () => options.publicUrl ?? url;
+  const logger = options.logLines ? createLogger("info", { write: options.logLines }) : createLogger("warn", { write: () => {} });
+  const sampling = options.storageStats;
+  const stats = new StorageStatsService(store, { now: sampling?.now });
+  const sampler =
+    sampling !== undefined && (sampling.dailySamples || sampling.afterChanges === true)
+      ? statsSampler(stats, logger, { daily: sampling.dailySamples, delayMs: sampling.changeDelayMs, now: sampling.now })
+      : undefined;
   const app = await buildCastorApp({
-    logger: options.logLines ? createLogger("info", { write: options.logLines }) : createLogger("warn", { write: () => {} }),
+    logger,
     store,
-    hub,
     issuer: new CasTokenIssuer(privateKey, options.tokenTtlSeconds ?? 900, options.now),
     verifier: new CasTokenVerifier(publicKey, options.now),
     publicUrl,
     metrics: options.metrics,
-    storageStats: options.storageStats,
+    background: sampler === undefined ? [] : [sampler],
+    onChange: sampler !== undefined && sampling?.afterChanges === true ? () => sampler.changed() : undefined,
     hubLimits: options.hubLimits,
     webUi: options.webUi,
     trustedProxies: options.trustedProxies,
-    ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes })),
+    ...(await casDepsForTest(store, dataDir, publicUrl, { inlineMaxBytes: options.inlineMaxBytes, stats })),
   });
   url = await app.listen({ host: "127.0.0.1", port: 0 });
   return {

@@ -9,7 +9,8 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
-import { AuthFailures, type HubLimits } from "../../src/http/hub-limits.js";
+import type { HubLimits } from "../../src/config.js";
+import { AuthFailures } from "../../src/http/hub-limits.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
 import { refusals } from "../helpers/metrics.js";
 

@@ -23,7 +23,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { upload } from "../../src/client/index.js";
 import { loadConfig } from "../../src/config.js";
-import { HubService } from "../../src/hub/index.js";
+import { OperatorHub } from "../helpers/operator.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import { startCastorServer, type ServerProcess } from "../helpers/server.js";
 
@@ -68,7 +68,7 @@ export function runHubRoutesMoreSuite(backend: string, scaleOut: boolean): void 
       // Tokens are made as `castor token create` makes them, on the server's own metadata store.
       const store = await openMetadataStore(loadConfig(server.settings));
       try {
-        const hub = new HubService(store);
+        const hub = new OperatorHub(store);
         const token = async (owner: string, namespaces: string[], access: "read" | "write") =>
           (await hub.createToken({ repos: [], namespaces, owner, access, expiresAt: null })).secret;
         tokens.alice = await token("alice", ["alice"], "write");

@@ -12,14 +12,14 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { upload } from "../../src/client/index.js";
 import { gitBlobId, lfsPointer } from "../../src/format/git.js";
-import type { HubService } from "../../src/hub/index.js";
+import type { OperatorHub } from "../helpers/operator.js";
 import { startTestApp, type TestApp } from "../helpers/app.js";
 
 const INLINE_MAX = 64 * 1024;
 
 let castor: TestApp;
 let dataDir: string;
-let hub: HubService;
+let hub: OperatorHub;
 let base: string;
 const logText: string[] = [];
 const tokens = { alice: "", aliceRead: "", bob: "", ownerless: "" };

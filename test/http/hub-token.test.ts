@@ -10,7 +10,7 @@ import { loadConfig } from "../../src/config.js";
 import { buildCastorApp } from "../../src/http/app.js";
 import { casDepsForTest } from "../helpers/app.js";
 import { createLogger } from "../../src/http/logging.js";
-import { HubService } from "../../src/hub/index.js";
+import { OperatorHub } from "../helpers/operator.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
 
@@ -21,7 +21,7 @@ const verifier = new CasTokenVerifier(publicKey);
 
 let dataDir: string;
 let store: MetadataStore;
-let hub: HubService;
+let hub: OperatorHub;
 let app: FastifyInstance;
 const logText: string[] = [];
 const secrets = { write: "", read: "", bertOnly: "", revoked: "", expiredSoon: "" };
@@ -29,7 +29,7 @@ const secrets = { write: "", read: "", bertOnly: "", revoked: "", expiredSoon: "
 before(async () => {
   dataDir = await mkdtemp(join(tmpdir(), "castor-hub-token-"));
   store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
-  hub = new HubService(store);
+  hub = new OperatorHub(store);
   await hub.createRepo("model", "alice/bert");
   await hub.createRepo("dataset", "alice/corpus");
   await hub.createRepo("space", "alice/demo");
@@ -46,7 +46,6 @@ before(async () => {
   app = await buildCastorApp({
     logger: createLogger("info", { write: (line: string) => void logText.push(line) }),
     store,
-    hub,
     issuer: new CasTokenIssuer(privateKey, TTL),
     verifier,
     publicUrl: () => PUBLIC_URL,
@@ -222,7 +221,6 @@ describe("health probes", () => {
     const probeApp = await buildCastorApp({
       logger: createLogger("silent"),
       store: closedStore,
-      hub: new HubService(closedStore),
       issuer: new CasTokenIssuer(privateKey, TTL),
       verifier,
       publicUrl: () => PUBLIC_URL,

@@ -74,10 +74,10 @@ describe("GET /metrics, open (the default)", () => {
       headers: { authorization: `Bearer ${write}` },
     });
     assert.equal(shard.status, 200, await shard.text());
-    const [indexed] = (await castor.store.exportDedupEntries(null, 1)).rows;
+    const [indexed] = (await castor.store.scanDedupEntries(null, 1)).rows;
     const hit = await fetch(`${url}/v1/chunks/default-merkledb/${hashToHex(indexed.chunkHash)}`, { headers: { authorization: `Bearer ${write}` } });
     assert.equal(hit.status, 200);
-    const [file] = (await castor.store.exportFiles(null, 1)).rows;
+    const [file] = (await castor.store.scanFiles(null, 1)).rows;
     terms = file.terms.length;
     const read = await casTokenSignedWith(keys.privateKey, "read");
     const reconstruction = await fetch(`${url}/v2/reconstructions/${hashToHex(file.hash)}`, { headers: { authorization: `Bearer ${read}` } });

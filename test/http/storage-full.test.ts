@@ -21,7 +21,7 @@ import { hashToHex } from "../../src/format/hash.js";
 import { serializeXorb, type SerializedXorb } from "../../src/format/xorb.js";
 import { buildCastorApp } from "../../src/http/app.js";
 import { createLogger } from "../../src/http/logging.js";
-import { HubService } from "../../src/hub/index.js";
+import { OperatorHub } from "../helpers/operator.js";
 import { openMetadataStore } from "../../src/metadata/open.js";
 import type { MetadataStore } from "../../src/metadata/store.js";
 import type { BlobStore } from "../../src/storage/blob-store.js";
@@ -55,7 +55,7 @@ function s3QuotaExceeded(): Error {
 before(async () => {
   dataDir = await mkdtemp(join(tmpdir(), "castor-storage-full-"));
   store = await openMetadataStore(loadConfig({ CASTOR_DATA_DIR: dataDir }));
-  const hub = new HubService(store);
+  const hub = new OperatorHub(store);
   await hub.createRepo("model", "alice/bert");
   const deps = await casDepsForTest(store, dataDir, () => PUBLIC_URL);
   const metadata: MetadataStore = Object.create(store, {
@@ -77,7 +77,6 @@ before(async () => {
   app = await buildCastorApp({
     logger: createLogger("silent"),
     store,
-    hub,
     issuer: new CasTokenIssuer(privateKey, 900),
     verifier: new CasTokenVerifier(publicKey),
     publicUrl: () => PUBLIC_URL,

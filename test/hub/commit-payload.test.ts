@@ -1,6 +1,6 @@
 /**
  * The NDJSON commit payload (src/hub/commit-payload.ts) and its line splitter
- * (src/http/hub/ndjson.ts) without HTTP: each operation kind, the refusals (HubError 400/413,
+ * (src/hub/ndjson.ts) without HTTP: each operation kind, the refusals (HubError 400/413,
  * never another exception), the regressions the commit fuzz target and its review found, and
  * trimSlashes (src/format/repo.ts) on long runs of slashes.
  */
@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { describe, it } from "node:test";
 import { gitBlobId } from "../../src/format/git.js";
 import { trimSlashes } from "../../src/format/repo.js";
-import { LineSplitter } from "../../src/http/hub/ndjson.js";
+import { LineSplitter } from "../../src/hub/ndjson.js";
 import { CommitPayloadParser, maxCommitLineBytes } from "../../src/hub/commit-payload.js";
 import { HubError } from "../../src/hub/errors.js";
 

@@ -7,9 +7,12 @@
  */
 import assert from "node:assert/strict";
 import { beforeEach, describe, it } from "node:test";
-import { HubService } from "../../src/hub/index.js";
+import { join } from "node:path";
+import { OperatorHub } from "../helpers/operator.js";
 import { lastCommits } from "../../src/hub/last-commits.js";
-import { HubRepositories } from "../../src/hub/repositories.js";
+import { FileReader } from "../../src/cas/file-reader.js";
+import { FileService } from "../../src/hub/files.js";
+import { createAdminHub } from "../../src/hub/index.js";
 import type { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 import type { CommitRecord, Repo } from "../../src/metadata/store.js";
 import { sha256Hex } from "../../src/hub/history.js";
@@ -19,16 +22,25 @@ import { useFreshStores } from "../helpers/stores.js";
 
 const stores = useFreshStores("last-commits");
 let store: SqliteMetadataStore;
-let repos: HubRepositories;
+let fileService: FileService;
 let caller: Caller;
 let repo: Repo;
 
 beforeEach(async () => {
   store = stores().metadata;
-  repos = new HubRepositories(store, { inlineMaxBytes: 1024 });
-  const { secret } = await new HubService(store).createToken({ repos: "all", owner: "alice", access: "write", expiresAt: null });
-  caller = await repos.caller(secret);
-  repo = await repos.createRepo(caller, "model", "alice", "walk", true);
+  const { blobs } = stores();
+  const hub = createAdminHub(store);
+  fileService = new FileService({
+    store,
+    blobs,
+    xetFiles: new FileReader({ metadata: store, blobs }),
+    repos: hub.repos,
+    inlineMaxBytes: 1024,
+    spoolDir: join(stores().dir, "spool"),
+  });
+  const { secret } = await new OperatorHub(store).createToken({ repos: "all", owner: "alice", access: "write", expiresAt: null });
+  caller = await hub.tokens.authenticate(secret);
+  repo = await hub.repos.create(caller, "model", "walk", { private: true });
 });
 
 /** Commits `path` = `text` (inline; the blob store is not needed to build trees). */
@@ -37,7 +49,7 @@ async function write(summary: string, ...files: [string, string][]): Promise<Com
     const bytes = Buffer.from(text);
     return { kind: "file" as const, path, size: bytes.length, sha256: sha256Hex(bytes), oid: gitBlobId(bytes) };
   });
-  return repos.commit(caller, { type: "model", name: "alice/walk" }, "main", { summary, description: "" }, operations);
+  return fileService.commit(caller, { type: "model", name: "alice/walk" }, "main", { summary, description: "" }, operations);
 }
 
 describe("lastCommits", () => {

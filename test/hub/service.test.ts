@@ -4,7 +4,8 @@ import { createHash } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { HubError, HubService, type TokenDenial, type TokenGrant, type TokenRequest } from "../../src/hub/index.js";
+import { HubError, type TokenDenial, type TokenGrant, type TokenRequest } from "../../src/hub/index.js";
+import { OperatorHub } from "../helpers/operator.js";
 import { SqliteMetadataStore } from "../../src/metadata/sqlite.js";
 
 const START = new Date("2030-01-01T00:00:00.000Z");
@@ -13,13 +14,13 @@ const START = new Date("2030-01-01T00:00:00.000Z");
 let root: string;
 let store: SqliteMetadataStore;
 let clock: Date;
-let hub: HubService;
+let hub: OperatorHub;
 
 beforeEach(async () => {
   root = await mkdtemp(join(tmpdir(), "castor-hub-"));
   store = await SqliteMetadataStore.open(root);
   clock = START;
-  hub = new HubService(store, () => clock);
+  hub = new OperatorHub(store, () => clock);
 });
 afterEach(async () => {
   await store.close();
@@ -57,7 +58,7 @@ function assertGranted(result: TokenGrant | TokenDenial): TokenGrant {
   return result;
 }
 
-describe("HubService repositories and revisions", () => {
+describe("OperatorHub repositories and revisions", () => {
   it("creates a repository with its main branch and lists it", async () => {
     const repo = await hub.createRepo("model", "alice/bert");
     assert.deepEqual({ type: repo.type, name: repo.name }, { type: "model", name: "alice/bert" });
@@ -94,7 +95,7 @@ describe("HubService repositories and revisions", () => {
   });
 });
 
-describe("HubService hub tokens", () => {
+describe("OperatorHub hub tokens", () => {
   it("creates a secret of hf_ + 43 base64url characters, stored only as its SHA-256", async () => {
     await hub.createRepo("model", "alice/bert");
     const { secret, token } = await hub.createToken({ repos: ["model:alice/bert"], access: "write", expiresAt: null });
@@ -137,7 +138,7 @@ describe("HubService hub tokens", () => {
   });
 });
 
-describe("HubService.authorizeTokenRequest", () => {
+describe("OperatorHub.authorizeTokenRequest", () => {
   let repoId: number;
   let readSecret: string;
   let writeSecret: string;

@@ -248,7 +248,7 @@ export function runGcSuite(name: string, serverOptions: StartServerOptions): voi
       await upload("c", "damaged.bin", data.damaged);
       // Every xorb blob left is the file's (the collections above removed the rest); they vanish.
       const lost = await withStores(async (store, blobs) => {
-        const { rows } = await store.exportXorbs(null, 100);
+        const { rows } = await store.scanXorbs(null, 100);
         for (const xorb of rows) await blobs.delete(blobKey("xorbs", xorb.hash));
         return rows.length;
       });

@@ -92,7 +92,7 @@ describe("castor migrate: embedded data dir → PostgreSQL + S3 (Ceph RGW)", () 
         (await targetMetadata.listHubTokens()).map((token) => token.secretHash),
         (await sourceMetadata.listHubTokens()).map((token) => token.secretHash),
       );
-      assert.deepEqual((await targetMetadata.exportDedupEntries(null, 10_000)).rows, (await sourceMetadata.exportDedupEntries(null, 10_000)).rows);
+      assert.deepEqual((await targetMetadata.scanDedupEntries(null, 10_000)).rows, (await sourceMetadata.scanDedupEntries(null, 10_000)).rows);
       assert.deepEqual(await targetMetadata.listStatsSamples(), await sourceMetadata.listStatsSamples());
       // Histories, visibility and token owners, with repository ids as names (each store numbers its own).
       const hubRows = async (store: SqliteMetadataStore | PostgresMetadataStore) => {
@@ -102,8 +102,8 @@ describe("castor migrate: embedded data dir → PostgreSQL + S3 (Ceph RGW)", () 
         return {
           repos: repos.map((repo) => ({ ...repo, id: undefined })),
           revisions: named((await Promise.all(repos.map((repo) => store.listRevisions(repo.id)))).flat()),
-          commits: named((await store.exportCommits(null, 10_000)).rows),
-          trees: named((await store.exportTrees(null, 10_000)).rows),
+          commits: named((await store.scanCommits(null, 10_000)).rows),
+          trees: named((await store.scanTrees(null, 10_000)).rows),
           tokens: (await store.listHubTokens()).map((token) => ({ ...token, repos: token.repos === "all" ? "all" : token.repos.map((id) => names.get(id)) })),
         };
       };

@@ -9,7 +9,8 @@ import { describe, it } from "node:test";
 import { GetObjectCommand, S3Client } from "@aws-sdk/client-s3";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { hashToHex } from "../../src/format/hash.js";
-import { blobKey, isBlobStoreError, MAX_PRESIGNED_URL_TTL_SECONDS, rangeHeaderOf, type BlobKey, type ByteSpan } from "../../src/storage/blob-store.js";
+import { MAX_PRESIGNED_URL_TTL_SECONDS } from "../../src/config.js";
+import { blobKey, isBlobStoreError, rangeHeaderOf, type BlobKey, type ByteSpan } from "../../src/storage/blob-store.js";
 import { S3RangePresigner, type PresignableStore } from "../../src/storage/s3/range-presigner.js";
 import { hashOf } from "../helpers/fixtures.js";
 

@@ -97,91 +97,20 @@ export function resolveUrl(repo: RepoId, revision: string, path: string): string
   return `${prefix}/${encodePath(repo.name)}/resolve/${encodeURIComponent(revision)}/${encodePath(path)}`;
 }
 
-export interface Me {
-  anonymous: boolean;
-  admin: boolean;
-  id?: string;
-  user?: string | null;
-  access?: "read" | "write";
-}
-
-export interface RepoSummary {
-  id: string;
-  sha?: string;
-  lastModified: string;
-  createdAt: string;
-  private: boolean;
-}
-
-export interface TreeEntry {
-  type: "file" | "directory";
-  path: string;
-  oid: string;
-  size: number;
-  lfs?: { oid: string; size: number };
-  xetHash?: string;
-}
-
-export interface Commit {
-  id: string;
-  title: string;
-  message: string;
-  authors: { user: string }[];
-  date: string;
-  parents: string[];
-}
-
-export interface Refs {
-  branches: { name: string; targetCommit: string }[];
-  tags: { name: string; targetCommit: string }[];
-}
-
-export interface StorageTotals {
-  files: number;
-  logicalBytes: number;
-  storedBytes: number;
-  /** null in daily samples from a castor that did not measure it yet. */
-  uniqueBytes: number | null;
-  /** Logical ÷ unique bytes: what storing each chunk once saves. */
-  dedupRatio: number | null;
-  /** Unique ÷ stored bytes: what compressing the chunks saves. */
-  compressionRatio: number | null;
-}
-
-export interface Stats {
-  takenAt: string;
-  totals: StorageTotals & { repositories: number; recordedXorbBytes: number; unreferencedXorbBytes: number };
-  repositories: (StorageTotals & { type: RepoType; name: string })[];
-  history: (StorageTotals & { day: string })[];
-}
-
-export interface Sharing {
-  path: string;
-  size: number;
-  xet: boolean;
-  chunks: number;
-  bytes: number;
-  sharedChunks: number;
-  sharedBytes: number;
-  otherFiles: number;
-  repositories: string[];
-}
-
-export interface TokenInfo {
-  id: string;
-  owner: string | null;
-  access: "read" | "write";
-  repos: "all" | string[];
-  namespaces: string[];
-  state: "active" | "revoked" | "expired";
-  createdAt: string;
-  expiresAt: string | null;
-  revokedAt: string | null;
-}
-
-export interface MaintenanceRun {
-  kind: "gc" | "fsck";
-  startedAt: string;
-  finishedAt: string;
-  totals: Record<string, number>;
-}
+// The answers' shapes, declared once with the routes that send them.
+export type {
+  Commit,
+  CreatedToken,
+  CreateTokenBody,
+  DownloadLink,
+  DownloadLinkBody,
+  MaintenanceRun,
+  Me,
+  Refs,
+  RepoStorage,
+  RepoSummary,
+  Sharing,
+  StorageStatsAnswer as Stats,
+  TokenInfo,
+  TreeEntry,
+} from "../../src/wire/hub.js";

@@ -8,7 +8,7 @@
  */
 import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
-import { type RepoId, resolveUrl, sendJson, storedToken } from "./api.js";
+import { type DownloadLinkBody, type RepoId, resolveUrl, type DownloadLink as SignedLink, sendJson, storedToken } from "./api.js";
 
 interface DownloadLinkProps {
   repo: RepoId;
@@ -26,7 +26,8 @@ export function DownloadLink({ repo, revision, path, filename, children, label }
     event.preventDefault();
     setError(null);
     try {
-      const { url } = await sendJson<{ url: string }>("POST", "/api/castor/download-links", { repo: `${repo.type}:${repo.name}`, revision, path });
+      const body: DownloadLinkBody = { repo: `${repo.type}:${repo.name}`, revision, path };
+      const { url } = await sendJson<SignedLink>("POST", "/api/castor/download-links", body);
       const anchor = document.createElement("a");
       anchor.href = url;
       anchor.download = filename;

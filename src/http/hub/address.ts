@@ -8,7 +8,7 @@ import type { FastifyRequest } from "fastify";
 import { trimSlashes } from "../../format/repo.js";
 import { HubError } from "../../hub/errors.js";
 import type { RepoAddress } from "../../hub/repositories.js";
-import type { RepoType } from "../../metadata/store.js";
+import type { RepoType } from "../../hub/records.js";
 
 export const REPO_TYPE_BY_PLURAL: Readonly<Record<string, RepoType>> = { models: "model", datasets: "dataset", spaces: "space" };
 export const PLURAL_BY_REPO_TYPE: Readonly<Record<RepoType, string>> = { model: "models", dataset: "datasets", space: "spaces" };

@@ -1,7 +1,7 @@
 /**
  * castor's own JSON routes, below `/api/castor/` (a prefix the Hugging Face API does not use):
  * what the web interface needs that the Hub API has no call for. Thin handlers over the hub's
- * services and the metadata store.
+ * services (src/hub/admin.ts, token-service.ts).
  *
  * - `GET /api/castor/me`: who the bearer is, and whether it is an admin token (the interface
  *   shows the admin pages only then). Anonymous callers get `{anonymous: true}`.
@@ -15,35 +15,25 @@
  * - `GET /api/castor/maintenance` (admin): the last gc and fsck runs.
  * - `POST /api/castor/download-links` `{repo, revision, path}`: for anyone who may read the
  *   file, a short-lived signed link to it at the revision's commit, which the browser's download
- *   manager follows without the token (auth/download-link.ts).
+ *   manager follows without the token (auth/download-link.ts; `resolve` accepts it, caller.ts).
  *
  * Creating and deleting repositories and changing their visibility need no route here: the
  * Hub's own (`/api/repos/create`, `/api/repos/delete`, `PUT …/settings`) do it for admin tokens.
  */
 import type { FastifyInstance } from "fastify";
-import { isAdminToken, requireAdmin } from "../../hub/access.js";
+import { isAdmin } from "../../hub/access.js";
 import { HubError } from "../../hub/errors.js";
 import { parseExpires } from "../../hub/expires.js";
-import { formatRepoRef, parseRepoRef } from "../../hub/names.js";
-import type { HubService } from "../../hub/service.js";
-import { chunkSharing, type SharingStore } from "../../hub/sharing.js";
-import { liveContentOf, ratiosOf, type StatsStore } from "../../hub/stats.js";
+import type { HubToken } from "../../hub/records.js";
 import { hubTokenState } from "../../hub/tokens.js";
-import type { GcRecords } from "../../metadata/gc.js";
-import type { HubToken, Repo } from "../../metadata/store.js";
+import * as wire from "../../wire/hub.js";
+import { parseRepoRef } from "../../hub/names.js";
 import { addressOf, urlPrefixOf } from "./address.js";
-import type { DownloadLinks } from "../../auth/download-link.js";
-import { callerOfRequest, jsonBody, stringField, type HubRouteDeps } from "./repo-routes.js";
-
-export interface CastorRouteDeps extends HubRouteDeps {
-  store: StatsStore & SharingStore & Pick<GcRecords, "lastMaintenanceRuns">;
-  downloadLinks: DownloadLinks;
-  /** Hub tokens: the same service `castor token` uses. */
-  tokens: Pick<HubService, "createToken" | "listTokens" | "revokeToken">;
-}
+import { callerOfRequest } from "./caller.js";
+import type { HubRouteDeps } from "./repo-routes.js";
 
 /** A token as the admin page lists it: never its secret (not stored) nor its hash. */
-function tokenJson(token: HubToken, refById: Map<number, string>, now: Date) {
+function tokenJson(token: HubToken, refById: Map<number, string>, now: Date): wire.TokenInfo {
   return {
     id: token.id,
     owner: token.owner,
@@ -57,109 +47,109 @@ function tokenJson(token: HubToken, refById: Map<number, string>, now: Date) {
   };
 }
 
-function stringList(body: Record<string, unknown>, field: string): string[] {
-  const value = body[field] ?? [];
-  if (!Array.isArray(value) || !value.every((item) => typeof item === "string")) throw new HubError(400, `"${field}" must be a list of strings`);
-  return value;
-}
-
-async function refsById(deps: CastorRouteDeps): Promise<Map<number, string>> {
-  return new Map((await deps.store.listRepos()).map((repo: Repo) => [repo.id, formatRepoRef(repo)]));
-}
-
-export async function castorRoutes(app: FastifyInstance, deps: CastorRouteDeps): Promise<void> {
-  app.get("/api/castor/me", async (request) => {
-    const { token } = await callerOfRequest(deps, request);
-    if (token === null) return { anonymous: true, admin: false };
-    return { anonymous: false, id: token.id, user: token.owner, access: token.access, admin: isAdminToken(token) };
+export async function castorRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
+  const { hub } = deps;
+  app.get("/api/castor/me", { config: { hubAccess: "caller" }, schema: { response: { 200: wire.Me } } }, async (request) => {
+    const caller = callerOfRequest(request);
+    if (caller.kind !== "token") return { anonymous: true, admin: false };
+    const { token } = caller;
+    return { anonymous: false, id: token.id, user: token.owner, access: token.access, admin: isAdmin(caller) };
   });
 
-  app.get<{ Params: { types: string; namespace: string; name: string } }>("/api/castor/repos/:types/:namespace/:name/storage", async (request, reply) => {
-    const caller = await callerOfRequest(deps, request);
-    const repo = await deps.repos.readable(caller, addressOf(request.params.types, request.params.namespace, request.params.name));
-    const content = await liveContentOf(deps.store, repo);
-    reply.header("cache-control", "no-store");
-    if (caller.token === null || !isAdminToken(caller.token)) return { files: content.files, logicalBytes: content.logicalBytes };
-    return { ...content, ...ratiosOf(content) };
-  });
+  app.get<{ Params: wire.RepoParams }>(
+    "/api/castor/repos/:types/:namespace/:name/storage",
+    { config: { hubAccess: "caller" }, schema: { params: wire.RepoParams, response: { 200: wire.RepoStorage } } },
+    async (request, reply) => {
+      const { types, namespace, name } = request.params;
+      const storage = await hub.admin.repoStorage(callerOfRequest(request), addressOf(types, namespace, name));
+      reply.header("cache-control", "no-store");
+      return storage;
+    },
+  );
 
-  app.get<{ Querystring: Record<string, unknown> }>("/api/castor/sharing", async (request) => {
-    const caller = await callerOfRequest(deps, request);
-    requireAdmin(caller, "GET /api/castor/sharing");
-    const field = (name: string): string => {
-      const value = request.query[name];
-      if (typeof value !== "string" || value === "") throw new HubError(400, `?${name}= is required, once`);
-      return value;
-    };
-    const ref = parseRepoRef(field("repo"));
-    const repo = await deps.repos.readable(caller, ref);
-    const { commit } = await deps.repos.resolve(repo, field("revision"));
-    const path = field("path");
-    const file = await deps.repos.fileAt(repo, commit, path);
-    const answer = { path, size: file.size, xet: file.xetHash !== null };
-    if (file.xetHash === null) return { ...answer, chunks: 0, bytes: 0, sharedChunks: 0, sharedBytes: 0, otherFiles: 0, repositories: [] };
-    const sharing = await chunkSharing(deps.store, repo, path, file.xetHash);
-    if (sharing === null) throw new Error(`the Xet file of ${path} has no record in the metadata store: run castor fsck`);
-    return { ...answer, ...sharing };
-  });
+  // Who may ask before what is asked: a token that may not see sharing learns nothing of the parameters (hubAccess is checked first).
+  const sharing = "GET /api/castor/sharing";
+  app.get<{ Querystring: wire.SharingQuery }>(
+    "/api/castor/sharing",
+    { config: { hubAccess: { admin: sharing } }, schema: { querystring: wire.SharingQuery, response: { 200: wire.Sharing } } },
+    async (request) => {
+      const { repo, revision, path } = request.query;
+      return hub.admin.sharing(callerOfRequest(request), repo, revision, path, sharing);
+    },
+  );
 
-  app.post("/api/castor/download-links", async (request, reply) => {
-    const caller = await callerOfRequest(deps, request);
-    const body = jsonBody(request);
-    const ref = parseRepoRef(stringField(body, "repo", true)!);
-    const repo = await deps.repos.readable(caller, ref);
-    const { commit } = await deps.repos.resolve(repo, stringField(body, "revision", false) ?? "main");
-    const path = stringField(body, "path", true)!;
-    await deps.repos.fileAt(repo, commit, path);
-    const resolvePath = `/${urlPrefixOf(repo.type)}${repo.name}/resolve/${commit.oid}/${path.split("/").map(encodeURIComponent).join("/")}`;
-    const { url, expiresAt } = deps.downloadLinks.sign(resolvePath);
-    // The link is a credential until it expires: no cache may keep it.
-    reply.header("cache-control", "no-store");
-    return { url, expiresAt: expiresAt.toISOString() };
-  });
+  app.get(
+    "/api/castor/tokens",
+    { config: { hubAccess: { admin: "listing hub tokens" } }, schema: { response: { 200: wire.TokenList } } },
+    async (request, reply) => {
+      const caller = callerOfRequest(request);
+      const tokens = await hub.tokens.list(caller);
+      const refs = await hub.admin.repoRefsById(caller);
+      const now = new Date();
+      reply.header("cache-control", "no-store");
+      return tokens.map((token) => tokenJson(token, refs, now));
+    },
+  );
 
-  app.get("/api/castor/tokens", async (request, reply) => {
-    requireAdmin(await callerOfRequest(deps, request), "GET /api/castor/tokens");
-    const refs = await refsById(deps);
-    const now = new Date();
-    reply.header("cache-control", "no-store");
-    return (await deps.tokens.listTokens()).map((token) => tokenJson(token, refs, now));
-  });
+  app.post<{ Body: wire.CreateTokenBody }>(
+    "/api/castor/tokens",
+    { config: { hubAccess: { admin: "POST /api/castor/tokens" } }, schema: { body: wire.CreateTokenBody, response: { 200: wire.CreatedToken } } },
+    async (request, reply) => {
+      const caller = callerOfRequest(request);
+      const { access, repos, namespaces, owner, expires } = request.body;
+      const now = new Date();
+      const { secret, token } = await hub.tokens.create(caller, {
+        repos: repos ?? [],
+        namespaces: namespaces ?? [],
+        owner: owner || null,
+        access,
+        expiresAt: expires === undefined || expires === null || expires === "" ? null : parseExpires(expires, now),
+      });
+      // The secret exists nowhere else: no cache may keep this answer.
+      reply.header("cache-control", "no-store");
+      return { secret, token: tokenJson(token, await hub.admin.repoRefsById(caller), now) };
+    },
+  );
 
-  app.post("/api/castor/tokens", async (request, reply) => {
-    requireAdmin(await callerOfRequest(deps, request), "POST /api/castor/tokens");
-    const body = jsonBody(request);
-    const access = stringField(body, "access", true);
-    if (access !== "read" && access !== "write") throw new HubError(400, '"access" must be "read" or "write"');
-    const repos = body.repos === "all" ? "all" : stringList(body, "repos");
-    const expires = stringField(body, "expires", false);
-    const now = new Date();
-    const { secret, token } = await deps.tokens.createToken({
-      repos,
-      namespaces: stringList(body, "namespaces"),
-      owner: stringField(body, "owner", false) || null,
-      access,
-      expiresAt: expires === undefined || expires === "" ? null : parseExpires(expires, now),
-    });
-    // The secret exists nowhere else: no cache may keep this answer.
-    reply.header("cache-control", "no-store");
-    return { secret, token: tokenJson(token, await refsById(deps), now) };
-  });
+  app.delete<{ Params: wire.TokenIdParams }>(
+    "/api/castor/tokens/:id",
+    { config: { hubAccess: { admin: "revoking hub tokens" } }, schema: { params: wire.TokenIdParams, response: { 200: wire.Done } } },
+    async (request) => {
+      if (!(await hub.tokens.revoke(callerOfRequest(request), request.params.id))) {
+        throw new HubError(404, `no hub token has the id ${JSON.stringify(request.params.id)}`);
+      }
+      return {};
+    },
+  );
 
-  app.delete<{ Params: { id: string } }>("/api/castor/tokens/:id", async (request) => {
-    requireAdmin(await callerOfRequest(deps, request), "DELETE /api/castor/tokens");
-    if (!(await deps.tokens.revokeToken(request.params.id))) throw new HubError(404, `no hub token has the id ${JSON.stringify(request.params.id)}`);
-    return {};
-  });
+  app.post<{ Body: wire.DownloadLinkBody }>(
+    "/api/castor/download-links",
+    { config: { hubAccess: "caller" }, schema: { body: wire.DownloadLinkBody, response: { 200: wire.DownloadLink } } },
+    async (request, reply) => {
+      const repo = await hub.repos.find(callerOfRequest(request), parseRepoRef(request.body.repo));
+      const { commit } = await hub.repos.resolve(repo, request.body.revision ?? "main");
+      const { path } = request.body;
+      await hub.history.fileAt(repo, commit, path);
+      const resolvePath = `/${urlPrefixOf(repo.type)}${repo.name}/resolve/${commit.oid}/${path.split("/").map(encodeURIComponent).join("/")}`;
+      const { url, expiresAt } = deps.downloadLinks.sign(resolvePath);
+      // The link is a credential until it expires: no cache may keep it.
+      reply.header("cache-control", "no-store");
+      return { url, expiresAt: expiresAt.toISOString() };
+    },
+  );
 
-  app.get("/api/castor/maintenance", async (request, reply) => {
-    requireAdmin(await callerOfRequest(deps, request), "GET /api/castor/maintenance");
-    reply.header("cache-control", "no-store");
-    return (await deps.store.lastMaintenanceRuns()).map((run) => ({
-      kind: run.kind,
-      startedAt: run.startedAt.toISOString(),
-      finishedAt: run.finishedAt.toISOString(),
-      totals: run.totals,
-    }));
-  });
+  app.get(
+    "/api/castor/maintenance",
+    { config: { hubAccess: { admin: "GET /api/castor/maintenance" } }, schema: { response: { 200: wire.MaintenanceRuns } } },
+    async (request, reply) => {
+      const runs = await hub.admin.maintenanceRuns(callerOfRequest(request), "GET /api/castor/maintenance");
+      reply.header("cache-control", "no-store");
+      return runs.map((run) => ({
+        kind: run.kind,
+        startedAt: run.startedAt.toISOString(),
+        finishedAt: run.finishedAt.toISOString(),
+        totals: run.totals,
+      }));
+    },
+  );
 }

@@ -1,54 +1,51 @@
 /**
- * The repository hub's HTTP surface, one encapsulated fastify plugin: the routes Hugging Face
- * clients (`hf`, `huggingface_hub`, `@huggingface/hub`) call through `HF_ENDPOINT`. The token
- * operation (`…/xet-read-token/…`) lives in ../hub-token.ts next to the CAS it hands out
- * access to.
+ * The repository hub's HTTP surface: the routes Hugging Face clients (`hf`, `huggingface_hub`,
+ * `@huggingface/hub`) call through `HF_ENDPOINT`, and castor's own JSON routes for the web
+ * interface. Each module is a fastify plugin registered here, so what one declares (content-type
+ * parsers, hooks) stays with its routes. Every route parses the request, calls the hub's services
+ * (src/hub) and renders their answer; the token operation (`…/xet-read-token/…`) lives in
+ * ../hub-token.ts next to the CAS it hands out access to.
  */
-import type { FastifyInstance, FastifyRequest } from "fastify";
-import type { DownloadLinks } from "../../auth/download-link.js";
-import type { GcRecords } from "../../metadata/gc.js";
-import type { BlobStore } from "../../storage/blob-store.js";
-import type { HubRepositories } from "../../hub/repositories.js";
-import type { StoredFileLookup } from "../../hub/lfs-batch.js";
-import type { StorageStatsService } from "../../hub/stats.js";
-import { parseTextBodies } from "../raw-body.js";
+import type { FastifyInstance } from "fastify";
+import { parseJsonBodies, parseTextBodies, refuseUnparsedBody } from "../raw-body.js";
+import { installHubAccess } from "./caller.js";
+import { castorRoutes } from "./castor-routes.js";
 import { fileRoutes } from "./file-routes.js";
 import { lfsRoutes } from "./lfs-routes.js";
 import { moveRoutes } from "./move-routes.js";
 import { rawRoutes } from "./raw-routes.js";
-import { repoRoutes } from "./repo-routes.js";
-import { resolveRoutes, type XetFileSource } from "./resolve-routes.js";
+import { repoRoutes, type HubRouteDeps } from "./repo-routes.js";
+import { resolveRoutes } from "./resolve-routes.js";
 import { statsRoutes } from "./stats-routes.js";
 import { unsupportedRoutes } from "./unsupported-routes.js";
+import { installHubValidation } from "./validation.js";
 
-export type { XetFileSource } from "./resolve-routes.js";
+export type { HubRouteDeps } from "./repo-routes.js";
 
-export interface HubHttpDeps {
-  repos: HubRepositories;
-  blobs: BlobStore;
-  xetFiles: XetFileSource;
-  /** The repositories' SHA-256 index, for the LFS batch call. */
-  store: StoredFileLookup & Pick<GcRecords, "leaseObjects">;
-  publicUrl: (request: FastifyRequest) => string;
-  /** The web interface's signed download links (auth/download-link.ts), which `resolve` accepts. */
-  downloadLinks: DownloadLinks;
-  /** `config.hubInlineMaxBytes`. */
-  inlineMaxBytes: number;
-  /** Where commits' inline contents wait on disk until the commit has validated (the data dir's spool). */
-  spoolDir: string;
-  /** Storage statistics, for `GET /api/stats`. */
-  stats: StorageStatsService;
-}
-
-export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promise<void> {
-  await repoRoutes(app, deps);
-  await fileRoutes(app, deps);
-  await resolveRoutes(app, deps);
-  await lfsRoutes(app, deps);
-  await rawRoutes(app, deps);
-  await moveRoutes(app, deps);
-  await statsRoutes(app, deps);
-  await unsupportedRoutes(app);
+/**
+ * The hub's routes, in one plugin whose hooks every route shares, in the order fastify runs them
+ * once a body arrived within its limits: who may call (caller.ts), then a JSON body that did not
+ * parse (raw-body.ts `UnparsedBody`), an absent body read as `{}`, then the route's schemas
+ * (src/wire/hub.ts, checked by validation.ts).
+ */
+export async function hubRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
+  installHubAccess(app, deps);
+  app.addHook("preValidation", refuseUnparsedBody);
+  installHubValidation(app);
+  // Clients send some calls without a body (create_branch, a settings change with nothing to
+  // change): a body schema then reads it as the empty JSON object, as the routes always have.
+  app.addHook("preValidation", async (request) => {
+    if (request.body === undefined && request.routeOptions.schema?.body !== undefined) request.body = {};
+  });
+  await app.register(repoRoutes, deps);
+  await app.register(fileRoutes, deps);
+  await app.register(resolveRoutes, deps);
+  await app.register(lfsRoutes, deps);
+  await app.register(rawRoutes, deps);
+  await app.register(moveRoutes, deps);
+  await app.register(statsRoutes, deps);
+  await app.register(castorRoutes, deps);
+  await app.register(unsupportedRoutes);
 }
 
 /**
@@ -58,12 +55,7 @@ export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promis
  * refuses `__proto__` and `constructor` keys). Call before the routes are registered.
  */
 export function acceptHubBodies(scope: FastifyInstance): void {
-  const parseJson = scope.getDefaultJsonParser("error", "error");
   scope.removeContentTypeParser(["application/json", "text/plain"]);
-  parseTextBodies(
-    scope,
-    "application/json",
-    (text, request: FastifyRequest) => new Promise((resolve, reject) => parseJson(request, text, (error, value) => (error ? reject(error) : resolve(value)))),
-  );
+  parseJsonBodies(scope, "application/json");
   parseTextBodies(scope, "text/plain", (text) => text);
 }

@@ -6,51 +6,40 @@
  */
 import { randomUUID } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import { HubError } from "../../hub/errors.js";
-import { LfsBatch, type LfsBatchAnswer, type StoredFileLookup } from "../../hub/lfs-batch.js";
-import type { HubRepositories } from "../../hub/repositories.js";
-import type { RepoType } from "../../metadata/store.js";
-import { parseTextBodies } from "../raw-body.js";
+import type { LfsBatchAnswer } from "../../hub/lfs-batch.js";
+import type { RepoType } from "../../hub/records.js";
+import * as wire from "../../wire/hub.js";
+import { parseJsonBodies } from "../raw-body.js";
 import { addressOf, PLURAL_BY_REPO_TYPE, FILE_URL_PREFIXES } from "./address.js";
-import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
-
-export interface HubLfsRouteDeps extends HubRouteDeps {
-  repos: HubRepositories;
-  store: StoredFileLookup;
-}
-
-interface BatchParams {
-  namespace: string;
-  repoGit: string;
-}
+import { callerOfRequest, type HubAccess } from "./caller.js";
+import type { HubRouteDeps } from "./repo-routes.js";
 
 const LFS_MEDIA_TYPE = "application/vnd.git-lfs+json";
 /** 1,000 objects of ~100 bytes each, with room to spare. */
 const BATCH_BODY_LIMIT = 1024 * 1024;
 
-export async function lfsRoutes(app: FastifyInstance, deps: HubLfsRouteDeps): Promise<void> {
-  const batch = new LfsBatch(deps.repos, deps.store);
+export async function lfsRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
   // Git LFS clients send (and accept) their own JSON media type.
-  parseTextBodies(app, LFS_MEDIA_TYPE, (text) => text);
+  parseJsonBodies(app, LFS_MEDIA_TYPE);
 
   for (const [prefix, plural] of FILE_URL_PREFIXES) {
-    app.post<{ Params: BatchParams }>(`${prefix}/:namespace/:repoGit/info/lfs/objects/batch`, { bodyLimit: BATCH_BODY_LIMIT }, async (request, reply) => {
-      const caller = await callerOfRequest(deps, request);
-      const address = addressOf(plural, request.params.namespace, request.params.repoGit.replace(/\.git$/, ""));
-      const answer = await batch.upload(caller, address, jsonOf(request.body));
-      reply.header("content-type", LFS_MEDIA_TYPE);
-      return batchJson(deps.publicUrl(request), address.type, address.name, answer);
-    });
-  }
-}
-
-/** The body as JSON: `application/json` arrives parsed, the LFS media type as text. */
-function jsonOf(body: unknown): unknown {
-  if (typeof body !== "string") return body;
-  try {
-    return JSON.parse(body);
-  } catch {
-    throw new HubError(400, "the LFS batch request body is not valid JSON");
+    // The URL names the repository `name` or `name.git`.
+    const address = (params: Record<string, string>) => addressOf(plural, params.namespace, params.repoGit.replace(/\.git$/, ""));
+    const hubAccess: HubAccess = { repo: "write", address };
+    app.post<{ Params: wire.LfsBatchParams; Body: wire.LfsBatchBody }>(
+      `${prefix}/:namespace/:repoGit/info/lfs/objects/batch`,
+      {
+        config: { hubAccess },
+        bodyLimit: BATCH_BODY_LIMIT,
+        schema: { params: wire.LfsBatchParams, body: wire.LfsBatchBody, response: { 200: wire.LfsBatchAnswer } },
+      },
+      async (request, reply) => {
+        const repo = address(request.params);
+        const answer = await deps.hub.files.uploadBatch(callerOfRequest(request), repo, request.body);
+        reply.header("content-type", LFS_MEDIA_TYPE);
+        return batchJson(deps.publicUrl(request), repo.type, repo.name, answer);
+      },
+    );
   }
 }
 
@@ -59,7 +48,7 @@ function jsonOf(body: unknown): unknown {
  * carry a session id that the library forwards to the token route and the CAS, so castor's log
  * ties the upload's requests together.
  */
-function batchJson(base: string, type: RepoType, name: string, answer: LfsBatchAnswer): Record<string, unknown> {
+function batchJson(base: string, type: RepoType, name: string, answer: LfsBatchAnswer): wire.LfsBatchAnswer {
   const href = `${base}/api/${PLURAL_BY_REPO_TYPE[type]}/${name}/xet-write-token/${encodeURIComponent(answer.branch)}`;
   const header = { "X-Xet-Session-Id": randomUUID() };
   return {

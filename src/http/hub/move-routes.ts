@@ -7,16 +7,22 @@
 import type { FastifyInstance } from "fastify";
 import { HubError } from "../../hub/errors.js";
 import { requireRepoType } from "../../hub/names.js";
-import { answerNamingRepo, callerOfRequest, jsonBody, stringField, type HubRouteDeps } from "./repo-routes.js";
+import * as wire from "../../wire/hub.js";
+import { callerOfRequest } from "./caller.js";
+import { answerNamingRepo, type HubRouteDeps } from "./repo-routes.js";
 
 export async function moveRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
-  app.post("/api/repos/move", async (request, reply) => {
-    const caller = await callerOfRequest(deps, request);
-    const body = jsonBody(request);
-    const from = stringField(body, "fromRepo", true)!;
-    const to = stringField(body, "toRepo", true)!;
-    const type = requireRepoType(stringField(body, "type", false) ?? "model");
-    if (!from.includes("/")) throw new HubError(400, `"fromRepo" must be namespace/name; got ${JSON.stringify(from.slice(0, 100))}`);
-    return answerNamingRepo(deps, request, reply, () => deps.repos.moveRepo(caller, { type, name: from }, to));
-  });
+  app.post<{ Body: wire.MoveRepoBody }>(
+    "/api/repos/move",
+    {
+      config: { hubAccess: { token: "moving a repository" } },
+      schema: { body: wire.MoveRepoBody, response: { 200: wire.RepoUrl, 409: wire.RepoConflict } },
+    },
+    async (request, reply) => {
+      const { fromRepo, toRepo } = request.body;
+      const type = requireRepoType(request.body.type ?? "model");
+      if (!fromRepo.includes("/")) throw new HubError(400, `"fromRepo" must be namespace/name; got ${JSON.stringify(fromRepo.slice(0, 100))}`);
+      return answerNamingRepo(deps, request, reply, () => deps.hub.repos.move(callerOfRequest(request), { type, name: fromRepo }, toRepo));
+    },
+  );
 }

@@ -5,52 +5,28 @@
  * listings. `@huggingface/hub`'s `fileExists` asks here (HEAD), and `downloadFile` /
  * `fileDownloadInfo` with `raw: true`. A single `Range` is honoured, as on `resolve`.
  */
-import type { Readable } from "node:stream";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { lfsPointer } from "../../format/git.js";
 import { HubError } from "../../hub/errors.js";
-import type { HubRepositories } from "../../hub/repositories.js";
-import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
+import type { GitBlob } from "../../hub/files.js";
+import * as wire from "../../wire/hub.js";
 import { addressOf, revisionAndPath, FILE_URL_PREFIXES } from "./address.js";
-import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
+import { repoOfRequest, type HubAccess } from "./caller.js";
+import type { HubRouteDeps } from "./repo-routes.js";
 import { REPOSITORY_CONTENT_HEADERS, requestedRange } from "./resolve-routes.js";
 
-export interface HubRawRouteDeps extends HubRouteDeps {
-  repos: HubRepositories;
-  blobs: BlobStore;
-}
+type RawParams = wire.FileUrlParams;
 
-interface RawParams {
-  namespace: string;
-  name: string;
-}
+/** The blob a raw URL names, and the commit it was found at. */
+type RawBlob = GitBlob & { commitOid: string };
 
-/** The blob a raw URL names: its id, size and a reader of a byte range of it. */
-interface RawBlob {
-  commitOid: string;
-  oid: string;
-  size: number;
-  read(offset: number, length: number): Promise<Buffer | Readable>;
-}
-
-export async function rawRoutes(app: FastifyInstance, deps: HubRawRouteDeps): Promise<void> {
+export async function rawRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
   const find = async (request: FastifyRequest<{ Params: RawParams }>, plural: string): Promise<RawBlob> => {
-    const caller = await callerOfRequest(deps, request);
-    const repo = await deps.repos.readable(caller, addressOf(plural, request.params.namespace, request.params.name));
+    const repo = repoOfRequest(request);
     const { revision, path } = revisionAndPath(request, plural === "models" ? 4 : 5);
-    const { commit } = await deps.repos.resolve(repo, revision);
+    const { commit } = await deps.hub.repos.resolve(repo, revision);
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
-    const file = await deps.repos.fileAt(repo, commit, path);
-    if (file.xetHash !== null) {
-      const pointer = Buffer.from(lfsPointer(file.sha256, file.size));
-      return { commitOid: commit.oid, oid: file.oid, size: pointer.length, read: async (offset, length) => pointer.subarray(offset, offset + length) };
-    }
-    return {
-      commitOid: commit.oid,
-      oid: file.oid,
-      size: file.size,
-      read: (offset, length) => deps.blobs.read(blobKeyFromHex("inline", file.sha256), { offset, length }),
-    };
+    const file = await deps.hub.history.fileAt(repo, commit, path);
+    return { ...deps.hub.files.gitBlob(file), commitOid: commit.oid };
   };
 
   for (const [prefix, plural] of FILE_URL_PREFIXES) {
@@ -75,7 +51,9 @@ export async function rawRoutes(app: FastifyInstance, deps: HubRawRouteDeps): Pr
       if (request.method === "HEAD" || span.end === span.start) return reply.send();
       return reply.send(await blob.read(span.start, span.end - span.start));
     };
-    app.head<{ Params: RawParams }>(url, handler);
-    app.get<{ Params: RawParams }>(url, { exposeHeadRoute: false }, handler);
+    const hubAccess: HubAccess = { repo: "read", address: (params) => addressOf(plural, params.namespace, params.name) };
+    const options = { config: { hubAccess }, schema: { params: wire.FileUrlParams } };
+    app.head<{ Params: RawParams }>(url, options, handler);
+    app.get<{ Params: RawParams }>(url, { ...options, exposeHeadRoute: false }, handler);
   }
 }

@@ -1,28 +1,20 @@
 /**
- * The JSON shapes Hugging Face clients read: tree entries, repository info, commits. The
- * domain records (src/hub) know nothing of these field names.
+ * The JSON Hugging Face clients read — tree entries, repository info, commits — built from the
+ * domain records (src/hub), which know nothing of these field names. The shapes are declared in
+ * src/wire/hub.ts, which the routes' response schemas and these functions' types share.
  */
 import { lfsPointerSize } from "../../format/git.js";
-import type { ListedEntry } from "../../hub/repositories.js";
-import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js";
-
-export interface TreeEntryJson {
-  type: "file" | "directory";
-  path: string;
-  oid: string;
-  size: number;
-  lfs?: { oid: string; size: number; pointerSize: number };
-  xetHash?: string;
-  /** With `expand=true`: the commit that last changed the path (absent when not found within the walk's bound). */
-  lastCommit?: { id: string; title: string; date: string };
-}
+import type { ListedEntry } from "../../hub/histories.js";
+import type { CommitRecord, Repo, TreeFileEntry } from "../../hub/records.js";
+import type * as wire from "../../wire/hub.js";
 
 /**
  * A tree or paths-info entry: `size` always (clients index it), `lfs` + `xetHash` for
- * Xet-stored files, `lastCommit` when given (expanded listings).
+ * Xet-stored files, `lastCommit` when given (expanded listings; absent when not found within
+ * the walk's bound).
  */
-export function treeEntryJson({ path, entry }: ListedEntry, lastCommit?: CommitRecord): TreeEntryJson {
-  const json: TreeEntryJson =
+export function treeEntryJson({ path, entry }: ListedEntry, lastCommit?: CommitRecord): wire.TreeEntry {
+  const json: wire.TreeEntry =
     entry.type === "directory" ? { type: "directory", path, oid: entry.oid, size: 0 } : { type: "file", path, oid: entry.oid, size: entry.size };
   if (entry.type === "file" && entry.xetHash !== null) {
     json.lfs = { oid: entry.sha256, size: entry.size, pointerSize: lfsPointerSize(entry.sha256, entry.size) };
@@ -32,22 +24,15 @@ export function treeEntryJson({ path, entry }: ListedEntry, lastCommit?: CommitR
   return json;
 }
 
-export interface SiblingJson {
-  rfilename: string;
-  size?: number;
-  blobId?: string;
-  lfs?: { size: number; sha256: string; pointerSize: number };
-}
-
-export function siblingJson(path: string, entry: TreeFileEntry, blobs: boolean): SiblingJson {
+export function siblingJson(path: string, entry: TreeFileEntry, blobs: boolean): wire.Sibling {
   if (!blobs) return { rfilename: path };
-  const sibling: SiblingJson = { rfilename: path, size: entry.size, blobId: entry.oid };
+  const sibling: wire.Sibling = { rfilename: path, size: entry.size, blobId: entry.oid };
   if (entry.xetHash !== null) sibling.lfs = { size: entry.size, sha256: entry.sha256, pointerSize: lfsPointerSize(entry.sha256, entry.size) };
   return sibling;
 }
 
 /** The fields of repository info and repository listings. */
-export function repoSummaryJson(repo: Repo, head: CommitRecord | null): Record<string, unknown> {
+export function repoSummaryJson(repo: Repo, head: CommitRecord | null): wire.RepoSummary {
   const [author] = repo.name.split("/");
   return {
     _id: `${repo.type}-${repo.id}`,
@@ -66,7 +51,7 @@ export function repoSummaryJson(repo: Repo, head: CommitRecord | null): Record<s
   };
 }
 
-export function commitJson(commit: CommitRecord): Record<string, unknown> {
+export function commitJson(commit: CommitRecord): wire.Commit {
   const body = commit.message.slice(commit.title.length).trim();
   return {
     id: commit.oid,

@@ -17,34 +17,17 @@
  * file already damaged there still gets an error answer; later damage cuts the response short.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { FileBody, FileReader } from "../../cas/file-reader.js";
-import { hashFromHex } from "../../format/hash.js";
 import { halfOpenByteRange, type HalfOpenByteRange } from "../../format/ranges.js";
 import { HubError } from "../../hub/errors.js";
-import type { HubRepositories, RepoAddress } from "../../hub/repositories.js";
-import { DownloadLinkError, DownloadLinks } from "../../auth/download-link.js";
-import type { CommitRecord, Repo, TreeFileEntry } from "../../metadata/store.js";
+import type { CommitRecord, Repo, TreeFileEntry } from "../../hub/records.js";
 import { parseRangeHeader, ReconstructionError, resolveFileRange } from "../../cas/reconstruction.js";
 import { sendHijacked } from "../hijacked-body.js";
-import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
+import * as wire from "../../wire/hub.js";
 import { addressOf, PLURAL_BY_REPO_TYPE, revisionAndPath, FILE_URL_PREFIXES } from "./address.js";
-import { callerOfRequest, type HubRouteDeps } from "./repo-routes.js";
+import { repoOfRequest, type HubAccess } from "./caller.js";
+import type { HubRouteDeps } from "./repo-routes.js";
 
-/** Xet-stored files, reconstructed from their xorbs and verified as they stream (cas/file-reader.ts). */
-export type XetFileSource = Pick<FileReader, "open">;
-
-export interface HubResolveRouteDeps extends HubRouteDeps {
-  repos: HubRepositories;
-  blobs: BlobStore;
-  xetFiles: XetFileSource;
-  /** The web interface's signed download links, which authorise a GET without a token. */
-  downloadLinks: DownloadLinks;
-}
-
-interface ResolveParams {
-  namespace: string;
-  name: string;
-}
+type ResolveParams = wire.FileUrlParams;
 
 interface Resolved {
   repo: Repo;
@@ -52,29 +35,29 @@ interface Resolved {
   file: TreeFileEntry;
 }
 
-export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteDeps): Promise<void> {
+export async function resolveRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
   const find = async (request: FastifyRequest<{ Params: ResolveParams }>, plural: string, reply: FastifyReply): Promise<Resolved> => {
     // `/{ns}/{name}/resolve/{rev}` for models, one segment more for `/datasets/…` and `/spaces/…`.
     const revisionSegment = plural === "models" ? 4 : 5;
-    const address = addressOf(plural, request.params.namespace, request.params.name);
-    const repo = DownloadLinks.isLink(request.url)
-      ? await deps.repos.linked(verifiedLink(deps, request.url, address))
-      : await deps.repos.readable(await callerOfRequest(deps, request), address);
+    const repo = repoOfRequest(request);
     const { revision, path } = revisionAndPath(request, revisionSegment);
-    const { commit } = await deps.repos.resolve(repo, revision);
+    const { commit } = await deps.hub.repos.resolve(repo, revision);
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
-    const file = await deps.repos.fileAt(repo, commit, path);
+    const file = await deps.hub.history.fileAt(repo, commit, path);
     describe(reply, deps.publicUrl(request), repo, commit, file);
     return { repo, commit, file };
   };
 
   for (const [prefix, plural] of FILE_URL_PREFIXES) {
     const url = `${prefix}/:namespace/:name/resolve/*`;
-    app.head<{ Params: ResolveParams }>(url, async (request, reply) => {
+    // The web interface's signed download links are accepted here instead of a token.
+    const hubAccess: HubAccess = { repo: "read", address: (params) => addressOf(plural, params.namespace, params.name), downloadLinks: true };
+    const options = { config: { hubAccess }, schema: { params: wire.FileUrlParams } };
+    app.head<{ Params: ResolveParams }>(url, options, async (request, reply) => {
       await find(request, plural, reply);
       return reply.send();
     });
-    app.get<{ Params: ResolveParams }>(url, { exposeHeadRoute: false }, async (request, reply) => {
+    app.get<{ Params: ResolveParams }>(url, { ...options, exposeHeadRoute: false }, async (request, reply) => {
       const { repo, commit, file } = await find(request, plural, reply);
       if (file.xetHash !== null && acceptsXetFileInfo(request.headers.accept))
         return sendXetFileInfo(reply, deps.publicUrl(request), repo, commit, file, file.xetHash);
@@ -88,9 +71,9 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubResolveRouteD
       reply.header("content-length", String(span.end - span.start));
       if (span.end === span.start) return reply.send();
       if (file.xetHash === null) {
-        return reply.send(await deps.blobs.read(blobKeyFromHex("inline", file.sha256), { offset: span.start, length: span.end - span.start }));
+        return reply.send(await deps.hub.files.readInline(file, span.start, span.end - span.start));
       }
-      const body = await xetBody(deps, file.xetHash, file.size, span);
+      const body = await deps.hub.files.openXet(file, span);
       return sendHijacked(app, request, reply, {
         write: (out) => body.writeTo(out),
         close: () => body.close(),
@@ -112,17 +95,6 @@ export const REPOSITORY_CONTENT_HEADERS: Readonly<Record<string, string>> = {
   "x-content-type-options": "nosniff",
   "content-security-policy": "default-src 'none'; sandbox",
 };
-
-/** `address`, once the download link `pathAndQuery` is found genuine and current; 403 otherwise. */
-function verifiedLink(deps: HubResolveRouteDeps, pathAndQuery: string, address: RepoAddress): RepoAddress {
-  try {
-    deps.downloadLinks.verify(pathAndQuery);
-  } catch (error) {
-    if (error instanceof DownloadLinkError) throw new HubError(403, error.message);
-    throw error;
-  }
-  return address;
-}
 
 /** The headers HEAD and GET share. */
 function describe(reply: FastifyReply, base: string, repo: Repo, commit: CommitRecord, file: TreeFileEntry): void {
@@ -175,9 +147,8 @@ function sendXetFileInfo(reply: FastifyReply, base: string, repo: Repo, commit: 
   const { refreshUrl, reconstructionUrl } = xetUrls(base, repo, commit, xetHash);
   reply.removeHeader("content-length");
   reply.removeHeader("accept-ranges");
-  return reply
-    .header("content-type", XET_FILE_INFO_TYPE)
-    .send(JSON.stringify({ hash: xetHash, size: file.size, etag: file.sha256, refreshUrl, reconstructionUrl }));
+  const info: wire.XetFileInfo = { hash: xetHash, size: file.size, etag: file.sha256, refreshUrl, reconstructionUrl };
+  return reply.header("content-type", XET_FILE_INFO_TYPE).send(JSON.stringify(info));
 }
 
 /**
@@ -193,13 +164,4 @@ export function requestedRange(header: string | undefined, size: number): HalfOp
     if (err instanceof ReconstructionError && err.code === "malformed_range") return null;
     throw err;
   }
-}
-
-/** The bytes of a Xet-stored file, its first chunk read and verified. */
-async function xetBody(deps: HubResolveRouteDeps, xetHash: string, size: number, span: HalfOpenByteRange): Promise<FileBody> {
-  const stored = await deps.xetFiles.open(hashFromHex(xetHash));
-  // A commit names only registered files, and files are never deleted: this is damage, not a client error.
-  if (stored === null) throw new Error(`Xet file ${xetHash} of a committed path is not registered`);
-  if (stored.size !== size) throw new Error(`Xet file ${xetHash} has ${stored.size} bytes; the commit recorded ${size}`);
-  return stored.body({ start: span.start, end: span.end - 1 });
 }

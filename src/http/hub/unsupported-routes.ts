@@ -12,6 +12,10 @@
  */
 import type { FastifyInstance, HTTPMethods } from "fastify";
 import { notSupported } from "../../hub/errors.js";
+import * as wire from "../../wire/hub.js";
+
+/** Answered the same to everyone: no token is looked up. */
+const PUBLIC = { hubAccess: "public" } as const;
 
 const ANY_METHOD: HTTPMethods[] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
@@ -39,6 +43,8 @@ export async function unsupportedRoutes(app: FastifyInstance): Promise<void> {
       app.route({
         method: ANY_METHOD,
         url: `/api/:types/:namespace/:name/${path}`,
+        config: PUBLIC,
+        schema: { params: wire.RepoParams },
         handler: async () => {
           throw notSupported(feature, hint);
         },
@@ -48,12 +54,13 @@ export async function unsupportedRoutes(app: FastifyInstance): Promise<void> {
   app.route({
     method: ANY_METHOD,
     url: "/api/spaces/hardware",
+    config: PUBLIC,
     handler: async () => {
       throw notSupported("Spaces runtime features (hardware, secrets, variables, restarts, logs)", "castor stores a Space's files only; it runs nothing");
     },
   });
   // The hf-inference provider of InferenceClient asks the Hub for its task list.
-  app.get("/api/tasks", async () => {
+  app.get("/api/tasks", { config: PUBLIC }, async () => {
     throw notSupported("inference", "castor stores models; serve them with an inference server of your own");
   });
 }

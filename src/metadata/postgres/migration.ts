@@ -1,14 +1,14 @@
 /**
- * Migration (../migration.ts) out of and into the scale-out store: every record family
- * exported in primary-key order, keyset-paged, and imported as whole batches with
+ * Scans (../scan.ts) of and imports (../migration.ts) into the scale-out store: every record
+ * family read in primary-key order, keyset-paged, and imported as whole batches with
  * `ON CONFLICT DO NOTHING`, so a repeated or resumed migration adds nothing twice.
  */
 import type pg from "pg";
 import { hashToHex } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { checkCommit, encodeTreeEntries, normalizeNamespaces } from "../history.js";
-import { EXPORT_KEYS, exportDedupPage, exportHeldSha256Page, fileRepoLinkOf, pagedExport } from "../migration.js";
-import type { DatedFile, DatedXorb, DedupEntry, ExportPage, FileRepoLink, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "../migration.js";
+import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, RepoCommit, RepoTree, ScanPage, Sha256IndexEntry, ShardRow } from "../records.js";
+import { SCAN_KEYS, scanDedupPage, scanHeldSha256Page, fileRepoLinkOf, pagedScan } from "../scan.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
 import type { PostgresCasRecords } from "./cas.js";
@@ -49,7 +49,7 @@ const MIGRATION_SQL = {
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::text[]) ON CONFLICT (id) DO NOTHING`,
   carryRevocation: `UPDATE hub_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL`,
   importTokenRepos: `INSERT INTO hub_token_repos (token_id, repo_id) SELECT $1, unnest($2::bigint[]) ON CONFLICT DO NOTHING`,
-  exportCommits: `
+  scanCommits: `
     SELECT ${COMMIT_COLUMNS} FROM commits WHERE (repo_id, oid) > ($1::bigint, $2::text COLLATE "C")
     ORDER BY repo_id, oid LIMIT $3`,
   // Parent lists travel as JSON texts: unnest cannot take an array of arrays of different lengths.
@@ -61,19 +61,19 @@ const MIGRATION_SQL = {
     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[])
       AS c (repo_id, oid, tree_oid, parents, title, message, author, created_at, object)
     ON CONFLICT DO NOTHING`,
-  exportTrees: `
+  scanTrees: `
     SELECT repo_id, oid, entries FROM trees WHERE (repo_id, oid) > ($1::bigint, $2::text COLLATE "C")
     ORDER BY repo_id, oid LIMIT $3`,
   importTrees: `
     INSERT INTO trees (repo_id, oid, entries)
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[])
     ON CONFLICT DO NOTHING`,
-  exportXorbs: `SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > $1 ORDER BY hash LIMIT $2`,
+  scanXorbs: `SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > $1 ORDER BY hash LIMIT $2`,
   importXorbs: `
     INSERT INTO xorbs (hash, serialized_length, uncompressed_length, created_at, chunks)
     SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::bytea[])
     ON CONFLICT (hash) DO NOTHING`,
-  exportFiles: `SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > $1 ORDER BY hash LIMIT $2`,
+  scanFiles: `SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > $1 ORDER BY hash LIMIT $2`,
   importFiles: `
     INSERT INTO files (hash, size, sha256, created_at, terms)
     SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::bytea[], $4::timestamptz[], $5::bytea[])
@@ -93,7 +93,7 @@ const MIGRATION_SQL = {
     SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[])
     ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash
     WHERE file_sha256.file_hash <> excluded.file_hash`,
-  exportShards: `SELECT hash, created_at FROM shards WHERE hash > $1 ORDER BY hash LIMIT $2`,
+  scanShards: `SELECT hash, created_at FROM shards WHERE hash > $1 ORDER BY hash LIMIT $2`,
   importShards: `INSERT INTO shards (hash, created_at) SELECT * FROM unnest($1::bytea[], $2::timestamptz[]) ON CONFLICT (hash) DO NOTHING`,
   exportDedup: `
     SELECT chunk_hash, xorb_hash FROM dedup_chunks WHERE chunk_hash > $1
@@ -166,9 +166,9 @@ export class PostgresMigrationRecords {
     );
   }
 
-  async exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>> {
-    return pagedExport(EXPORT_KEYS.commits, after, limit, async (key) => {
-      const { rows } = await this.sql.run<CommitRow>("exportCommits", [...key, limit]);
+  async scanCommits(after: string | null, limit: number): Promise<ScanPage<RepoCommit>> {
+    return pagedScan(SCAN_KEYS.commits, after, limit, async (key) => {
+      const { rows } = await this.sql.run<CommitRow>("scanCommits", [...key, limit]);
       return rows.map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) }));
     });
   }
@@ -192,9 +192,9 @@ export class PostgresMigrationRecords {
     });
   }
 
-  async exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>> {
-    return pagedExport(EXPORT_KEYS.trees, after, limit, async (key) => {
-      const { rows } = await this.sql.run<TreeRow>("exportTrees", [...key, limit]);
+  async scanTrees(after: string | null, limit: number): Promise<ScanPage<RepoTree>> {
+    return pagedScan(SCAN_KEYS.trees, after, limit, async (key) => {
+      const { rows } = await this.sql.run<TreeRow>("scanTrees", [...key, limit]);
       return rows.map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) }));
     });
   }
@@ -208,9 +208,9 @@ export class PostgresMigrationRecords {
     });
   }
 
-  async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
-    return pagedExport(EXPORT_KEYS.xorbs, after, limit, async (key) => {
-      const { rows } = await this.sql.run<DatedXorbRow>("exportXorbs", [...key, limit]);
+  async scanXorbs(after: string | null, limit: number): Promise<ScanPage<DatedXorb>> {
+    return pagedScan(SCAN_KEYS.xorbs, after, limit, async (key) => {
+      const { rows } = await this.sql.run<DatedXorbRow>("scanXorbs", [...key, limit]);
       return rows.map((row): DatedXorb => ({ ...xorbRecordOf(row), createdAt: row.created_at }));
     });
   }
@@ -228,9 +228,9 @@ export class PostgresMigrationRecords {
     return result.rowCount ?? 0;
   }
 
-  async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
-    return pagedExport(EXPORT_KEYS.files, after, limit, async (key) => {
-      const { rows } = await this.sql.run<DatedFileRow>("exportFiles", [...key, limit]);
+  async scanFiles(after: string | null, limit: number): Promise<ScanPage<DatedFile>> {
+    return pagedScan(SCAN_KEYS.files, after, limit, async (key) => {
+      const { rows } = await this.sql.run<DatedFileRow>("scanFiles", [...key, limit]);
       return rows.map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: row.created_at }));
     });
   }
@@ -248,8 +248,8 @@ export class PostgresMigrationRecords {
     return result.rowCount ?? 0;
   }
 
-  async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
-    return pagedExport(EXPORT_KEYS.fileRepoLinks, after, limit, async (key) => {
+  async scanFileRepoLinks(after: string | null, limit: number): Promise<ScanPage<FileRepoLink>> {
+    return pagedScan(SCAN_KEYS.fileRepoLinks, after, limit, async (key) => {
       const { rows } = await this.sql.run<{ file_hash: Buffer; repo_id: number }>("exportFileRepos", [...key, limit]);
       return rows.map(fileRepoLinkOf);
     });
@@ -266,8 +266,8 @@ export class PostgresMigrationRecords {
     });
   }
 
-  async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
-    return exportHeldSha256Page(after, limit, async (key) => {
+  async scanSha256Index(after: string | null, limit: number): Promise<ScanPage<Sha256IndexEntry>> {
+    return scanHeldSha256Page(after, limit, async (key) => {
       return (await this.sql.run<{ repo_id: number; sha256: Buffer; file_hash: Buffer; held: boolean }>("exportSha256", [...key, limit])).rows;
     });
   }
@@ -294,9 +294,9 @@ export class PostgresMigrationRecords {
     });
   }
 
-  async exportShards(after: string | null, limit: number): Promise<ExportPage<ShardRow>> {
-    return pagedExport(EXPORT_KEYS.shards, after, limit, async (key) => {
-      const { rows } = await this.sql.run<{ hash: Buffer; created_at: Date }>("exportShards", [...key, limit]);
+  async scanShards(after: string | null, limit: number): Promise<ScanPage<ShardRow>> {
+    return pagedScan(SCAN_KEYS.shards, after, limit, async (key) => {
+      const { rows } = await this.sql.run<{ hash: Buffer; created_at: Date }>("scanShards", [...key, limit]);
       return rows.map((row): ShardRow => ({ hash: storedHash(row.hash, "shard hash"), createdAt: row.created_at }));
     });
   }
@@ -310,8 +310,8 @@ export class PostgresMigrationRecords {
     return result.rowCount ?? 0;
   }
 
-  async exportDedupEntries(after: string | null, limit: number): Promise<ExportPage<DedupEntry>> {
-    return exportDedupPage(
+  async scanDedupEntries(after: string | null, limit: number): Promise<ScanPage<DedupEntry>> {
+    return scanDedupPage(
       after,
       limit,
       async (afterChunk) => (await this.sql.run<DedupRow>("exportDedup", [afterChunk, limit])).rows,

@@ -1,14 +1,14 @@
 /**
- * Migration (../migration.ts) out of and into the embedded store: every record family exported
- * in primary-key order, keyset-paged, and imported insert-or-ignore, so a repeated or resumed
+ * Scans (../scan.ts) of and imports (../migration.ts) into the embedded store: every record
+ * family read in primary-key order, keyset-paged, and imported insert-or-ignore, so a repeated or resumed
  * migration adds nothing twice.
  */
 import type Database from "better-sqlite3";
 import { hashToHex, type Hash } from "../../format/hash.js";
 import { checkHash, packFileRecord, packXorbRecord, storedHash, fileRecordOf, xorbRecordOf, type FileRow, type XorbRow } from "../cas.js";
 import { checkCommit, encodeTreeEntries, normalizeNamespaces, treeEntriesToBytes } from "../history.js";
-import { EXPORT_KEYS, exportDedupPage, exportHeldSha256Page, fileRepoLinkOf, pagedExport } from "../migration.js";
-import type { DatedFile, DatedXorb, DedupEntry, ExportPage, FileRepoLink, RepoCommit, RepoTree, Sha256IndexEntry, ShardRow } from "../migration.js";
+import type { DatedFile, DatedXorb, DedupEntry, FileRepoLink, RepoCommit, RepoTree, ScanPage, Sha256IndexEntry, ShardRow } from "../records.js";
+import { SCAN_KEYS, scanDedupPage, scanHeldSha256Page, fileRepoLinkOf, pagedScan } from "../scan.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
 import type { HubToken, Repo, Revision } from "../store.js";
 import type { CasStatements } from "./cas.js";
@@ -43,13 +43,13 @@ function prepareMigrationStatements(db: Database.Database) {
       `INSERT INTO hub_tokens (id, secret_hash, access, all_repos, created_at, expires_at, revoked_at, owner, namespaces)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
     ),
-    exportCommits: db.prepare<[number, string, number], CommitRow>("SELECT * FROM commits WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?"),
-    exportTrees: db.prepare<[number, string, number], TreeRow>("SELECT * FROM trees WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?"),
+    scanCommits: db.prepare<[number, string, number], CommitRow>("SELECT * FROM commits WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?"),
+    scanTrees: db.prepare<[number, string, number], TreeRow>("SELECT * FROM trees WHERE (repo_id, oid) > (?, ?) ORDER BY repo_id, oid LIMIT ?"),
     carryRevocation: db.prepare<[number, string]>("UPDATE hub_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"),
-    exportXorbs: db.prepare<[Uint8Array, number], DatedXorbRow>(
+    scanXorbs: db.prepare<[Uint8Array, number], DatedXorbRow>(
       "SELECT hash, serialized_length, uncompressed_length, created_at, chunks FROM xorbs WHERE hash > ? ORDER BY hash LIMIT ?",
     ),
-    exportFiles: db.prepare<[Uint8Array, number], DatedFileRow>("SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > ? ORDER BY hash LIMIT ?"),
+    scanFiles: db.prepare<[Uint8Array, number], DatedFileRow>("SELECT hash, size, sha256, created_at, terms FROM files WHERE hash > ? ORDER BY hash LIMIT ?"),
     exportFileRepos: db.prepare<[Uint8Array, number, number], { file_hash: Buffer; repo_id: number }>(
       "SELECT file_hash, repo_id FROM file_repos WHERE (file_hash, repo_id) > (?, ?) ORDER BY file_hash, repo_id LIMIT ?",
     ),
@@ -63,7 +63,7 @@ function prepareMigrationStatements(db: Database.Database) {
        ON CONFLICT (repo_id, sha256) DO UPDATE SET file_hash = excluded.file_hash
        WHERE file_sha256.file_hash <> excluded.file_hash`,
     ),
-    exportShards: db.prepare<[Uint8Array, number], { hash: Buffer; created_at: number }>(
+    scanShards: db.prepare<[Uint8Array, number], { hash: Buffer; created_at: number }>(
       "SELECT hash, created_at FROM shards WHERE hash > ? ORDER BY hash LIMIT ?",
     ),
     // Within a chunk, the primary key sorts by xorb hash; the few entries of one chunk are sorted by seq on top.
@@ -154,9 +154,9 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportCommits(after: string | null, limit: number): Promise<ExportPage<RepoCommit>> {
-    return pagedExport(EXPORT_KEYS.commits, after, limit, (key) =>
-      this.sql.exportCommits.all(...key, limit).map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) })),
+  async scanCommits(after: string | null, limit: number): Promise<ScanPage<RepoCommit>> {
+    return pagedScan(SCAN_KEYS.commits, after, limit, (key) =>
+      this.sql.scanCommits.all(...key, limit).map((row): RepoCommit => ({ repoId: row.repo_id, ...toCommit(row) })),
     );
   }
 
@@ -175,9 +175,9 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportTrees(after: string | null, limit: number): Promise<ExportPage<RepoTree>> {
-    return pagedExport(EXPORT_KEYS.trees, after, limit, (key) =>
-      this.sql.exportTrees.all(...key, limit).map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) })),
+  async scanTrees(after: string | null, limit: number): Promise<ScanPage<RepoTree>> {
+    return pagedScan(SCAN_KEYS.trees, after, limit, (key) =>
+      this.sql.scanTrees.all(...key, limit).map((row): RepoTree => ({ repoId: row.repo_id, ...toTree(row) })),
     );
   }
 
@@ -195,9 +195,9 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportXorbs(after: string | null, limit: number): Promise<ExportPage<DatedXorb>> {
-    return pagedExport(EXPORT_KEYS.xorbs, after, limit, (key) =>
-      this.sql.exportXorbs.all(...key, limit).map((row): DatedXorb => ({ ...xorbRecordOf(row), createdAt: new Date(row.created_at) })),
+  async scanXorbs(after: string | null, limit: number): Promise<ScanPage<DatedXorb>> {
+    return pagedScan(SCAN_KEYS.xorbs, after, limit, (key) =>
+      this.sql.scanXorbs.all(...key, limit).map((row): DatedXorb => ({ ...xorbRecordOf(row), createdAt: new Date(row.created_at) })),
     );
   }
 
@@ -215,9 +215,9 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportFiles(after: string | null, limit: number): Promise<ExportPage<DatedFile>> {
-    return pagedExport(EXPORT_KEYS.files, after, limit, (key) =>
-      this.sql.exportFiles
+  async scanFiles(after: string | null, limit: number): Promise<ScanPage<DatedFile>> {
+    return pagedScan(SCAN_KEYS.files, after, limit, (key) =>
+      this.sql.scanFiles
         .all(...key, limit)
         .map((row): DatedFile => ({ ...fileRecordOf(storedHash(row.hash, "file hash"), row), createdAt: new Date(row.created_at) })),
     );
@@ -236,8 +236,8 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportFileRepoLinks(after: string | null, limit: number): Promise<ExportPage<FileRepoLink>> {
-    return pagedExport(EXPORT_KEYS.fileRepoLinks, after, limit, (key) => this.sql.exportFileRepos.all(...key, limit).map(fileRepoLinkOf));
+  async scanFileRepoLinks(after: string | null, limit: number): Promise<ScanPage<FileRepoLink>> {
+    return pagedScan(SCAN_KEYS.fileRepoLinks, after, limit, (key) => this.sql.exportFileRepos.all(...key, limit).map(fileRepoLinkOf));
   }
 
   async importFileRepoLinks(links: readonly FileRepoLink[]): Promise<number> {
@@ -254,8 +254,8 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportSha256Index(after: string | null, limit: number): Promise<ExportPage<Sha256IndexEntry>> {
-    return exportHeldSha256Page(after, limit, (key) => this.sql.exportSha256.all(...key, limit));
+  async scanSha256Index(after: string | null, limit: number): Promise<ScanPage<Sha256IndexEntry>> {
+    return scanHeldSha256Page(after, limit, (key) => this.sql.exportSha256.all(...key, limit));
   }
 
   async importSha256Index(entries: readonly Sha256IndexEntry[]): Promise<number> {
@@ -273,9 +273,9 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportShards(after: string | null, limit: number): Promise<ExportPage<ShardRow>> {
-    return pagedExport(EXPORT_KEYS.shards, after, limit, (key) =>
-      this.sql.exportShards.all(...key, limit).map((row): ShardRow => ({ hash: storedHash(row.hash, "shard hash"), createdAt: new Date(row.created_at) })),
+  async scanShards(after: string | null, limit: number): Promise<ScanPage<ShardRow>> {
+    return pagedScan(SCAN_KEYS.shards, after, limit, (key) =>
+      this.sql.scanShards.all(...key, limit).map((row): ShardRow => ({ hash: storedHash(row.hash, "shard hash"), createdAt: new Date(row.created_at) })),
     );
   }
 
@@ -290,8 +290,8 @@ export class SqliteMigrationRecords {
     });
   }
 
-  async exportDedupEntries(after: string | null, limit: number): Promise<ExportPage<DedupEntry>> {
-    return exportDedupPage(
+  async scanDedupEntries(after: string | null, limit: number): Promise<ScanPage<DedupEntry>> {
+    return scanDedupPage(
       after,
       limit,
       (afterChunk) => this.sql.exportDedup.all(afterChunk, limit),

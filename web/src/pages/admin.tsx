@@ -4,7 +4,20 @@
  * go through the Hub's own routes, tokens and runs through /api/castor/.
  */
 import { useState } from "preact/hooks";
-import { getJson, type MaintenanceRun, type Me, PLURAL, REPO_TYPES, type RepoSummary, type RepoType, request, sendJson, type TokenInfo } from "../api.js";
+import {
+  type CreatedToken,
+  type CreateTokenBody,
+  getJson,
+  type MaintenanceRun,
+  type Me,
+  PLURAL,
+  REPO_TYPES,
+  type RepoSummary,
+  type RepoType,
+  request,
+  sendJson,
+  type TokenInfo,
+} from "../api.js";
 import { ErrorNote, Head, Loading, Section, useAsync } from "../common.js";
 import { formatDate } from "../format.js";
 import { href, Link } from "../router.js";
@@ -70,13 +83,14 @@ function Tokens() {
   const create = (event: Event) => {
     event.preventDefault();
     void run(async () => {
-      const answer = await sendJson<{ secret: string; token: TokenInfo }>("POST", "/api/castor/tokens", {
+      const body: CreateTokenBody = {
         access,
         repos: allRepos ? "all" : list(repos),
         namespaces: allRepos ? [] : list(namespaces),
         owner: owner.trim() || null,
         expires: expires.trim() || null,
-      });
+      };
+      const answer = await sendJson<CreatedToken>("POST", "/api/castor/tokens", body);
       setCreated({ id: answer.token.id, secret: answer.secret });
       tokens.reload();
     });

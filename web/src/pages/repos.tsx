@@ -1,6 +1,6 @@
 /** The repositories the caller can read, searchable and filtered by type, with size and last commit. */
 import { useEffect, useState } from "preact/hooks";
-import { getJson, PLURAL, REPO_TYPES, type RepoId, type RepoSummary, type RepoType } from "../api.js";
+import { getJson, PLURAL, REPO_TYPES, type RepoId, type RepoStorage, type RepoSummary, type RepoType } from "../api.js";
 import { Bytes, ErrorNote, Head, Loading, useAsync } from "../common.js";
 import { formatDate, shortId } from "../format.js";
 import { href, Link, navigate } from "../router.js";
@@ -25,7 +25,7 @@ function useSizes(repos: RepoId[]): Map<string, number | null> {
       for (let repo = queue.shift(); repo !== undefined && current; repo = queue.shift()) {
         const ref = `${repo.type}:${repo.name}`;
         try {
-          found.set(ref, (await getJson<{ logicalBytes: number }>(`/api/castor/repos/${PLURAL[repo.type]}/${repo.name}/storage`)).logicalBytes);
+          found.set(ref, (await getJson<RepoStorage>(`/api/castor/repos/${PLURAL[repo.type]}/${repo.name}/storage`)).logicalBytes);
         } catch {
           found.set(ref, null);
         }

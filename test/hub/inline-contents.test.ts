@@ -1,5 +1,5 @@
 /**
- * A commit's inline contents kept aside until the commit validated (src/http/hub/inline-contents.ts):
+ * A commit's inline contents kept aside until the commit validated (src/hub/inline-contents.ts):
  * past the memory bound they wait in one temp file, every content reaches the blob store intact
  * and once, and the temp file is gone after `close` whether they were stored or not.
  */
@@ -8,7 +8,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { InlineContents } from "../../src/http/hub/inline-contents.js";
+import { InlineContents } from "../../src/hub/inline-contents.js";
 import { blobKeyFromHex } from "../../src/storage/blob-store.js";
 import { useFreshStores } from "../helpers/stores.js";
 

@@ -3,7 +3,7 @@
  * client could use to fill the server's memory; this splitter refuses a line over the bound
  * (413) as soon as it has seen that many bytes without a newline.
  */
-import { HubError } from "../../hub/errors.js";
+import { HubError } from "./errors.js";
 
 /** The lines of `pieces` (a body read with raw-body.ts's `bodyPieces`, which leaves the rest unread when a line is refused). */
 export async function* readLines(pieces: AsyncIterable<Buffer>, maxLineBytes: number): AsyncGenerator<string> {

@@ -14,10 +14,10 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, open, rm, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
-import { leaseForWrite } from "../../cas/leases.js";
-import { TaskPool } from "../../client/concurrency.js";
-import type { GcRecords } from "../../metadata/gc.js";
-import { blobKeyFromHex, type BlobStore } from "../../storage/blob-store.js";
+import { leaseForWrite } from "../cas/leases.js";
+import { TaskPool } from "../concurrency.js";
+import type { GcRecords } from "../metadata/gc.js";
+import { blobKeyFromHex, type BlobStore } from "../storage/blob-store.js";
 
 /** Contents up to this many bytes in all stay in memory; most commits carry a few small files. */
 export const DEFAULT_INLINE_MEMORY_BYTES = 8 * 1024 * 1024;

@@ -1,6 +1,8 @@
 /**
- * Two small concurrency tools (hand-written: each is a dozen lines, and the npm packages
- * that do this — p-limit, p-queue — would be the client's only dependencies):
+ * Two small concurrency tools, for castor's client (uploads, downloads) and the server (a
+ * commit's inline writes, hub/inline-contents.ts) alike: it imports nothing, so either may
+ * import it. Hand-written: each is a dozen lines, and the npm packages that do this — p-limit,
+ * p-queue — would be the client's only dependencies.
  *
  * - `Limiter`: at most N promises of some kind running at once;
  * - `TaskPool`: a bounded background pool whose `submit` waits for a free slot, so a

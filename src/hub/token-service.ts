@@ -1,40 +1,18 @@
 /**
- * The hub: repositories, revisions, hub tokens, and the checks behind the token operation
- * (`GET /api/{type}s/{ns}/{name}/cas-{read|write}-token/{rev}`). Both the HTTP layer and the
- * admin commands call this; neither talks to the metadata store about hub things directly.
+ * Hub tokens, for every transport: who a bearer secret stands for, creating, listing and
+ * revoking tokens (administrators only: the operator's `castor token …`, or an admin token on
+ * the web UI's routes), and the checks behind the token operation
+ * (`GET /api/{type}s/{ns}/{name}/cas-{read|write}-token/{rev}`), which trades a hub token for a
+ * CAS token of one repository.
  */
-import {
-  AlreadyExistsError,
-  NotFoundError,
-  type Access,
-  type HubToken,
-  type MetadataStore,
-  type Repo,
-  type RepoType,
-  type Revision,
-  type RevisionKind,
-} from "../metadata/store.js";
-import { isGitOid } from "../format/git.js";
-import { callerOf, requireReadable, requireWritable, type Caller } from "./access.js";
+import { AlreadyExistsError, NotFoundError, type Access, type HubToken, type MetadataStore, type Repo, type RepoType } from "../metadata/store.js";
+import { callerOf, requireAdmin, requireWritable, type Caller } from "./access.js";
 import { HubError } from "./errors.js";
-import { initialCommit } from "./history.js";
-import {
-  formatRepoRef,
-  parseRepoRef,
-  quote,
-  repoNameProblem,
-  repoTypeProblem,
-  requireRepoName,
-  requireNamespace,
-  requireRepoType,
-  requireNewRevisionName,
-  revisionNameProblem,
-} from "./names.js";
+import { parseRepoRef, quote, repoNameProblem, repoTypeProblem, requireNamespace, revisionNameProblem } from "./names.js";
+import type { RepositoryService } from "./repositories.js";
 import { generateHubTokenId, generateHubTokenSecret, hashHubTokenSecret } from "./tokens.js";
 
-export { HubError } from "./errors.js";
-export { parseRepoRef, formatRepoRef } from "./names.js";
-export { parseExpires } from "./expires.js";
+export type TokenStore = Pick<MetadataStore, "createHubToken" | "findHubTokenBySecretHash" | "listHubTokens" | "revokeHubToken">;
 
 export type TokenGrant = {
   ok: true;
@@ -45,9 +23,6 @@ export type TokenGrant = {
   hubTokenId: string;
 };
 export type TokenDenial = { ok: false; status: 400 | 401 | 403 | 404; message: string };
-
-/** Author of the commits made by admin commands rather than by a user's token. */
-export const ADMIN_AUTHOR = "castor";
 
 export interface TokenRequest {
   /** The bearer value from `Authorization`, undefined when the header is absent. */
@@ -77,59 +52,25 @@ export interface CreateTokenOptions {
 export const MAX_REPOS_PER_TOKEN = 1000;
 const ID_ATTEMPTS = 3;
 
-export class HubService {
+export class TokenService {
   constructor(
-    private readonly store: MetadataStore,
+    private readonly store: TokenStore,
+    private readonly repos: Pick<RepositoryService, "find" | "resolve">,
     private readonly now: () => Date = () => new Date(),
   ) {}
 
-  /**
-   * HubError 400 for an invalid type or name, 409 when it exists. Creates the `main` branch
-   * too, pointing at an initial commit by `author`. Private unless asked otherwise.
-   */
-  async createRepo(type: string, name: string, options: { private?: boolean; author?: string } = {}): Promise<Repo> {
-    const repoType = requireRepoType(type);
-    const repoName = requireRepoName(name);
-    try {
-      const { commit, tree } = initialCommit(options.author ?? ADMIN_AUTHOR, this.now());
-      return await this.store.createRepo(repoType, repoName, { private: options.private ?? true, commit, tree });
-    } catch (err) {
-      if (err instanceof AlreadyExistsError) {
-        throw new HubError(409, `repository ${formatRepoRef({ type: repoType, name: repoName })} already exists`);
-      }
-      throw err;
-    }
-  }
-
-  listRepos(): Promise<Repo[]> {
-    return this.store.listRepos();
-  }
-
-  /** HubError 400 for a bad reference, name or kind; 404 for an unknown repository; 409 when the name is taken. */
-  async createRevision(repoRef: string, name: string, kind: RevisionKind): Promise<Revision> {
-    const ref = parseRepoRef(repoRef);
-    requireNewRevisionName(name);
-    if (kind !== "branch" && kind !== "tag") throw new HubError(400, `revision kind must be branch or tag; got ${quote(String(kind))}`);
-    const repo = await this.requireRepo(ref.type, ref.name);
-    try {
-      // A new revision starts at main's head, as `git branch NAME main` would.
-      const main = await this.store.getRevision(repo.id, "main");
-      return await this.store.createRevision(repo.id, name, kind, main?.commitOid ?? null);
-    } catch (err) {
-      if (err instanceof AlreadyExistsError) {
-        throw new HubError(409, `revision ${quote(name)} already exists in ${formatRepoRef(repo)}`);
-      }
-      if (err instanceof NotFoundError) throw new HubError(404, `repository ${formatRepoRef(repo)} does not exist`);
-      throw err;
-    }
+  /** The caller a hub token secret stands for (undefined or empty: anonymous); HubError 401 for an unusable token. */
+  authenticate(secret: string | undefined): Promise<Caller> {
+    return callerOf(this.store, secret, this.now());
   }
 
   /**
-   * Creates a hub token and returns its secret, which exists nowhere else afterwards.
-   * HubError 400 for bad options (no repositories, bad access, expiry not in the future),
-   * 404 for an unknown repository.
+   * Creates a hub token and returns its secret, which exists nowhere else afterwards. For
+   * administrators only. HubError 400 for bad options (no repositories, bad access, expiry not
+   * in the future), 404 for an unknown repository.
    */
-  async createToken(opts: CreateTokenOptions): Promise<{ secret: string; token: HubToken }> {
+  async create(caller: Caller, opts: CreateTokenOptions): Promise<{ secret: string; token: HubToken }> {
+    requireAdmin(caller, "creating hub tokens");
     if (opts.access !== "read" && opts.access !== "write") {
       throw new HubError(400, `access must be read or write; got ${quote(String(opts.access))}`);
     }
@@ -155,10 +96,7 @@ export class HubService {
         throw new HubError(400, `a token may list at most ${MAX_REPOS_PER_TOKEN} repositories; use all repositories instead`);
       }
       repos = [];
-      for (const ref of opts.repos) {
-        const { type, name } = parseRepoRef(ref);
-        repos.push((await this.requireRepo(type, name)).id);
-      }
+      for (const ref of opts.repos) repos.push((await this.repos.find(caller, parseRepoRef(ref))).id);
     }
 
     // A collision of 48-bit ids (or 256-bit secrets) is unlikely enough that a few retries settle it.
@@ -183,25 +121,29 @@ export class HubService {
     }
   }
 
-  listTokens(): Promise<HubToken[]> {
+  /** Every hub token, revoked and expired ones included (never their secrets: they are not stored). For administrators. */
+  async list(caller: Caller): Promise<HubToken[]> {
+    requireAdmin(caller, "listing hub tokens");
     return this.store.listHubTokens();
   }
 
-  /** false when no token has that id; revoking a revoked token is true and changes nothing. */
-  revokeToken(id: string): Promise<boolean> {
+  /** false when no token has that id; revoking a revoked token is true and changes nothing. For administrators. */
+  async revoke(caller: Caller, id: string): Promise<boolean> {
+    requireAdmin(caller, "revoking hub tokens");
     return this.store.revokeHubToken(id);
   }
 
   /**
    * The token operation's checks, in the interface's order: 401 (hub token), 400 (names),
    * 404 (repository, or not readable by the caller, or revision), 403 (access). The revision
-   * is a branch, a tag or a commit id of the repository (clients ask read tokens at commit ids).
-   * A public repository grants read tokens to anonymous callers too.
+   * is resolved as every other route resolves one (RepositoryService.resolve: a branch, a tag,
+   * a commit id or a prefix of one, `HEAD`); clients ask read tokens at commit ids. A public
+   * repository grants read tokens to anonymous callers too.
    */
   async authorizeTokenRequest(req: TokenRequest): Promise<TokenGrant | TokenDenial> {
     let caller: Caller;
     try {
-      caller = await callerOf(this.store, req.hubToken, this.now());
+      caller = await this.authenticate(req.hubToken);
     } catch (err) {
       if (err instanceof HubError) return deny(401, err.message);
       throw err;
@@ -213,37 +155,22 @@ export class HubService {
       (req.access === "read" || req.access === "write" ? null : `token type must be read or write; got ${quote(String(req.access))}`);
     if (problem !== null) {
       // No public repository has an invalid name: without a token, the missing token is the answer (the interface's 401 before 400).
-      return caller.token === null
+      return caller.grant === null
         ? deny(401, "a hub token is required: send Authorization: Bearer hf_… with a token from `castor token create`")
         : deny(400, problem);
     }
 
-    const type = req.repoType as RepoType;
-    const wanted = { type, name: req.repoName };
+    const wanted = { type: req.repoType as RepoType, name: req.repoName };
     try {
       // The interface's order: a repository or revision the caller cannot see (404) before access (403).
-      const repo = requireReadable(caller, await this.store.getRepo(type, req.repoName), wanted);
-      if (!(await this.findRevisionOrCommit(repo, req.revision))) {
-        return deny(404, `revision ${quote(req.revision)} not found in ${formatRepoRef(wanted)}`);
-      }
+      const repo = await this.repos.find(caller, wanted);
+      await this.repos.resolve(repo, req.revision);
       if (req.access === "write") requireWritable(caller, repo, wanted);
       return { ok: true, repo, revision: req.revision, hubTokenId: caller.token?.id ?? "anonymous" };
     } catch (err) {
       if (err instanceof HubError) return deny(err.status as TokenDenial["status"], err.message);
       throw err;
     }
-  }
-
-  /** Whether `name` is a revision of the repository or one of its commit ids. */
-  private async findRevisionOrCommit(repo: Repo, name: string): Promise<boolean> {
-    if ((await this.store.getRevision(repo.id, name)) !== null) return true;
-    return isGitOid(name) && (await this.store.getCommit(repo.id, name)) !== null;
-  }
-
-  private async requireRepo(type: RepoType, name: string): Promise<Repo> {
-    const repo = await this.store.getRepo(type, name);
-    if (repo === null) throw new HubError(404, `repository ${formatRepoRef({ type, name })} does not exist`);
-    return repo;
   }
 }
 

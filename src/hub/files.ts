@@ -1,0 +1,200 @@
+/**
+ * A repository's files: what an upload should send where (preupload, the LFS batch), committing
+ * (an NDJSON payload, or operations already parsed), squashing a branch, and reading a file's
+ * bytes — inline ones from the blob store, Xet-stored ones rebuilt from their xorbs — or its git
+ * blob (a Xet file's is its LFS pointer). Every transport that reads or writes file contents goes
+ * through here.
+ *
+ * A commit payload arrives as pieces of a body (the transport reads and times it), is split into
+ * bounded lines and parsed by commit-payload.ts. Inline file contents are kept aside as their
+ * lines arrive (inline-contents.ts: in memory, past a few MiB in a spool file) and reach the blob
+ * store only once every operation applied, just before the branch moves (history.ts
+ * `storeContents`): a refused commit leaves no blob behind. Only the operations' small
+ * descriptions are kept in memory meanwhile.
+ */
+import type { Readable } from "node:stream";
+import type { FileBody, FileReader } from "../cas/file-reader.js";
+import { isGitOid, lfsPointer } from "../format/git.js";
+import { hashFromHex } from "../format/hash.js";
+import type { HalfOpenByteRange } from "../format/ranges.js";
+import type { CommitRecord, MetadataStore, Repo, TreeFileEntry } from "../metadata/store.js";
+import { blobKeyFromHex, type BlobStore } from "../storage/blob-store.js";
+import { authorOf, type Caller } from "./access.js";
+import { type CommitHeader, CommitPayloadParser, maxCommitLineBytes } from "./commit-payload.js";
+import { HubError } from "./errors.js";
+import { HistoryWriter, type CommitOperation } from "./history.js";
+import { DEFAULT_INLINE_MEMORY_BYTES, InlineContents } from "./inline-contents.js";
+import { LfsBatch, type LfsBatchAnswer } from "./lfs-batch.js";
+import { readLines } from "./ndjson.js";
+import { requireNewPath, TreeReader } from "./paths.js";
+import type { RepoAddress, RepositoryService } from "./repositories.js";
+import { isStoredWhole } from "./stored-files.js";
+
+export interface PreuploadFile {
+  path: string;
+  size: number;
+  /** The first (up to) 512 bytes. */
+  sample: Uint8Array;
+}
+
+export interface PreuploadAnswer {
+  path: string;
+  uploadMode: "regular" | "lfs";
+  /** The current file's id when it is stored the way this upload would store it (the client then skips it). */
+  oid?: string;
+}
+
+/** A git blob as `raw` serves it: its id, its size and a reader of a byte range of it. */
+export interface GitBlob {
+  oid: string;
+  size: number;
+  read(offset: number, length: number): Promise<Buffer | Readable>;
+}
+
+export type FileStore = Pick<
+  MetadataStore,
+  "getTree" | "getCommit" | "getRevision" | "advanceBranch" | "findFileBySha256" | "getFile" | "leaseObjects" | "xorbFootprints"
+>;
+
+export interface FileServiceDeps {
+  store: FileStore;
+  blobs: BlobStore;
+  /** Xet-stored files, rebuilt from their xorbs and verified as they stream (cas/file-reader.ts). */
+  xetFiles: Pick<FileReader, "open">;
+  repos: RepositoryService;
+  /** Files of at least this many bytes are uploaded through Xet (`lfs`); smaller ones inline, unless binary (`config.hubInlineMaxBytes`). */
+  inlineMaxBytes: number;
+  /** Where a commit's inline contents wait on disk, past the first few MiB, until it has validated (the data dir's spool). */
+  spoolDir: string;
+  now?: () => Date;
+}
+
+export class FileService {
+  private readonly writer: HistoryWriter;
+  private readonly lfs: LfsBatch;
+
+  constructor(private readonly deps: FileServiceDeps) {
+    this.writer = new HistoryWriter(deps.store, deps.now);
+    this.lfs = new LfsBatch(deps.repos, deps.store);
+  }
+
+  get inlineMaxBytes(): number {
+    return this.deps.inlineMaxBytes;
+  }
+
+  // --- uploading ----------------------------------------------------------------------------
+
+  /**
+   * Which files travel inline and which through Xet: Xet for non-empty files of at least
+   * `inlineMaxBytes` or with a NUL byte in their first 512 bytes (binary), inline otherwise.
+   */
+  async preupload(repo: Repo, commit: CommitRecord, files: PreuploadFile[]): Promise<PreuploadAnswer[]> {
+    const reader = new TreeReader(this.deps.store, repo.id);
+    const answers: PreuploadAnswer[] = [];
+    for (const file of files) {
+      const lfs = file.size > 0 && (file.size >= this.deps.inlineMaxBytes || file.sample.includes(0));
+      requireNewPath(file.path);
+      const current = await reader.fileAt(commit.treeOid, file.path);
+      const answer: PreuploadAnswer = { path: file.path, uploadMode: lfs ? "lfs" : "regular" };
+      // The client skips a file whose oid matches its own: only say it when it is exactly that id.
+      if (current !== null && (current.xetHash !== null) === lfs && (await this.isWhole(current))) answer.oid = lfs ? current.sha256 : current.oid;
+      answers.push(answer);
+    }
+    return answers;
+  }
+
+  /** The Git LFS batch call of an upload (lfs-batch.ts): which objects to send, through Xet. */
+  uploadBatch(caller: Caller, address: RepoAddress, body: unknown): Promise<LfsBatchAnswer> {
+    return this.lfs.upload(caller, address, body);
+  }
+
+  /** Whether a tree entry's content can still be served (a Xet file whose xorbs are all recorded). */
+  private async isWhole(entry: TreeFileEntry): Promise<boolean> {
+    if (entry.xetHash === null) return true;
+    const file = await this.deps.store.getFile(hashFromHex(entry.xetHash));
+    return file !== null && (await isStoredWhole(this.deps.store, file));
+  }
+
+  // --- committing ---------------------------------------------------------------------------
+
+  /**
+   * Applies the NDJSON commit in `body` (HUB-API §6; pieces of a request body, read as they come)
+   * to `branch`. HubError 400/413 for bad input, at the line that breaks a rule (the rest of the
+   * body is left unread), and every refusal of `commit`; nothing is stored then.
+   */
+  async commitPayload(caller: Caller, address: RepoAddress, branch: string, body: AsyncIterable<Buffer>): Promise<CommitRecord> {
+    const contents = new InlineContents({ dir: this.deps.spoolDir, memoryBytes: DEFAULT_INLINE_MEMORY_BYTES });
+    try {
+      const { header, operations } = await this.readPayload(body, contents);
+      return await this.commit(caller, address, branch, header, operations, () => contents.store(this.deps.blobs, this.deps.store));
+    } finally {
+      await contents.close();
+    }
+  }
+
+  /**
+   * Applies a commit to `branch` of a repository the caller may write (history.ts says how: every
+   * path and operation is checked, and the branch moves by compare-and-set). `storeContents`
+   * writes the inline files' bytes; it runs once, only when the commit is known to apply.
+   */
+  async commit(
+    caller: Caller,
+    address: RepoAddress,
+    branch: string,
+    header: CommitHeader,
+    operations: CommitOperation[],
+    storeContents?: () => Promise<void>,
+  ): Promise<CommitRecord> {
+    const repo = await this.deps.repos.find(caller, address, "write");
+    if (isGitOid(branch) && (await this.deps.store.getRevision(repo.id, branch)) === null) {
+      throw new HubError(400, `commits go to a branch, not to the commit id ${branch}`);
+    }
+    if (header.summary.trim() === "") throw new HubError(400, "the commit summary is empty");
+    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations, storeContents });
+  }
+
+  /** Squashes `branch` of a repository the caller may write to one commit (see HistoryWriter.squash). */
+  async squash(caller: Caller, address: RepoAddress, branch: string, message: string | undefined): Promise<CommitRecord> {
+    const repo = await this.deps.repos.find(caller, address, "write");
+    const text = message?.trim() || `Super-squash branch '${branch}'`;
+    return this.writer.squash(repo, branch, text, authorOf(caller));
+  }
+
+  /** Parses the NDJSON commit (commit-payload.ts), keeping inline contents in `contents`. */
+  private async readPayload(body: AsyncIterable<Buffer>, contents: InlineContents): Promise<{ header: CommitHeader; operations: CommitOperation[] }> {
+    const payload = new CommitPayloadParser(this.deps.inlineMaxBytes);
+    for await (const line of readLines(body, maxCommitLineBytes(this.deps.inlineMaxBytes))) {
+      const inline = payload.line(line);
+      if (inline !== null) await contents.add(inline.sha256, inline.content);
+    }
+    return payload.finish();
+  }
+
+  // --- reading ------------------------------------------------------------------------------
+
+  /** `length` bytes from `offset` of an inline file's content. */
+  readInline(file: TreeFileEntry, offset: number, length: number): Promise<Buffer | Readable> {
+    if (file.xetHash !== null) throw new Error(`${file.name} is stored through Xet, not inline`);
+    return this.deps.blobs.read(blobKeyFromHex("inline", file.sha256), { offset, length });
+  }
+
+  /** The bytes `span` of a Xet-stored file, its first chunk read and verified. */
+  async openXet(file: TreeFileEntry, span: HalfOpenByteRange): Promise<FileBody> {
+    const xetHash = file.xetHash;
+    if (xetHash === null) throw new Error(`${file.name} is stored inline, not through Xet`);
+    const stored = await this.deps.xetFiles.open(hashFromHex(xetHash));
+    // A commit names only registered files, and files are never deleted: this is damage, not a client error.
+    if (stored === null) throw new Error(`Xet file ${xetHash} of a committed path is not registered`);
+    if (stored.size !== file.size) throw new Error(`Xet file ${xetHash} has ${stored.size} bytes; the commit recorded ${file.size}`);
+    return stored.body({ start: span.start, end: span.end - 1 });
+  }
+
+  /** The file's git blob: an inline file's bytes, a Xet-stored file's LFS pointer. */
+  gitBlob(file: TreeFileEntry): GitBlob {
+    if (file.xetHash !== null) {
+      const pointer = Buffer.from(lfsPointer(file.sha256, file.size));
+      return { oid: file.oid, size: pointer.length, read: async (offset, length) => pointer.subarray(offset, offset + length) };
+    }
+    return { oid: file.oid, size: file.size, read: (offset, length) => this.readInline(file, offset, length) };
+  }
+}
