@@ -36,6 +36,13 @@ export interface InlineContent {
 /** Operations per commit at most (the hf CLI's folder uploader commits at most 1,000 files at once). */
 export const MAX_COMMIT_OPERATIONS = 100_000;
 
+/**
+ * Lines per commit body at most, blank ones included: blank lines carry no operation, so without
+ * this bound a client could keep a commit open with them for as long as the body timeouts allow.
+ * Room for the header and a blank line beside every operation.
+ */
+export const MAX_COMMIT_LINES = 2 * MAX_COMMIT_OPERATIONS + 2;
+
 /** The longest line a commit may have: a base64 line of the largest inline file, plus room for the JSON around it. */
 export function maxCommitLineBytes(inlineMaxBytes: number): number {
   return Math.ceil(inlineMaxBytes / 3) * 4 + 64 * 1024;
@@ -52,6 +59,7 @@ export class CommitPayloadParser {
   /** Parses the next line; returns the content of an inline file to store, otherwise null. */
   line(text: string): InlineContent | null {
     const lineNumber = ++this.lineNumber;
+    if (lineNumber > MAX_COMMIT_LINES) throw new HubError(413, `a commit body has at most ${MAX_COMMIT_LINES} lines, blank ones included: split it`);
     if (text.trim() === "") return null;
     let item: unknown;
     try {

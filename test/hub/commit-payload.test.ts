@@ -10,7 +10,7 @@ import { describe, it } from "node:test";
 import { gitBlobId } from "../../src/format/git.js";
 import { trimSlashes } from "../../src/format/repo.js";
 import { LineSplitter } from "../../src/hub/ndjson.js";
-import { CommitPayloadParser, maxCommitLineBytes } from "../../src/hub/commit-payload.js";
+import { CommitPayloadParser, MAX_COMMIT_LINES, maxCommitLineBytes } from "../../src/hub/commit-payload.js";
 import { HubError } from "../../src/hub/errors.js";
 
 const INLINE_MAX = 1024;
@@ -90,6 +90,16 @@ describe("CommitPayloadParser", () => {
   // Found reviewing the fuzz target: /\/+$/ is quadratic on a run of slashes that does not end
   // the string, and took minutes here. Linear, it takes milliseconds: `npm run bench -- hub`
   // times it (a test asserts no duration).
+  it("refuses a body of more lines than MAX_COMMIT_LINES, blank lines counted: they cannot keep a commit open", () => {
+    const parser = new CommitPayloadParser(INLINE_MAX);
+    parser.line(HEADER);
+    for (let blank = 1; blank < MAX_COMMIT_LINES; blank++) parser.line("");
+    assert.throws(
+      () => parser.line(""),
+      (error: unknown) => error instanceof HubError && error.status === 413 && /at most \d+ lines, blank ones included/.test(error.message),
+    );
+  });
+
   it("refuses a deletedFolder path of 200,000 slashes between two letters", () => {
     refused([HEADER, line("deletedFolder", { path: `a${"/".repeat(200_000)}b` })], 400, /invalid path/);
   });

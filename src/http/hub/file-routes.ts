@@ -155,7 +155,7 @@ export async function fileRoutes(app: FastifyInstance, deps: HubRouteDeps): Prom
       const { revision } = revisionAndPath(request, API_REVISION_SEGMENT);
       if (!isStream(request.body)) throw new HubError(415, "send the commit as Content-Type: application/x-ndjson");
       // The body as a whole has no byte cap: its lines are bounded, and so is their number
-      // (MAX_COMMIT_OPERATIONS); the body timeouts bound how long it may take.
+      // (MAX_COMMIT_LINES, blank ones included); the body timeouts bound how long it may take.
       const commit = await deps.hub.files.commitPayload(callerOfRequest(request), address, revision, bodyPieces(request, Number.POSITIVE_INFINITY));
       return { commitOid: commit.oid, commitUrl: `${deps.publicUrl(request)}/${urlPrefixOf(address.type)}${address.name}/commit/${commit.oid}`, success: true };
     },
