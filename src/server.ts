@@ -22,6 +22,7 @@ import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
 import { FileReader } from "./cas/file-reader.js";
 import { ReconstructionService } from "./cas/reconstruction-service.js";
+import { HubGit } from "./git/hub-source.js";
 import { createHub } from "./hub/index.js";
 import { StorageStatsService } from "./hub/stats.js";
 import { StatsSampler, type StatsSamplerOptions } from "./hub/stats-sampler.js";
@@ -151,19 +152,21 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     if (runsSchedules && config.gc.intervalMs !== null) {
       background.push(scheduledGc(store, blobs, logger, { ...config.gc, intervalMs: config.gc.intervalMs, reserve: reserveOf(config) }));
     }
+    const hub = createHub({
+      store,
+      blobs,
+      xetFiles: new FileReader({ metadata: store, blobs }),
+      stats,
+      inlineMaxBytes: config.hubInlineMaxBytes,
+      spoolDir: join(config.dataDir, SPOOL_DIR_NAME),
+    });
     const app = await buildCastorApp({
       logger,
       limits: config.limits,
       trustedProxies: config.trustedProxies,
       store,
-      hub: createHub({
-        store,
-        blobs,
-        xetFiles: new FileReader({ metadata: store, blobs }),
-        stats,
-        inlineMaxBytes: config.hubInlineMaxBytes,
-        spoolDir: join(config.dataDir, SPOOL_DIR_NAME),
-      }),
+      hub,
+      git: new HubGit(hub),
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
       verifier: new CasTokenVerifier(keys.jwtPublicKey),
       publicUrl: (request) => publicUrls.forRequest(request),

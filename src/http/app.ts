@@ -24,6 +24,8 @@ import { DEFAULT_CONNECTION_LIMITS, DEFAULT_HUB_LIMITS, type ConnectionLimits, t
 import { httpServerOptions, installConnectionLimits } from "./connection-limits.js";
 import { dedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
+import type { HubGit } from "../git/hub-source.js";
+import { DEFAULT_GIT_LIMITS, gitRoutes, type GitLimits } from "./git-routes.js";
 import { healthRoutes } from "./health.js";
 import { acceptHubBodies, hubRoutes } from "./hub/index.js";
 import { installHubLimits } from "./hub-limits.js";
@@ -119,6 +121,8 @@ export interface CastorAppDeps extends HttpAppOptions {
   store: MetadataStore;
   /** The hub's services (src/hub): the Hugging Face routes, castor's own and the token operation call them. */
   hub: Hub;
+  /** The hub's repositories as git sees them (src/git/hub-source.ts), for git's smart HTTP routes. */
+  git: Pick<HubGit, "readable">;
   issuer: CasTokenIssuer;
   verifier: CasTokenVerifier;
   /**
@@ -158,6 +162,8 @@ export interface CastorAppDeps extends HttpAppOptions {
   hubLimits?: Partial<HubLimits>;
   /** The web interface's built files (web-ui.ts); dist/web/ by default. */
   webUi?: WebUiOptions;
+  /** `config.gitLimits`; each one missing takes its default. */
+  gitLimits?: Partial<GitLimits>;
 }
 
 /** Whether a request may have changed what the storage statistics count: any write that succeeded. */
@@ -210,6 +216,12 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       publicUrl: deps.publicUrl,
     });
     await hubScope.register(hubRoutes, { hub: deps.hub, publicUrl: deps.publicUrl, downloadLinks: deps.downloadLinks });
+    await hubScope.register(gitRoutes, {
+      authenticate: (secret) => deps.hub.tokens.authenticate(secret),
+      readable: (caller, address) => deps.git.readable(caller, address),
+      agent: "castor",
+      limits: { ...DEFAULT_GIT_LIMITS, ...deps.gitLimits },
+    });
   });
   await app.register(webUiRoutes, deps.webUi ?? {});
   await app.register(casScope, {

@@ -17,6 +17,7 @@ import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { DEFAULT_HUB_INLINE_MAX_BYTES, DEFAULT_MAX_SHARD_BYTES, loadConfig } from "../../src/config.js";
 import { FileReader } from "../../src/cas/file-reader.js";
 import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
+import { HubGit } from "../../src/git/hub-source.js";
 import { createHub } from "../../src/hub/index.js";
 import { StorageStatsService } from "../../src/hub/stats.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "../../src/format/xorb.js";
@@ -30,7 +31,18 @@ import { FsBlobStore } from "../../src/storage/fs.js";
 
 export type CasDeps = Pick<
   CastorAppDeps,
-  "blobs" | "xorbs" | "shards" | "dedup" | "reconstructions" | "transferUrls" | "downloadLinks" | "v2Reconstruction" | "dataDir" | "minFreeBytes" | "hub"
+  | "blobs"
+  | "xorbs"
+  | "shards"
+  | "dedup"
+  | "reconstructions"
+  | "transferUrls"
+  | "downloadLinks"
+  | "v2Reconstruction"
+  | "dataDir"
+  | "minFreeBytes"
+  | "hub"
+  | "git"
 >;
 
 const TRANSFER_URL_TTL_SECONDS = 3600;
@@ -44,6 +56,15 @@ export async function casDepsForTest(
   const blobs = await FsBlobStore.open(join(dataDir, "blobs"));
   const inlineMaxBytes = hub.inlineMaxBytes ?? DEFAULT_HUB_INLINE_MAX_BYTES;
   const transferUrls = new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS });
+  const services = createHub({
+    store,
+    blobs,
+    xetFiles: new FileReader({ metadata: store, blobs }),
+    stats: hub.stats ?? new StorageStatsService(store, { now: hub.now }),
+    inlineMaxBytes,
+    spoolDir: join(dataDir, SPOOL_DIR_NAME),
+    now: hub.now,
+  });
   return {
     blobs,
     xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES }),
@@ -56,15 +77,8 @@ export async function casDepsForTest(
     dataDir,
     // Readiness never fails for lack of space on the machine running the tests.
     minFreeBytes: 0,
-    hub: createHub({
-      store,
-      blobs,
-      xetFiles: new FileReader({ metadata: store, blobs }),
-      stats: hub.stats ?? new StorageStatsService(store, { now: hub.now }),
-      inlineMaxBytes,
-      spoolDir: join(dataDir, SPOOL_DIR_NAME),
-      now: hub.now,
-    }),
+    hub: services,
+    git: new HubGit(services),
   };
 }
 

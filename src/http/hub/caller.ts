@@ -40,7 +40,7 @@ import { requireAdmin, requireToken, type Caller } from "../../hub/access.js";
 import type { Hub } from "../../hub/index.js";
 import type { Repo } from "../../hub/records.js";
 import type { Intent, RepoAddress } from "../../hub/repositories.js";
-import { bearerToken } from "../cas-auth.js";
+import { hubTokenOf } from "../cas-auth.js";
 import { HubError } from "../../hub/errors.js";
 import { hubTokenAccepted } from "../hub-limits.js";
 import { addressOf } from "./address.js";
@@ -113,8 +113,8 @@ function verifyLink(links: DownloadLinks, pathAndQuery: string): void {
 
 /** 401 for a malformed `Authorization` header or a token that is not usable (access.ts `callerOf`). */
 async function authenticate(hub: Hub, request: FastifyRequest): Promise<Caller> {
-  const token = bearerToken(request.headers.authorization);
-  if (token === null) throw new HubError(401, "malformed Authorization header: expected `Bearer hf_…`");
+  const token = hubTokenOf(request.headers.authorization);
+  if (token === null) throw new HubError(401, "malformed Authorization header: expected `Bearer hf_…` (or basic auth with the token as the password)");
   const caller = await hub.tokens.authenticate(token);
   if (caller.kind === "token") hubTokenAccepted(request);
   callers.set(request, caller);
