@@ -48,3 +48,32 @@ export interface GitObjectSource {
   /** A blob's bytes; null when no tree this source returned names it. */
   blob(oid: string): Promise<Buffer | null>;
 }
+
+/** A ref update a push asks for: `old` null creates the ref, `new` null deletes it. */
+export interface RefCommand {
+  ref: string;
+  old: string | null;
+  new: string | null;
+}
+
+/** An object a push brought. */
+export interface PushedObject {
+  type: "commit" | "tree" | "blob" | "tag";
+  data: Buffer;
+}
+
+/** The objects of a push's pack, by id. */
+export interface PushedObjects {
+  get(oid: string): Promise<PushedObject | null>;
+}
+
+/** What a push writes to. */
+export interface GitPushTarget {
+  /** Every branch and tag, as `GitObjectSource.refs`. */
+  refs(): Promise<GitRef[]>;
+  /**
+   * Applies each command on its own (one compare-and-set each) with the objects the push
+   * brought; returns, per command, null when it was applied or the reason it was refused.
+   */
+  push(commands: readonly RefCommand[], objects: PushedObjects): Promise<(string | null)[]>;
+}

@@ -18,7 +18,9 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { FLUSH_PKT, pktLine } from "../format/pkt-line.js";
 import { errorPacket, GitProtocolError } from "../git/upload-pack.js";
 import * as uploadPack from "../git/upload-pack.js";
-import type { GitObjectSource } from "../git/source.js";
+import { advertiseReceivePack, MAX_PUSH_COMMANDS, serveReceivePack } from "../git/receive-pack.js";
+import type { GitObjectSource, GitPushTarget } from "../git/source.js";
+import type { GitLimits } from "../config.js";
 import type { Caller } from "../hub/access.js";
 import { HubError } from "../hub/errors.js";
 import type { RepoAddress } from "../hub/repositories.js";
@@ -27,33 +29,24 @@ import { HttpError } from "./errors.js";
 import { hubTokenAccepted } from "./hub-limits.js";
 import { addressOf, FILE_URL_PREFIXES } from "./hub/address.js";
 import { acceptRawBodies, bodyPieces, settleUnreadBody } from "./raw-body.js";
-
-export interface GitLimits {
-  /** Most objects a fetch walks or a push brings. */
-  maxObjects: number;
-  /** Most bytes of a pushed pack. */
-  maxPackBytes: number;
-  /** Longest chain of deltas in a pushed pack. */
-  maxDeltaDepth: number;
-}
-
-/** Bounds of git's work per request (CASTOR_GIT_MAX_OBJECTS, CASTOR_GIT_MAX_PACK_BYTES, CASTOR_GIT_MAX_DELTA_DEPTH). */
-export const DEFAULT_GIT_LIMITS: Readonly<GitLimits> = {
-  // A clone of a repository with a million files and a long history stays under it.
-  maxObjects: 2_000_000,
-  maxPackBytes: 2 * 1024 ** 3,
-  // git's own packs chain at most 50 deltas (pack.depth) unless repacked aggressively (4095 at most).
-  maxDeltaDepth: 4095,
-};
+import { limitConcurrentUploads, type UploadSlots } from "./upload-limit.js";
 
 export interface GitRouteDeps {
   /** The caller a hub token's secret names (the hub's `tokens.authenticate`: 401 for an unusable one). */
   authenticate: (secret: string | undefined) => Promise<Caller>;
   /** The repository as git objects, for a caller who may read it (HubError otherwise). */
   readable: (caller: Caller, address: RepoAddress) => Promise<GitObjectSource>;
-  /** `castor/<version>`. */
+  /** The repository to push to, for a caller who may write it (HubError otherwise). */
+  writable: (caller: Caller, address: RepoAddress) => Promise<GitPushTarget>;
+  /** The agent capability. */
   agent: string;
   limits: GitLimits;
+  /** Largest object a push may bring (`config.hubInlineMaxBytes`: larger files go through Git LFS). */
+  maxObjectBytes: number;
+  /** Where a push's objects wait while they are checked. */
+  spoolDir: string;
+  /** The node's uploads in progress (CASTOR_MAX_CONCURRENT_UPLOADS): a push takes one. */
+  uploadSlots: UploadSlots;
 }
 
 interface RepoParams {
@@ -68,8 +61,9 @@ const NO_CACHE = { "cache-control": "no-cache, max-age=0, must-revalidate", prag
 
 export async function gitRoutes(app: FastifyInstance, deps: GitRouteDeps): Promise<void> {
   acceptRawBodies(app);
+  limitConcurrentUploads(app, deps.uploadSlots);
   // git prints a text/plain error body line by line as "remote: …"; a JSON body it would not show.
-  app.setErrorHandler(async (error, request, reply) => {
+  app.setErrorHandler(async (error, _request, reply) => {
     if (error instanceof HubError) {
       if (error.status === 401) reply.header("www-authenticate", 'Basic realm="castor"');
       return reply.code(error.status).type("text/plain; charset=utf-8").send(`${error.message}\n`);
@@ -91,18 +85,23 @@ export async function gitRoutes(app: FastifyInstance, deps: GitRouteDeps): Promi
         throw new HttpError(403, "castor serves git's smart HTTP protocol only: use git 1.6.6 or newer (info/refs?service=git-upload-pack)");
       }
       const caller = await callerOf(deps, request);
-      const source = await deps.readable(caller, addressOfRequest(request));
+      const address = addressOfRequest(request);
+      const header = Buffer.concat([pktLine(`# service=${service}\n`), FLUSH_PKT]);
+      if (service === "git-receive-pack") {
+        const target = await deps.writable(caller, address);
+        reply.headers(NO_CACHE).type(`application/x-${service}-advertisement`);
+        return Buffer.concat([header, await advertiseReceivePack(target, deps)]);
+      }
+      const source = await deps.readable(caller, address);
       reply.headers(NO_CACHE).type(`application/x-${service}-advertisement`);
-      if (service === "git-receive-pack") throw new HttpError(403, "castor does not accept git pushes yet");
       if (wantsProtocolV2(request)) return uploadPack.advertiseV2(deps);
-      return Buffer.concat([pktLine(`# service=${service}\n`), FLUSH_PKT, await uploadPack.advertiseV0(source, deps)]);
+      return Buffer.concat([header, await uploadPack.advertiseV0(source, deps)]);
     });
 
     app.post<{ Params: RepoParams }>(`${base}/git-upload-pack`, { bodyLimit: MAX_UPLOAD_PACK_REQUEST_BYTES }, async (request, reply) => {
-      const caller = await callerOf(deps, request);
       let source: GitObjectSource;
       try {
-        source = await deps.readable(caller, addressOfRequest(request));
+        source = await deps.readable(await callerOf(deps, request), addressOfRequest(request));
       } catch (error) {
         throw settleUnreadBody(request, error);
       }
@@ -118,8 +117,42 @@ export async function gitRoutes(app: FastifyInstance, deps: GitRouteDeps): Promi
       }
       return reply.send(Readable.from(answer, { objectMode: false }));
     });
+
+    // A push: checked for write access before a byte of its pack is read.
+    const pushLimit = deps.limits.maxPackBytes + MAX_PUSH_COMMANDS * PKT_COMMAND_BYTES;
+    app.post<{ Params: RepoParams }>(`${base}/git-receive-pack`, { bodyLimit: pushLimit, config: { upload: true } }, async (request, reply) => {
+      let target: GitPushTarget;
+      try {
+        target = await deps.writable(await callerOf(deps, request), addressOfRequest(request));
+      } catch (error) {
+        throw settleUnreadBody(request, error);
+      }
+      const encoding = request.headers["content-encoding"];
+      if (encoding !== undefined && encoding !== "identity")
+        throw settleUnreadBody(request, new HttpError(415, "send the push uncompressed (no Content-Encoding)"));
+      reply.headers(NO_CACHE).type("application/x-git-receive-pack-result");
+      const limits = {
+        maxPackBytes: deps.limits.maxPackBytes,
+        maxObjects: deps.limits.maxObjects,
+        maxDeltaDepth: deps.limits.maxDeltaDepth,
+        maxObjectBytes: deps.maxObjectBytes,
+      };
+      try {
+        const answer = await serveReceivePack(target, bodyPieces(request), { agent: deps.agent, limits, spoolDir: deps.spoolDir });
+        return Buffer.concat([...answer]);
+      } catch (error) {
+        if (error instanceof GitProtocolError) return errorPacket(error.message);
+        throw error;
+      } finally {
+        // A refused pack is not read to its end; the rest is read and dropped while the answer goes out.
+        settleUnreadBody(request, null);
+      }
+    });
   }
 }
+
+/** The longest command line of a push: two ids, a ref name, the capabilities. */
+const PKT_COMMAND_BYTES = 1024;
 
 /** The hub caller of the request's credentials; a valid token is remembered by the auth-failure limit. */
 async function callerOf(deps: GitRouteDeps, request: FastifyRequest): Promise<Caller> {

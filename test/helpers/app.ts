@@ -11,10 +11,12 @@ import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { DownloadLinks } from "../../src/auth/download-link.js";
 import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
+import { LfsObjectUrls } from "../../src/auth/lfs-object-url.js";
 import { DedupService } from "../../src/cas/dedup.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { DEFAULT_HUB_INLINE_MAX_BYTES, DEFAULT_MAX_SHARD_BYTES, loadConfig } from "../../src/config.js";
+import { FileIngest } from "../../src/cas/file-ingest.js";
 import { FileReader } from "../../src/cas/file-reader.js";
 import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
 import { HubGit } from "../../src/git/hub-source.js";
@@ -38,6 +40,7 @@ export type CasDeps = Pick<
   | "reconstructions"
   | "transferUrls"
   | "downloadLinks"
+  | "lfsUrls"
   | "v2Reconstruction"
   | "dataDir"
   | "minFreeBytes"
@@ -56,6 +59,8 @@ export async function casDepsForTest(
   const blobs = await FsBlobStore.open(join(dataDir, "blobs"));
   const inlineMaxBytes = hub.inlineMaxBytes ?? DEFAULT_HUB_INLINE_MAX_BYTES;
   const transferUrls = new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS });
+  const xorbs = new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES });
+  const shards = new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: DEFAULT_MAX_SHARD_BYTES });
   const services = createHub({
     store,
     blobs,
@@ -63,16 +68,18 @@ export async function casDepsForTest(
     stats: hub.stats ?? new StorageStatsService(store, { now: hub.now }),
     inlineMaxBytes,
     spoolDir: join(dataDir, SPOOL_DIR_NAME),
+    lfsFiles: new FileIngest({ xorbs, shards, metadata: store }),
     now: hub.now,
   });
   return {
     blobs,
-    xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES }),
-    shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: DEFAULT_MAX_SHARD_BYTES }),
+    xorbs,
+    shards,
     dedup: new DedupService({ metadata: store, dedupKeySeed: Buffer.alloc(32, 7) }),
     transferUrls,
     downloadLinks: new DownloadLinks({ urlKey: Buffer.alloc(32, 9) }),
     reconstructions: new ReconstructionService({ store, signer: transferUrls, singleRangeEntries: false, transferUrlTtlSeconds: TRANSFER_URL_TTL_SECONDS }),
+    lfsUrls: new LfsObjectUrls(Buffer.alloc(32, 9), TRANSFER_URL_TTL_SECONDS),
     v2Reconstruction: "on",
     dataDir,
     // Readiness never fails for lack of space on the machine running the tests.
