@@ -67,6 +67,18 @@ module.exports = {
       castor("http", "ops", "cli", "client", "cluster") + "|^src/server\\.ts$",
     ),
     forbid(
+      "git-is-a-protocol",
+      "src/git: git's protocol engines over an object source, and the one adapter (hub-source.ts) that is the hub seen as git; never a store, the CAS, a transport or the operations.",
+      layer("git"),
+      castor("storage", "metadata", "cas", "auth", "http", "ops", "cli", "client", "cluster") + "|^src/server\\.ts$",
+    ),
+    forbid(
+      "git-engines-know-no-hub",
+      "src/git's engines speak git over the object-source interface (source.ts) only; hub-source.ts alone calls the hub's services.",
+      "^src/git/(?!hub-source\\.ts$)",
+      layer("hub"),
+    ),
+    forbid(
       "ops-below-transports",
       "src/ops: operations on whole stores (gc, fsck, backup, migration); called by the CLI and the composition root, never by HTTP routes.",
       layer("ops"),

@@ -3,6 +3,7 @@
 // (/work/shared/protocol/vectors, or the directory given as the first argument) plus a few
 // hand-made cases. Run once and commit the result; the fuzz runner copies it before each run.
 import { createHash } from "node:crypto";
+import { deflateSync } from "node:zlib";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -128,3 +129,70 @@ seed(
   commit(0, header, line("file", { path: "a", content: "!!!", encoding: "utf-8" }), line("lfsFile", { path: "b", oid: "AB", size: -1 }), ""),
 );
 seed("commit", "array-line", commit(0, header, JSON.stringify(["file", { path: "a" }]), ""));
+
+// pkt-line: byte 0 is the piece size (0 = the whole stream at once), then the packets.
+const pkt = (text) => {
+  const payload = Buffer.from(text, "utf8");
+  return Buffer.concat([Buffer.from((payload.length + 4).toString(16).padStart(4, "0")), payload]);
+};
+const fetchRequest = Buffer.concat([
+  pkt("command=fetch\n"),
+  pkt("agent=git/2.39.5\n"),
+  Buffer.from("0001"),
+  pkt("thin-pack\n"),
+  pkt(`want ${"a".repeat(40)}\n`),
+  pkt("done\n"),
+  Buffer.from("0000"),
+]);
+seed("pkt-line", "fetch-v2-whole", Buffer.concat([Buffer.from([0]), fetchRequest]));
+seed("pkt-line", "fetch-v2-pieces3", Buffer.concat([Buffer.from([3]), fetchRequest]));
+seed("pkt-line", "specials", Buffer.concat([Buffer.from([0]), Buffer.from("000000010002")]));
+seed(
+  "pkt-line",
+  "push-then-pack",
+  Buffer.concat([Buffer.from([5]), pkt(`${"0".repeat(40)} ${"b".repeat(40)} refs/heads/main\0report-status\n`), Buffer.from("0000PACK")]),
+);
+seed("pkt-line", "max-length", Buffer.concat([Buffer.from([0]), Buffer.from("fff0"), Buffer.alloc(65516, 0x61)]));
+seed("pkt-line", "bad-lengths", Buffer.concat([Buffer.from([0]), Buffer.from("0003fff1zzzz")]));
+
+// git-pack: byte 0 is the piece size (0 = the whole pack at once), then the pack.
+const objectHeader = (type, size) => {
+  const bytes = [];
+  let byte = (type << 4) | (size & 15);
+  let rest = size >> 4;
+  while (rest > 0) {
+    bytes.push(byte | 0x80);
+    byte = rest & 0x7f;
+    rest >>= 7;
+  }
+  bytes.push(byte);
+  return Buffer.from(bytes);
+};
+const gitPack = (entries) => {
+  const header = Buffer.alloc(12);
+  header.write("PACK", 0, "latin1");
+  header.writeUInt32BE(2, 4);
+  header.writeUInt32BE(entries.length, 8);
+  const body = Buffer.concat([header, ...entries]);
+  return Buffer.concat([body, createHash("sha1").update(body).digest()]);
+};
+const whole = (type, content) => Buffer.concat([objectHeader(type, content.length), deflateSync(content)]);
+const blobText = Buffer.from("line one\nline two\nline three\n");
+const blobId = createHash("sha1").update(`blob ${blobText.length}\0`).update(blobText).digest();
+const treeBody = Buffer.concat([Buffer.from("100644 a.txt\0"), blobId]);
+const treeId = createHash("sha1").update(`tree ${treeBody.length}\0`).update(treeBody).digest("hex");
+const commitBody = Buffer.from(`tree ${treeId}\nauthor a <a@b> 1 +0000\ncommitter a <a@b> 1 +0000\n\nm\n`);
+// A delta of the blob: copy its first 18 bytes, insert a new third line (ofs: distance back to it).
+const deltaBody = Buffer.concat([Buffer.from([blobText.length, 27, 0x90, 18]), Buffer.from([9]), Buffer.from("line 3!\n\n")]);
+const blobEntry = whole(3, blobText);
+const ofsDelta = Buffer.concat([objectHeader(6, deltaBody.length), Buffer.from([blobEntry.length]), deflateSync(deltaBody)]);
+const refDelta = Buffer.concat([objectHeader(7, deltaBody.length), blobId, deflateSync(deltaBody)]);
+for (const [label, pack] of [
+  ["commit-tree-blob", gitPack([whole(1, commitBody), whole(2, treeBody), blobEntry])],
+  ["ofs-delta", gitPack([blobEntry, ofsDelta])],
+  ["ref-delta", gitPack([blobEntry, refDelta])],
+  ["empty", gitPack([])],
+]) {
+  seed("git-pack", `${label}-whole`, Buffer.concat([Buffer.from([0]), pack]));
+  seed("git-pack", `${label}-pieces7`, Buffer.concat([Buffer.from([7]), pack]));
+}

@@ -26,6 +26,8 @@ const TARGETS = {
   "cas-token": false,
   "hub-names": true,
   commit: true,
+  "pkt-line": true,
+  "git-pack": false,
 };
 
 function usage(message) {

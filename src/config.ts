@@ -88,6 +88,8 @@ export interface CastorConfig {
   maxConcurrentUploads: number;
   /** Per-client limits of the hub routes (src/http/hub-limits.ts); null: that limit is off. */
   hubLimits: HubLimits;
+  /** Bounds of git's work per request (src/git/, src/http/git-routes.ts). */
+  gitLimits: GitLimits;
   /**
    * Addresses and CIDR ranges (or `loopback`, `linklocal`, `uniquelocal`) of the proxies whose
    * `X-Forwarded-For` names the client (CASTOR_TRUSTED_PROXIES); empty: the header is ignored
@@ -186,6 +188,25 @@ export const DEFAULT_MAX_CONCURRENT_UPLOADS = 64;
  */
 export const MAX_PRESIGNED_URL_TTL_SECONDS = 7 * 24 * 60 * 60;
 
+/** Bounds of git's work per request (CASTOR_GIT_MAX_OBJECTS, CASTOR_GIT_MAX_PACK_BYTES, CASTOR_GIT_MAX_DELTA_DEPTH). */
+export interface GitLimits {
+  /** Most objects a fetch walks or sends, or a push brings (commits, trees and files). */
+  maxObjects: number;
+  /** Most bytes of a pushed pack. */
+  maxPackBytes: number;
+  /** Longest chain of deltas in a pushed pack. */
+  maxDeltaDepth: number;
+}
+
+export const DEFAULT_GIT_LIMITS: Readonly<GitLimits> = {
+  // A clone of a repository of a million files with a long history stays under it; the walk
+  // holds about 100 bytes per object.
+  maxObjects: 2_000_000,
+  // Files above CASTOR_HUB_INLINE_MAX_BYTES travel through Git LFS, so a pack is text and code.
+  maxPackBytes: 2 * 1024 * MiB,
+  // git writes chains of at most 50 (pack.depth) unless repacked aggressively; 4095 is its own cap.
+  maxDeltaDepth: 4095,
+};
 /** What `castor gc` and scheduled collections keep by default: a day of uploads not committed yet. */
 export const DEFAULT_GC_GRACE = "24h";
 export const DEFAULT_MAX_SHARD_BYTES = 65 * MiB;
@@ -264,6 +285,9 @@ export const SETTINGS = [
   "CASTOR_LINGER_BYTES",
   "CASTOR_MAX_CONNECTIONS",
   "CASTOR_MAX_CONCURRENT_UPLOADS",
+  "CASTOR_GIT_MAX_OBJECTS",
+  "CASTOR_GIT_MAX_PACK_BYTES",
+  "CASTOR_GIT_MAX_DELTA_DEPTH",
   "CASTOR_HUB_RATE_LIMIT",
   "CASTOR_AUTH_FAILURE_LIMIT",
   "CASTOR_TRUSTED_PROXIES",
@@ -382,6 +406,11 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     hubLimits: {
       requestsPerMinute: perMinuteOrOff("CASTOR_HUB_RATE_LIMIT", get("CASTOR_HUB_RATE_LIMIT"), DEFAULT_HUB_LIMITS.requestsPerMinute),
       authFailuresPerMinute: perMinuteOrOff("CASTOR_AUTH_FAILURE_LIMIT", get("CASTOR_AUTH_FAILURE_LIMIT"), DEFAULT_HUB_LIMITS.authFailuresPerMinute),
+    },
+    gitLimits: {
+      maxObjects: positiveInt("CASTOR_GIT_MAX_OBJECTS", get("CASTOR_GIT_MAX_OBJECTS") ?? String(DEFAULT_GIT_LIMITS.maxObjects)),
+      maxPackBytes: positiveInt("CASTOR_GIT_MAX_PACK_BYTES", get("CASTOR_GIT_MAX_PACK_BYTES") ?? String(DEFAULT_GIT_LIMITS.maxPackBytes)),
+      maxDeltaDepth: positiveInt("CASTOR_GIT_MAX_DELTA_DEPTH", get("CASTOR_GIT_MAX_DELTA_DEPTH") ?? String(DEFAULT_GIT_LIMITS.maxDeltaDepth)),
     },
     trustedProxies: trustedProxies("CASTOR_TRUSTED_PROXIES", get("CASTOR_TRUSTED_PROXIES")),
     shutdownGraceMs: seconds("CASTOR_SHUTDOWN_GRACE", get("CASTOR_SHUTDOWN_GRACE"), DEFAULT_SHUTDOWN_GRACE_MS),

@@ -22,6 +22,9 @@ import { ShardRegistrationService } from "./cas/shard-registration.js";
 import { XorbIngestService } from "./cas/xorb-ingest.js";
 import { FileReader } from "./cas/file-reader.js";
 import { ReconstructionService } from "./cas/reconstruction-service.js";
+import { LfsObjectUrls } from "./auth/lfs-object-url.js";
+import { FileIngest } from "./cas/file-ingest.js";
+import { HubGit } from "./git/hub-source.js";
 import { createHub } from "./hub/index.js";
 import { StorageStatsService } from "./hub/stats.js";
 import { StatsSampler, type StatsSamplerOptions } from "./hub/stats-sampler.js";
@@ -35,6 +38,7 @@ import type { SharedMetrics } from "./metrics.js";
 import { gcTotals } from "./ops/gc.js";
 import { GcSchedule } from "./ops/gc-schedule.js";
 import type { BlobStore } from "./storage/blob-store.js";
+import { StorageFullWatch } from "./storage/full.js";
 import { openBlobStore } from "./storage/open.js";
 import { ensureReserve, reserveOf, type Reserve } from "./storage/reserve.js";
 
@@ -151,32 +155,46 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     if (runsSchedules && config.gc.intervalMs !== null) {
       background.push(scheduledGc(store, blobs, logger, { ...config.gc, intervalMs: config.gc.intervalMs, reserve: reserveOf(config) }));
     }
+    const xorbs = new XorbIngestService({ blobs, metadata: store, maxBodyBytes: config.maxXorbBytes });
+    const shards = new ShardRegistrationService({
+      metadata: store,
+      blobs,
+      maxShardBytes: config.maxShardBytes,
+      maxChunkReferences: config.maxShardChunkRefs,
+      budget: { memoryBytes: config.shardMemoryBudget },
+      admissionWaitMs: config.shardAdmissionWaitMs,
+    });
+    // /readyz learns of storage-full failures from every writer: the CAS routes and Git LFS uploads.
+    const storageFull = new StorageFullWatch();
+    const hub = createHub({
+      store,
+      blobs,
+      xetFiles: new FileReader({ metadata: store, blobs }),
+      stats,
+      inlineMaxBytes: config.hubInlineMaxBytes,
+      spoolDir: join(config.dataDir, SPOOL_DIR_NAME),
+      // Git LFS basic uploads: chunked by the server into xorbs and a shard, through the CAS's own services.
+      lfsFiles: new FileIngest({
+        xorbs: { ingest: (hash, body) => storageFull.track(xorbs.ingest(hash, body), (done) => done.outcome !== "already_recorded") },
+        shards: { register: (body, options) => storageFull.track(shards.register(body, options)) },
+        metadata: store,
+      }),
+      pushMaxObjects: config.gitLimits.maxObjects,
+    });
     const app = await buildCastorApp({
       logger,
       limits: config.limits,
       trustedProxies: config.trustedProxies,
       store,
-      hub: createHub({
-        store,
-        blobs,
-        xetFiles: new FileReader({ metadata: store, blobs }),
-        stats,
-        inlineMaxBytes: config.hubInlineMaxBytes,
-        spoolDir: join(config.dataDir, SPOOL_DIR_NAME),
-      }),
+      hub,
+      git: new HubGit(hub),
+      storageFull,
       issuer: new CasTokenIssuer(keys.jwtSigningKey, config.tokenTtlSeconds),
       verifier: new CasTokenVerifier(keys.jwtPublicKey),
       publicUrl: (request) => publicUrls.forRequest(request),
       blobs,
-      xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: config.maxXorbBytes }),
-      shards: new ShardRegistrationService({
-        metadata: store,
-        blobs,
-        maxShardBytes: config.maxShardBytes,
-        maxChunkReferences: config.maxShardChunkRefs,
-        budget: { memoryBytes: config.shardMemoryBudget },
-        admissionWaitMs: config.shardAdmissionWaitMs,
-      }),
+      xorbs,
+      shards,
       dedup: new DedupService({ metadata: store, dedupKeySeed: keys.dedupKeySeed }),
       reconstructions: new ReconstructionService({
         store,
@@ -186,6 +204,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       }),
       transferUrls,
       downloadLinks: new DownloadLinks({ urlKey: keys.urlKey }),
+      lfsUrls: new LfsObjectUrls(keys.urlKey, config.transferUrlTtlSeconds),
       v2Reconstruction: config.v2Reconstruction,
       dataDir: config.dataDir,
       minFreeBytes: config.minFreeBytes,
@@ -194,6 +213,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       onChange: () => sampler.changed(),
       maxConcurrentUploads: config.maxConcurrentUploads,
       hubLimits: config.hubLimits,
+      gitLimits: config.gitLimits,
     });
     const bound = await listen(app, config);
     publicUrls.bind(bound.address, bound.port);

@@ -131,6 +131,17 @@ describe("loadConfig", () => {
       it(`rejects CASTOR_TOKEN_TTL=${JSON.stringify(bad)}`, () => rejects({ CASTOR_TOKEN_TTL: bad }, /^CASTOR_TOKEN_TTL must be a whole number ≥ 1/));
     }
 
+    it("reads git's bounds, 2,000,000 objects, 2 GiB packs and chains of 4095 deltas by default", () => {
+      assert.deepEqual(loadConfig({}).gitLimits, { maxObjects: 2_000_000, maxPackBytes: 2 * 1024 ** 3, maxDeltaDepth: 4095 });
+      assert.deepEqual(loadConfig({ CASTOR_GIT_MAX_OBJECTS: "5000", CASTOR_GIT_MAX_PACK_BYTES: "1048576" }, { "git-max-delta-depth": "50" }).gitLimits, {
+        maxObjects: 5000,
+        maxPackBytes: 1_048_576,
+        maxDeltaDepth: 50,
+      });
+      rejects({ CASTOR_GIT_MAX_OBJECTS: "0" }, /^CASTOR_GIT_MAX_OBJECTS must be a whole number ≥ 1/);
+      rejects({ CASTOR_GIT_MAX_PACK_BYTES: "2GiB" }, /^CASTOR_GIT_MAX_PACK_BYTES must be a whole number ≥ 1/);
+    });
+
     it("names the setting of a bad body cap", () => {
       rejects({ CASTOR_MAX_XORB_BYTES: "0" }, /^CASTOR_MAX_XORB_BYTES/);
       rejects({}, /^CASTOR_MAX_SHARD_BYTES/, { "max-shard-bytes": "big" });

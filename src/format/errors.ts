@@ -20,7 +20,12 @@ export type FormatErrorCode =
   | "bad_shard_header"
   | "bad_shard"
   | "shard_too_large"
-  | "bad_reconstruction";
+  | "bad_reconstruction"
+  | "bad_pkt_line"
+  | "bad_pack"
+  | "pack_too_large"
+  | "git_object_too_large"
+  | "bad_git_object";
 
 export class FormatError extends Error {
   override readonly name = "FormatError";

@@ -123,3 +123,118 @@ export function commitMessage(summary: string, description: string): string {
 export function userSignature(user: string, seconds: number): GitSignature {
   return { name: user, email: `${user}@users.castor.invalid`, seconds };
 }
+
+// --- git objects as bytes (the git transport reads and writes them) -----------------------------
+
+/** A tree entry as git writes it: its mode in git's octal spelling (`100644`, `40000`, …), name, id. */
+export interface GitTreeObjectEntry {
+  mode: string;
+  name: string;
+  oid: string;
+}
+
+/** The body of a tree object listing `entries` (in git's order) with their own modes. */
+export function encodeTreeObject(entries: readonly GitTreeObjectEntry[]): Buffer {
+  const parts: Buffer[] = [];
+  for (const entry of entries) {
+    parts.push(Buffer.from(`${entry.mode} ${entry.name}\0`, "utf8"), Buffer.from(entry.oid, "hex"));
+  }
+  return Buffer.concat(parts);
+}
+
+/** A git object that cannot be read as its type says: `what` names it for the message. */
+export class GitObjectError extends Error {
+  override readonly name = "GitObjectError";
+}
+
+/**
+ * The entries of a tree object's body, as written (order and modes are not judged here).
+ * GitObjectError for bytes that are not a sequence of `<octal mode> <name>\0<20-byte id>`
+ * with a non-empty, valid UTF-8 name.
+ */
+export function parseTreeObject(body: Uint8Array): GitTreeObjectEntry[] {
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  const entries: GitTreeObjectEntry[] = [];
+  let pos = 0;
+  while (pos < bytes.length) {
+    const space = bytes.indexOf(0x20, pos);
+    if (space < 0 || space === pos || space - pos > 6) throw new GitObjectError("a tree entry has no mode");
+    const mode = bytes.toString("latin1", pos, space);
+    if (!/^[0-7]+$/.test(mode)) throw new GitObjectError(`a tree entry has the mode ${JSON.stringify(mode)}`);
+    const nul = bytes.indexOf(0, space + 1);
+    if (nul < 0 || nul === space + 1) throw new GitObjectError("a tree entry has no name");
+    const nameBytes = bytes.subarray(space + 1, nul);
+    const name = nameBytes.toString("utf8");
+    if (!Buffer.from(name, "utf8").equals(nameBytes)) throw new GitObjectError("a tree entry's name is not valid UTF-8");
+    if (nul + 21 > bytes.length) throw new GitObjectError(`the tree entry ${JSON.stringify(name)} is cut short`);
+    entries.push({ mode, name, oid: bytes.toString("hex", nul + 1, nul + 21) });
+    pos = nul + 21;
+  }
+  return entries;
+}
+
+export interface GitIdentity {
+  name: string;
+  email: string;
+  seconds: number;
+  /** `+0000`, `-0700`, … as written. */
+  timezone: string;
+}
+
+export interface ParsedCommit {
+  tree: string;
+  parents: string[];
+  author: GitIdentity;
+  committer: GitIdentity;
+  /** Everything after the headers' blank line. */
+  message: string;
+  /** The `encoding` header when present (a message in another encoding than UTF-8). */
+  encoding: string | null;
+}
+
+const IDENTITY = /^(.*) <([^<>]*)> (\d{1,15}) ([+-]\d{4})$/;
+
+function identityOf(value: string, header: string): GitIdentity {
+  const match = IDENTITY.exec(value);
+  if (match === null) throw new GitObjectError(`the commit's ${header} line is not "name <email> seconds timezone"`);
+  return { name: match[1], email: match[2], seconds: Number(match[3]), timezone: match[4] };
+}
+
+/**
+ * The fields of a commit object's text. GitObjectError unless it starts with `tree`, then
+ * `parent` lines, `author`, `committer` (other headers, such as `gpgsig` with its continuation
+ * lines, may follow), a blank line and the message.
+ */
+export function parseCommitObject(text: string): ParsedCommit {
+  const end = text.indexOf("\n\n");
+  const head = end < 0 ? text : text.slice(0, end);
+  const lines = head.split("\n");
+  let at = 0;
+  const header = (name: string): string | null => {
+    const line = lines[at];
+    if (line === undefined || !line.startsWith(`${name} `)) return null;
+    at++;
+    return line.slice(name.length + 1);
+  };
+  const tree = header("tree");
+  if (tree === null || !GIT_OID_RE.test(tree)) throw new GitObjectError("the commit does not start with a tree line");
+  const parents: string[] = [];
+  for (let parent = header("parent"); parent !== null; parent = header("parent")) {
+    if (!GIT_OID_RE.test(parent)) throw new GitObjectError(`the commit names the parent ${JSON.stringify(parent.slice(0, 50))}`);
+    parents.push(parent);
+  }
+  const author = header("author");
+  if (author === null) throw new GitObjectError("the commit has no author line after its tree and parents");
+  const committer = header("committer");
+  if (committer === null) throw new GitObjectError("the commit has no committer line after its author");
+  let encoding: string | null = null;
+  for (; at < lines.length; at++) if (lines[at].startsWith("encoding ")) encoding = lines[at].slice("encoding ".length);
+  return {
+    tree,
+    parents,
+    author: identityOf(author, "author"),
+    committer: identityOf(committer, "committer"),
+    message: end < 0 ? "" : text.slice(end + 2),
+    encoding,
+  };
+}

@@ -10,6 +10,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequ
 import type { CasTokenIssuer, CasTokenVerifier } from "../auth/cas-token.js";
 import type { DownloadLinks } from "../auth/download-link.js";
 import type { HmacTransferUrls } from "../auth/transfer-url.js";
+import type { LfsObjectUrls } from "../auth/lfs-object-url.js";
 import type { DedupService } from "../cas/dedup.js";
 import type { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
@@ -20,10 +21,20 @@ import { CastorMetrics, type OnRefusal, type SharedMetrics } from "../metrics.js
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
 import { casScope } from "./cas-scope.js";
-import { DEFAULT_CONNECTION_LIMITS, DEFAULT_HUB_LIMITS, type ConnectionLimits, type HubLimits } from "../config.js";
+import {
+  DEFAULT_CONNECTION_LIMITS,
+  DEFAULT_GIT_LIMITS,
+  DEFAULT_HUB_LIMITS,
+  DEFAULT_MAX_CONCURRENT_UPLOADS,
+  type ConnectionLimits,
+  type GitLimits,
+  type HubLimits,
+} from "../config.js";
 import { httpServerOptions, installConnectionLimits } from "./connection-limits.js";
 import { dedupRoutes } from "./dedup-routes.js";
 import { answerFrameworkError, installErrorHandlers, REQUEST_ID_HEADER } from "./errors.js";
+import type { HubGit } from "../git/hub-source.js";
+import { gitRoutes } from "./git-routes.js";
 import { healthRoutes } from "./health.js";
 import { acceptHubBodies, hubRoutes } from "./hub/index.js";
 import { installHubLimits } from "./hub-limits.js";
@@ -33,6 +44,7 @@ import { installMetrics } from "./metrics.js";
 import { reconstructionRoutes } from "./reconstruction-routes.js";
 import { shardRoutes } from "./shard-routes.js";
 import { transferRoutes } from "./transfer-routes.js";
+import { UploadSlots } from "./upload-limit.js";
 import { webUiRoutes, type WebUiOptions } from "./web-ui.js";
 import { xorbRoutes } from "./xorb-routes.js";
 
@@ -119,6 +131,8 @@ export interface CastorAppDeps extends HttpAppOptions {
   store: MetadataStore;
   /** The hub's services (src/hub): the Hugging Face routes, castor's own and the token operation call them. */
   hub: Hub;
+  /** The hub's repositories as git sees them (src/git/hub-source.ts), for git's smart HTTP routes. */
+  git: Pick<HubGit, "readable" | "writable">;
   issuer: CasTokenIssuer;
   verifier: CasTokenVerifier;
   /**
@@ -134,6 +148,13 @@ export interface CastorAppDeps extends HttpAppOptions {
   transferUrls: HmacTransferUrls;
   /** Signs the web interface's download links, which `resolve` accepts without a token (auth/download-link.ts). */
   downloadLinks: DownloadLinks;
+  /** Signs and verifies the URLs of Git LFS basic actions (auth/lfs-object-url.ts). */
+  lfsUrls: LfsObjectUrls;
+  /**
+   * Told of storage-full failures and of the successes that end them (/readyz reads it); shared
+   * with the services built outside the app that write (the hub's Git LFS uploads). Its own when absent.
+   */
+  storageFull?: StorageFullWatch;
   /** `config.v2Reconstruction`. */
   v2Reconstruction: "on" | "501";
   /** `config.dataDir`: `/readyz` watches its filesystem's free space. */
@@ -158,6 +179,8 @@ export interface CastorAppDeps extends HttpAppOptions {
   hubLimits?: Partial<HubLimits>;
   /** The web interface's built files (web-ui.ts); dist/web/ by default. */
   webUi?: WebUiOptions;
+  /** `config.gitLimits`; each one missing takes its default. */
+  gitLimits?: Partial<GitLimits>;
 }
 
 /** Whether a request may have changed what the storage statistics count: any write that succeeded. */
@@ -173,7 +196,9 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
   const app = createHttpApp({ ...deps, onRefusal });
   // Both upload services report to it, so /readyz learns of storage-full failures (and of
   // the successes that end them) whichever route or frame answered the client.
-  const storageFull = new StorageFullWatch();
+  const storageFull = deps.storageFull ?? new StorageFullWatch();
+  // One count of uploads for the node: xorbs and shards, git pushes and Git LFS uploads alike.
+  const uploadSlots = new UploadSlots(deps.maxConcurrentUploads ?? DEFAULT_MAX_CONCURRENT_UPLOADS, onRefusal);
   const { xorbs, shards, reconstructions } = deps;
   if (metrics) {
     const shared = deps.metrics?.shared;
@@ -209,13 +234,23 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       issuer: deps.issuer,
       publicUrl: deps.publicUrl,
     });
-    await hubScope.register(hubRoutes, { hub: deps.hub, publicUrl: deps.publicUrl, downloadLinks: deps.downloadLinks });
+    await hubScope.register(hubRoutes, { hub: deps.hub, publicUrl: deps.publicUrl, downloadLinks: deps.downloadLinks, lfsUrls: deps.lfsUrls, uploadSlots });
+    await hubScope.register(gitRoutes, {
+      authenticate: (secret) => deps.hub.tokens.authenticate(secret),
+      readable: (caller, address) => deps.git.readable(caller, address),
+      writable: (caller, address) => deps.git.writable(caller, address),
+      agent: "castor",
+      limits: { ...DEFAULT_GIT_LIMITS, ...deps.gitLimits },
+      // Larger files go through Git LFS, as they go through Xet in the Hub API.
+      maxObjectBytes: deps.hub.files.inlineMaxBytes,
+      spoolDir: join(deps.dataDir, SPOOL_DIR_NAME),
+      uploadSlots,
+    });
   });
   await app.register(webUiRoutes, deps.webUi ?? {});
   await app.register(casScope, {
     verifier: deps.verifier,
-    maxConcurrentUploads: deps.maxConcurrentUploads,
-    onRefusal,
+    uploadSlots,
     routes: async (cas) => {
       await cas.register(xorbRoutes, {
         xorbs: {

@@ -98,6 +98,25 @@ export function bearerToken(header: string | undefined): string | null | undefin
   return match ? match[1] : null;
 }
 
+/**
+ * The hub token of an `Authorization` header, as the Hub takes it: `Bearer <token>`, or HTTP
+ * basic auth with the token as the password and any user name (what git and git-lfs send from
+ * a credential helper; a token given as the user name with no password counts too). undefined
+ * when the header is absent, null when it carries neither.
+ */
+export function hubTokenOf(header: string | undefined): string | null | undefined {
+  const bearer = bearerToken(header);
+  if (bearer !== null) return bearer;
+  const match = /^Basic +([A-Za-z0-9+/=]+) *$/i.exec(header!);
+  if (match === null) return null;
+  const credentials = Buffer.from(match[1], "base64").toString("utf8");
+  const colon = credentials.indexOf(":");
+  if (colon < 0) return null;
+  const password = credentials.slice(colon + 1);
+  const secret = password === "" ? credentials.slice(0, colon) : password;
+  return secret === "" ? null : secret;
+}
+
 function unauthorized(request: FastifyRequest, message: string, kind: "missing" | "expired" | "invalid" = "missing"): HttpError {
   const challenge = kind === "missing" ? 'Bearer realm="castor"' : `Bearer realm="castor", error="invalid_token"`;
   return new HttpError(401, message, { [AUTHENTICATE_HEADER]: challenge, ...closeIfBodyPending(request) });

@@ -28,7 +28,7 @@ import type { OnRefusal } from "../metrics.js";
 import { registerCasAuth } from "./cas-auth.js";
 import { acceptRawBodies } from "./raw-body.js";
 import { DEFAULT_MAX_CONCURRENT_UPLOADS } from "../config.js";
-import { limitConcurrentUploads } from "./upload-limit.js";
+import { limitConcurrentUploads, UploadSlots } from "./upload-limit.js";
 
 export interface CasScopeOptions {
   /** Verifies the CAS access tokens of the scope's requests. */
@@ -39,12 +39,14 @@ export interface CasScopeOptions {
   maxConcurrentUploads?: number;
   /** Told of each upload refused by the cap (the refusal metric). */
   onRefusal?: OnRefusal;
+  /** The node's upload count when other scopes share it (git pushes, Git LFS uploads); else one of the scope's own. */
+  uploadSlots?: UploadSlots;
 }
 
-export const casScope: FastifyPluginAsync<CasScopeOptions> = async (scope, { verifier, routes, maxConcurrentUploads, onRefusal }) => {
+export const casScope: FastifyPluginAsync<CasScopeOptions> = async (scope, { verifier, routes, maxConcurrentUploads, onRefusal, uploadSlots }) => {
   registerCasAuth(scope, verifier);
   // After the auth hook: an unauthenticated upload gets its 401 and never holds a slot.
-  limitConcurrentUploads(scope, maxConcurrentUploads ?? DEFAULT_MAX_CONCURRENT_UPLOADS, onRefusal);
+  limitConcurrentUploads(scope, uploadSlots ?? new UploadSlots(maxConcurrentUploads ?? DEFAULT_MAX_CONCURRENT_UPLOADS, onRefusal));
   acceptRawBodies(scope);
   await routes(scope);
 };

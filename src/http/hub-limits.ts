@@ -28,7 +28,7 @@ import { LRUCache } from "lru-cache";
 import type { HubLimits } from "../config.js";
 import { hashHubTokenSecret } from "../hub/tokens.js";
 import type { OnRefusal } from "../metrics.js";
-import { bearerToken } from "./cas-auth.js";
+import { hubTokenOf } from "./cas-auth.js";
 import { HttpError } from "./errors.js";
 
 const WINDOW_MS = 60_000;
@@ -49,7 +49,7 @@ export function hubTokenAccepted(request: FastifyRequest): void {
 
 /** What identifies a token in memory: its hash (the form the store keeps too), never the token itself. */
 function tokenKey(request: FastifyRequest): string | null {
-  const token = bearerToken(request.headers.authorization);
+  const token = hubTokenOf(request.headers.authorization);
   return typeof token === "string" ? hashHubTokenSecret(token) : null;
 }
 

@@ -24,21 +24,30 @@ declare module "fastify" {
 /** A small upload takes well under a second; a few seconds let several finish before the retry. */
 export const UPLOAD_RETRY_AFTER_SECONDS = 5;
 
-/** Installs the cap on `scope` (the CAS scope); every upload route of it and its children counts. */
-export function limitConcurrentUploads(scope: FastifyInstance, maxConcurrentUploads: number, onRefusal: OnRefusal = () => {}): void {
-  let inProgress = 0;
+/** One node's count of uploads in progress, shared by every scope that takes uploads (CAS, git pushes, Git LFS). */
+export class UploadSlots {
+  inProgress = 0;
+
+  constructor(
+    readonly max: number,
+    readonly onRefusal: OnRefusal = () => {},
+  ) {}
+}
+
+/** Installs the cap on `scope`; every upload route of it and its children counts, against `slots`. */
+export function limitConcurrentUploads(scope: FastifyInstance, slots: UploadSlots): void {
   scope.addHook("onRequest", async (request, reply) => {
     if (request.routeOptions.config.upload !== true) return;
-    if (inProgress >= maxConcurrentUploads) {
-      onRefusal("upload_concurrency");
+    if (slots.inProgress >= slots.max) {
+      slots.onRefusal("upload_concurrency");
       throw new HttpError(
         503,
-        `This castor node is receiving its maximum of ${maxConcurrentUploads} uploads at once: retry in ${UPLOAD_RETRY_AFTER_SECONDS} s (hf_xet and huggingface.js retry on their own)`,
+        `This castor node is receiving its maximum of ${slots.max} uploads at once: retry in ${UPLOAD_RETRY_AFTER_SECONDS} s (hf_xet and huggingface.js retry on their own)`,
         { "retry-after": String(UPLOAD_RETRY_AFTER_SECONDS) },
       );
     }
-    inProgress++;
+    slots.inProgress++;
     // 'close' comes once per response, whether it finished or its connection went first.
-    reply.raw.once("close", () => inProgress--);
+    reply.raw.once("close", () => slots.inProgress--);
   });
 }

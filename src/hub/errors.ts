@@ -7,7 +7,7 @@
  * revision or file apart (`file_exists` returns false, `hf download` says which one); a missing
  * file also names the commit it was looked up in.
  */
-export type HubErrorStatus = 400 | 401 | 403 | 404 | 409 | 412 | 413 | 415 | 422 | 501;
+export type HubErrorStatus = 400 | 401 | 403 | 404 | 409 | 412 | 411 | 413 | 415 | 422 | 501;
 /** `NotSupported`: a Hub feature castor does not have (pull requests, discussions, gated repositories, Spaces runtime, inference). */
 export type HubErrorCode = "RepoNotFound" | "RevisionNotFound" | "EntryNotFound" | "NotSupported";
 

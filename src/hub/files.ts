@@ -24,7 +24,8 @@ import { type CommitHeader, CommitPayloadParser, maxCommitLineBytes } from "./co
 import { HubError } from "./errors.js";
 import { HistoryWriter, type CommitOperation } from "./history.js";
 import { DEFAULT_INLINE_MEMORY_BYTES, InlineContents } from "./inline-contents.js";
-import { LfsBatch, type LfsBatchAnswer } from "./lfs-batch.js";
+import { InlineBlobs } from "./inline-blobs.js";
+import { LfsBatch, type FileIngester, type LfsBatchAnswer } from "./lfs-batch.js";
 import { readLines } from "./ndjson.js";
 import { requireNewPath, TreeReader } from "./paths.js";
 import type { RepoAddress, RepositoryService } from "./repositories.js";
@@ -66,6 +67,8 @@ export interface FileServiceDeps {
   inlineMaxBytes: number;
   /** Where a commit's inline contents wait on disk, past the first few MiB, until it has validated (the data dir's spool). */
   spoolDir: string;
+  /** Takes Git LFS basic uploads (plain bytes) into the CAS (cas/file-ingest.ts); without it they are refused. */
+  lfsFiles?: FileIngester;
   now?: () => Date;
 }
 
@@ -74,8 +77,8 @@ export class FileService {
   private readonly lfs: LfsBatch;
 
   constructor(private readonly deps: FileServiceDeps) {
-    this.writer = new HistoryWriter(deps.store, deps.now);
-    this.lfs = new LfsBatch(deps.repos, deps.store);
+    this.writer = new HistoryWriter(deps.store, deps.now, new InlineBlobs(deps.blobs, deps.store));
+    this.lfs = new LfsBatch(deps.repos, deps.store, deps.lfsFiles);
   }
 
   get inlineMaxBytes(): number {
@@ -103,9 +106,26 @@ export class FileService {
     return answers;
   }
 
-  /** The Git LFS batch call of an upload (lfs-batch.ts): which objects to send, through Xet. */
-  uploadBatch(caller: Caller, address: RepoAddress, body: unknown): Promise<LfsBatchAnswer> {
-    return this.lfs.upload(caller, address, body);
+  /**
+   * The Git LFS batch call (lfs-batch.ts): for an upload, which objects to send (through Xet, or
+   * git-lfs's basic transfer); for a download, which objects the repository holds.
+   */
+  lfsBatch(caller: Caller, address: RepoAddress, body: unknown): Promise<LfsBatchAnswer> {
+    return this.lfs.batch(caller, address, body);
+  }
+
+  /**
+   * An LFS object of `repo` (one the caller may read, or that a signed action URL names) for a
+   * basic download: its size, and its bytes `span` rebuilt from Xet. 404 when it holds none.
+   */
+  async lfsObject(repo: Repo, oid: string): Promise<{ size: number; open(span: HalfOpenByteRange): Promise<FileBody> }> {
+    const object = await this.lfs.object(repo, oid);
+    return { size: object.size, open: (span) => this.openXetFile(object.xetHash, object.size, span) };
+  }
+
+  /** A basic upload of LFS object `oid` to `repo` (one the caller may write, or that a signed action URL names): see LfsBatch.upload. */
+  lfsUpload(repo: Repo, oid: string, size: number, body: AsyncIterable<Uint8Array>): Promise<void> {
+    return this.lfs.upload(repo, oid, size, body);
   }
 
   /** Whether a tree entry's content can still be served (a Xet file whose xorbs are all recorded). */
@@ -126,7 +146,10 @@ export class FileService {
     const contents = new InlineContents({ dir: this.deps.spoolDir, memoryBytes: DEFAULT_INLINE_MEMORY_BYTES });
     try {
       const { header, operations } = await this.readPayload(body, contents);
-      return await this.commit(caller, address, branch, header, operations, () => contents.store(this.deps.blobs, this.deps.store));
+      return await this.commit(caller, address, branch, header, operations, {
+        store: () => contents.store(this.deps.blobs, this.deps.store),
+        get: (sha256) => contents.get(sha256),
+      });
     } finally {
       await contents.close();
     }
@@ -134,8 +157,9 @@ export class FileService {
 
   /**
    * Applies a commit to `branch` of a repository the caller may write (history.ts says how: every
-   * path and operation is checked, and the branch moves by compare-and-set). `storeContents`
-   * writes the inline files' bytes; it runs once, only when the commit is known to apply.
+   * path and operation is checked, and the branch moves by compare-and-set). `contents` holds the
+   * inline files' bytes: `store` writes them, once, only when the commit is known to apply; `get`
+   * reads one before that (a `.gitattributes` the commit writes, which lfs-attributes.ts extends).
    */
   async commit(
     caller: Caller,
@@ -143,14 +167,14 @@ export class FileService {
     branch: string,
     header: CommitHeader,
     operations: CommitOperation[],
-    storeContents?: () => Promise<void>,
+    contents?: { store: () => Promise<void>; get: (sha256: string) => Promise<Buffer | null> },
   ): Promise<CommitRecord> {
     const repo = await this.deps.repos.find(caller, address, "write");
     if (isGitOid(branch) && (await this.deps.store.getRevision(repo.id, branch)) === null) {
       throw new HubError(400, `commits go to a branch, not to the commit id ${branch}`);
     }
     if (header.summary.trim() === "") throw new HubError(400, "the commit summary is empty");
-    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations, storeContents });
+    return this.writer.commit({ repo, branch, ...header, author: authorOf(caller), operations, storeContents: contents?.store, contentOf: contents?.get });
   }
 
   /** Squashes `branch` of a repository the caller may write to one commit (see HistoryWriter.squash). */
@@ -180,12 +204,15 @@ export class FileService {
 
   /** The bytes `span` of a Xet-stored file, its first chunk read and verified. */
   async openXet(file: TreeFileEntry, span: HalfOpenByteRange): Promise<FileBody> {
-    const xetHash = file.xetHash;
-    if (xetHash === null) throw new Error(`${file.name} is stored inline, not through Xet`);
+    if (file.xetHash === null) throw new Error(`${file.name} is stored inline, not through Xet`);
+    return this.openXetFile(file.xetHash, file.size, span);
+  }
+
+  private async openXetFile(xetHash: string, size: number, span: HalfOpenByteRange): Promise<FileBody> {
     const stored = await this.deps.xetFiles.open(hashFromHex(xetHash));
     // A commit names only registered files, and files are never deleted: this is damage, not a client error.
     if (stored === null) throw new Error(`Xet file ${xetHash} of a committed path is not registered`);
-    if (stored.size !== file.size) throw new Error(`Xet file ${xetHash} has ${stored.size} bytes; the commit recorded ${file.size}`);
+    if (stored.size !== size) throw new Error(`Xet file ${xetHash} has ${stored.size} bytes; the commit recorded ${size}`);
     return stored.body({ start: span.start, end: span.end - 1 });
   }
 

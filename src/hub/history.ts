@@ -14,6 +14,8 @@ import { commitMessage, compareTreeItems, gitBlobId, gitCommitBody, gitObjectId,
 import { hashToHex, type Hash } from "../format/hash.js";
 import type { CommitRecord, MetadataStore, Repo, TreeEntry, TreeFileEntry, TreeRecord } from "../metadata/store.js";
 import { HubError } from "./errors.js";
+import { InlineBlobs } from "./inline-blobs.js";
+import { coverWithLfs, GITATTRIBUTES_PATH } from "./lfs-attributes.js";
 import { quote } from "./names.js";
 import { nameCollision, nameCollisionKey, requireNewPath, requirePath, TreeReader } from "./paths.js";
 
@@ -41,6 +43,8 @@ export interface CommitRequest {
    * writes none of them.
    */
   storeContents?: () => Promise<void>;
+  /** The content of an inline file this commit adds, before `storeContents` stored it (null: not one of them). */
+  contentOf?: (sha256: string) => Promise<Buffer | null>;
 }
 
 /** Concurrent commits to one branch are rebased this many times before the request fails. */
@@ -95,6 +99,8 @@ export class HistoryWriter {
   constructor(
     private readonly store: Pick<MetadataStore, "getTree" | "getCommit" | "getRevision" | "advanceBranch" | "findFileBySha256" | "getFile" | "leaseObjects">,
     private readonly now: () => Date = () => new Date(),
+    /** Where `.gitattributes` is read and written (lfs-attributes.ts); without it, commits leave it alone. */
+    private readonly inline?: InlineBlobs,
   ) {}
 
   /** Applies the commit; returns the new commit. HubError for every refusal, nothing written then. */
@@ -120,6 +126,7 @@ export class HistoryWriter {
       const reader = new TreeReader(this.store, repo.id);
       const root = await this.open(reader, head === null ? null : await this.rootTreeOf(repo.id, head));
       for (const op of request.operations) await this.apply(reader, root, op, xetEntries, head);
+      const attributes = await this.coverXetFiles(root, request);
       const trees: TreeRecord[] = [];
       const rootOid = this.seal(root, trees);
       const commit = buildCommit(rootOid, head === null ? [] : [head], request.summary, request.description, request.author, this.now());
@@ -127,6 +134,8 @@ export class HistoryWriter {
         await request.storeContents?.();
         contentsStored = true;
       }
+      // The .gitattributes this attempt wrote, stored like the commit's own inline files: only now.
+      if (attributes !== null) await this.inline!.write(attributes);
 
       const outcome = await this.store.advanceBranch({ repoId: repo.id, branch, expectedHead: head, commit, trees });
       if (outcome === "advanced") return commit;
@@ -213,6 +222,28 @@ export class HistoryWriter {
       }
     }
     return found;
+  }
+
+  /**
+   * Adds the paths of the Xet files this commit writes to the root `.gitattributes` when it
+   * does not give them `filter=lfs` yet, so that git clones check them out through git-lfs
+   * (lfs-attributes.ts says why). A `.gitattributes` that is a folder, or stored through Xet,
+   * is left as it is.
+   */
+  private async coverXetFiles(root: EditableFolder, request: CommitRequest): Promise<Buffer | null> {
+    const paths = request.operations.filter((op) => op.kind === "lfsFile").map((op) => op.path);
+    if (paths.length === 0 || this.inline === undefined) return null;
+    const existing = root.entries.get(GITATTRIBUTES_PATH);
+    if (existing !== undefined && (existing.type === "directory" || existing.xetHash !== null)) return null;
+    // A .gitattributes this commit writes too is not stored yet: the commit's contents hold it.
+    const current = existing === undefined ? null : ((await request.contentOf?.(existing.sha256)) ?? (await this.inline.read(existing)));
+    const updated = coverWithLfs(current === null ? null : current.toString("utf8"), paths);
+    if (updated === null) return null;
+    const content = Buffer.from(updated, "utf8");
+    const stored = InlineBlobs.describe(content);
+    root.entries.set(GITATTRIBUTES_PATH, { type: "file", name: GITATTRIBUTES_PATH, oid: stored.oid, size: stored.size, sha256: stored.sha256, xetHash: null });
+    root.dirty = true;
+    return content;
   }
 
   private async open(reader: TreeReader, oid: string | null): Promise<EditableFolder> {

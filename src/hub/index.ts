@@ -7,8 +7,10 @@
  * - `repos`: repositories and refs — who may see or change which repository, what a revision
  *   names (repositories.ts);
  * - `history`: commits and trees by id, tree listings, paths, last commits (histories.ts);
- * - `files`: preupload and the LFS batch, commits (payloads whose inline contents are stored
- *   under GC leases once the commit applies), squashes, a file's bytes inline or Xet, its git blob (files.ts);
+ * - `files`: preupload, the LFS batch and Git LFS objects, commits (payloads whose inline
+ *   contents are stored under GC leases once the commit applies), squashes, a file's bytes
+ *   inline or Xet, its git blob (files.ts);
+ * - `pushes`: git pushes, each ref update one compare-and-set with a Hub commit's rules (git-push.ts);
  * - `tokens`: who a bearer is, hub tokens, the token operation's checks (token-service.ts);
  * - `admin`: storage statistics, sharing, maintenance runs (admin.ts).
  */
@@ -16,7 +18,11 @@ import type { FileReader } from "../cas/file-reader.js";
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { AdminService } from "./admin.js";
+import { DEFAULT_GIT_LIMITS } from "../config.js";
 import { FileService } from "./files.js";
+import { HubPushes } from "./git-push.js";
+import { InlineBlobs } from "./inline-blobs.js";
+import type { FileIngester } from "./lfs-batch.js";
 import { HistoryService } from "./histories.js";
 import { RepositoryService } from "./repositories.js";
 import type { StorageStatsService } from "./stats.js";
@@ -26,6 +32,7 @@ export interface Hub {
   repos: RepositoryService;
   history: HistoryService;
   files: FileService;
+  pushes: HubPushes;
   tokens: TokenService;
   admin: AdminService;
 }
@@ -41,6 +48,10 @@ export interface HubDeps {
   inlineMaxBytes: number;
   /** Where commits' inline contents wait on disk until the commit has validated (the data dir's spool). */
   spoolDir: string;
+  /** Takes Git LFS basic uploads into the CAS (cas/file-ingest.ts); without it they are refused. */
+  lfsFiles?: FileIngester;
+  /** Most commits, trees and files one ref update of a push may bring or walk (`config.gitLimits.maxObjects`). */
+  pushMaxObjects?: number;
   now?: () => Date;
 }
 
@@ -51,7 +62,17 @@ export function createHub(deps: HubDeps): Hub {
   return {
     repos,
     history,
-    files: new FileService({ store, blobs: deps.blobs, xetFiles: deps.xetFiles, repos, inlineMaxBytes: deps.inlineMaxBytes, spoolDir: deps.spoolDir, now }),
+    files: new FileService({
+      store,
+      blobs: deps.blobs,
+      xetFiles: deps.xetFiles,
+      repos,
+      inlineMaxBytes: deps.inlineMaxBytes,
+      spoolDir: deps.spoolDir,
+      lfsFiles: deps.lfsFiles,
+      now,
+    }),
+    pushes: new HubPushes(repos, store, new InlineBlobs(deps.blobs, store), deps.pushMaxObjects ?? DEFAULT_GIT_LIMITS.maxObjects),
     tokens: new TokenService(store, repos, now),
     admin: new AdminService({ store, repos, history, stats: deps.stats }),
   };

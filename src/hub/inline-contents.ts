@@ -51,6 +51,12 @@ export class InlineContents {
     }
   }
 
+  /** The content kept under `sha256`, if any (a file the commit itself adds, read before it is stored). */
+  async get(sha256: string): Promise<Buffer | null> {
+    const held = this.held.get(sha256);
+    return held === undefined ? null : this.read(held);
+  }
+
   /** Writes every content kept to `blobs` (leased against a collection running meanwhile). */
   async store(blobs: BlobStore, gc: Pick<GcRecords, "leaseObjects">): Promise<void> {
     // Each store is a durable write (two fsyncs) of several milliseconds, which one after another

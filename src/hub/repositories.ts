@@ -133,13 +133,14 @@ export class RepositoryService {
   }
 
   /**
-   * The repository a signed download link names (auth/download-link.ts; the transport verifies
-   * the link). The link is the read permission itself, checked when it was issued to a caller
-   * who could read the repository: `find` for that caller, then.
+   * The repository a signed URL names: a download link (auth/download-link.ts) or a Git LFS
+   * action (auth/lfs-object-url.ts); the transport verifies the signature. The link is the
+   * permission itself (to read, or for an LFS upload action to send that one object), checked
+   * when it was issued to a caller who could: `find` for that caller, then.
    */
   async linked(address: RepoAddress): Promise<Repo> {
     const repo = await this.store.getRepo(address.type, address.name);
-    if (repo === null) throw new HubError(404, `repository ${formatRepoRef(address)} not found: it was deleted or renamed since this download link was made`);
+    if (repo === null) throw new HubError(404, `repository ${formatRepoRef(address)} not found: it was deleted or renamed since this signed link was made`);
     return repo;
   }
 

@@ -49,7 +49,7 @@ const FAMILY_METHODS = {
     "listRevisions",
   ],
   tokens: ["createHubToken", "findHubTokenBySecretHash", "listHubTokens", "revokeHubToken"],
-  history: ["getCommit", "commitOidsWithPrefix", "getTree", "advanceBranch"],
+  history: ["getCommit", "commitOidsWithPrefix", "getTree", "advanceBranch", "updateRef"],
   cas: [
     "putXorb",
     "getXorbs",

@@ -114,6 +114,27 @@ export interface BranchAdvance {
 /** `moved`: the branch no longer points at `expectedHead` (nothing written); `no_branch`: no such branch (or it is a tag). */
 export type BranchAdvanceOutcome = "advanced" | "moved" | "no_branch";
 
+/**
+ * A ref created, moved or deleted with the history it brings (a git push), applied only if the
+ * ref is still as the change expects it.
+ */
+export interface RefChange {
+  repoId: number;
+  name: string;
+  kind: RevisionKind;
+  /** The commit the ref of this kind points at now; null: no revision of that name exists. */
+  expected: string | null;
+  /** The commit it points at afterwards; null deletes it. */
+  target: string | null;
+  /** Commits the target needs that the repository may not have yet; ones it has are kept once. */
+  commits: CommitRecord[];
+  /** The trees of those commits, likewise. */
+  trees: TreeRecord[];
+}
+
+/** `moved`: the revision is not as `expected` says (another commit, another kind, there or not there); nothing was written. */
+export type RefChangeOutcome = "changed" | "moved";
+
 export interface HubToken {
   /** Public identifier shown by `token list` and used by `token revoke` (not the secret). */
   id: string;

@@ -29,6 +29,8 @@ import type {
   CommitRecord,
   HubToken,
   NewHubToken,
+  RefChange,
+  RefChangeOutcome,
   Repo,
   RepoInit,
   RepoType,
@@ -108,6 +110,14 @@ export interface HistoryRecords {
    * InvalidRecordError (nothing written) for an unstorable tree or commit.
    */
   advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome>;
+  /**
+   * Stores the commits and trees and creates, moves or deletes the revision, all in one
+   * transaction, if the revision is still as `expected` says; otherwise writes nothing. Of
+   * concurrent changes from the same state — in this process or any other on the same
+   * database — exactly one answers "changed". InvalidRecordError (nothing written) for an
+   * unstorable tree or commit.
+   */
+  updateRef(change: RefChange): Promise<RefChangeOutcome>;
 }
 
 /** Hub tokens with their repository links. */

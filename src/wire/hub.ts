@@ -27,6 +27,10 @@ export type FileUrlParams = Static<typeof FileUrlParams>;
 export const LfsBatchParams = Type.Object({ namespace: Type.String(), repoGit: Type.String() });
 export type LfsBatchParams = Static<typeof LfsBatchParams>;
 
+/** `…/info/lfs/objects/{oid}`: a Git LFS object of the basic transfer. */
+export const LfsObjectParams = Type.Object({ namespace: Type.String(), repoGit: Type.String(), oid: Type.String() });
+export type LfsObjectParams = Static<typeof LfsObjectParams>;
+
 export const TypesParams = Type.Object({ types: Type.String() });
 export type TypesParams = Static<typeof TypesParams>;
 
@@ -61,6 +65,10 @@ export type ExpandQuery = Static<typeof ExpandQuery>;
 
 export const PullRequestQuery = Type.Object({ create_pr: Type.Optional(Type.String()) });
 export type PullRequestQuery = Static<typeof PullRequestQuery>;
+
+/** A signed Git LFS action URL's expiry (unix ms) and signature; absent when the request brings credentials instead. */
+export const LfsObjectQuery = Type.Object({ x: Type.Optional(Type.String()), s: Type.Optional(Type.String()) }, { additionalProperties: Type.Unknown() });
+export type LfsObjectQuery = Static<typeof LfsObjectQuery>;
 
 /** `GET /api/stats?history=N`: the route checks the number (0 to 36,600). */
 export const StatsQuery = Type.Object({
@@ -373,15 +381,22 @@ export const XetFileInfo = Type.Object({
 export type XetFileInfo = Static<typeof XetFileInfo>;
 
 /** The Git LFS batch answer: the `xet` transfer, and per object an upload action, nothing (stored already) or a 422 error. */
+/** An action: the Xet write-token route with a session header, or a signed basic-transfer URL with its lifetime. */
+const LfsAction = Type.Object({
+  href: Type.String(),
+  header: Type.Optional(Type.Record(Type.String(), Type.String())),
+  expires_in: Type.Optional(Type.Integer()),
+});
+
 export const LfsBatchAnswer = Type.Object({
-  transfer: Type.Literal("xet"),
+  transfer: Type.Union([Type.Literal("xet"), Type.Literal("basic")]),
   hash_algo: Type.Literal("sha256"),
   objects: Type.Array(
     Type.Object({
       oid: Type.String(),
       size: Type.Integer(),
       authenticated: Type.Optional(Type.Boolean()),
-      actions: Type.Optional(Type.Object({ upload: Type.Object({ href: Type.String(), header: Type.Record(Type.String(), Type.String()) }) })),
+      actions: Type.Optional(Type.Object({ upload: Type.Optional(LfsAction), download: Type.Optional(LfsAction) })),
       error: Type.Optional(Type.Object({ code: Type.Integer(), message: Type.String() })),
     }),
   ),

@@ -113,21 +113,25 @@ describe("castor upload / repo files / download with repositories", () => {
   });
 
   it("lists the files with their sizes and storage, at a branch and at a commit id", async () => {
-    const expected = [
-      ["PATH", "SIZE", "STORAGE"],
+    const inDir = [
       ["dir/a.bin", String(3 * MiB), "xet"],
       ["dir/b.txt", String(data.b.length), "xet"],
       ["dir/empty", "0", "inline"],
     ];
-    const [atMain, atCommit, below] = await Promise.all([
+    // The hub added the Xet-stored files to .gitattributes in the same commit, as the Hub does.
+    const attributes = "dir/a.bin filter=lfs diff=lfs merge=lfs -text\ndir/b.txt filter=lfs diff=lfs merge=lfs -text\n";
+    const expected = [["PATH", "SIZE", "STORAGE"], [".gitattributes", String(attributes.length), "inline"], ...inDir];
+    const [atMain, atCommit, below, gitattributes] = await Promise.all([
       client(["repo", "files", REPO], { token: tokens.read }),
       client(["repo", "files", REPO, "--revision", firstCommit], { token: tokens.read }),
       client(["repo", "files", REPO, "--path", "dir"], { token: tokens.read }),
+      client(["download", "--repo", REPO, ".gitattributes", "-o", "-"], { token: tokens.read }),
     ]);
     assert.deepEqual(rowsOf(atMain), expected);
-    assert.match(atMain.stderr, /^3 files, \d+ bytes, in model:alice\/bert at main\.$/m);
+    assert.match(atMain.stderr, /^4 files, \d+ bytes, in model:alice\/bert at main\.$/m);
     assert.deepEqual(rowsOf(atCommit), expected);
-    assert.deepEqual(rowsOf(below), expected);
+    assert.deepEqual(rowsOf(below), [["PATH", "SIZE", "STORAGE"], ...inDir]);
+    assert.equal(assertOk(gitattributes).stdout, attributes);
   });
 
   it("downloads by path byte-exact: a Xet-stored file, a small one, the inline empty file", async () => {
@@ -190,7 +194,7 @@ describe("castor upload / repo files / download with repositories", () => {
     const rows = rowsOf(await client(["repo", "files", REPO], { token: tokens.read }));
     assert.deepEqual(
       rows.map((row) => row[0]),
-      ["PATH", "dir/a.bin", "dir/b.txt", "dir/empty", "weights/model.bin"],
+      ["PATH", ".gitattributes", "dir/a.bin", "dir/b.txt", "dir/empty", "weights/model.bin"],
     );
     firstCommit = await headOfMain();
   });

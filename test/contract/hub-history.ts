@@ -429,6 +429,111 @@ export function runHubHistoryContract(withStore: WithStore): void {
     );
   });
 
+  describe("changing refs with the history they bring (git pushes)", () => {
+    it(
+      "creates a ref with several new commits and their trees, moves it on, and deletes it",
+      withStore(async (store) => {
+        const init = initOf(false);
+        const repo = await store.createRepo("model", "alice/pushed", init);
+        const trees = [variedTree("push one"), variedTree("push two")];
+        const first = commitOf("push one", trees[0], [init.commit.oid]);
+        const second = commitOf("push two", trees[1], [first.oid]);
+        const change = { repoId: repo.id, name: "feature", kind: "branch" as const, expected: null, target: second.oid, commits: [second, first], trees };
+        assert.equal(await store.updateRef(change), "changed");
+        assert.equal((await store.getRevision(repo.id, "feature"))?.commitOid, second.oid);
+        assert.equal((await store.getRevision(repo.id, "feature"))?.kind, "branch");
+        assert.deepEqual(await store.getCommit(repo.id, first.oid), first);
+        assert.deepEqual(await store.getCommit(repo.id, second.oid), second);
+        assert.deepEqual(await store.getTree(repo.id, trees[1].oid), trees[1]);
+        // Creating it again is refused: it exists now.
+        assert.equal(await store.updateRef(change), "moved");
+
+        const third = commitOf("push three", EMPTY_TREE, [second.oid]);
+        const move = {
+          repoId: repo.id,
+          name: "feature",
+          kind: "branch" as const,
+          expected: second.oid,
+          target: third.oid,
+          commits: [third],
+          trees: [EMPTY_TREE],
+        };
+        assert.equal(await store.updateRef({ ...move, expected: first.oid }), "moved", "a stale expected commit");
+        assert.equal(await store.updateRef({ ...move, kind: "tag" }), "moved", "the ref is a branch, not a tag");
+        assert.equal(await store.getCommit(repo.id, third.oid), null, "a refused change writes nothing");
+        assert.equal(await store.updateRef(move), "changed");
+        assert.equal((await store.getRevision(repo.id, "feature"))?.commitOid, third.oid);
+
+        assert.equal(await store.updateRef({ ...move, expected: second.oid, target: null, commits: [], trees: [] }), "moved");
+        assert.equal(await store.updateRef({ ...move, expected: third.oid, target: null, commits: [], trees: [] }), "changed");
+        assert.equal(await store.getRevision(repo.id, "feature"), null);
+        assert.deepEqual(await store.getCommit(repo.id, third.oid), third, "commits stay for gc to judge");
+      }),
+    );
+
+    it(
+      "creates tags, which share their names with branches",
+      withStore(async (store) => {
+        const init = initOf(false);
+        const repo = await store.createRepo("model", "alice/tagged", init);
+        const tag = { repoId: repo.id, name: "v1", kind: "tag" as const, expected: null, target: init.commit.oid, commits: [], trees: [] };
+        assert.equal(await store.updateRef(tag), "changed");
+        assert.equal((await store.getRevision(repo.id, "v1"))?.kind, "tag");
+        assert.equal(await store.updateRef({ ...tag, name: "main" }), "moved", "main is a branch");
+        assert.equal(await store.updateRef({ ...tag, kind: "branch" }), "moved", "v1 is taken by the tag");
+      }),
+    );
+
+    it(
+      "lets exactly one of two changes from the same state win, across store instances",
+      withStore(async (store, reopen) => {
+        const second = await reopen();
+        const init = initOf(false);
+        const repo = await store.createRepo("model", "alice/raced-refs", init);
+        const commits = [0, 1].map((side) => commitOf(`side ${side}`, variedTree(`side ${side}`), [init.commit.oid]));
+        const outcomes = await Promise.all(
+          [store, second].map((each, side) =>
+            each.updateRef({
+              repoId: repo.id,
+              name: "main",
+              kind: "branch",
+              expected: init.commit.oid,
+              target: commits[side].oid,
+              commits: [commits[side]],
+              trees: [variedTree(`side ${side}`)],
+            }),
+          ),
+        );
+        assert.deepEqual([...outcomes].sort(), ["changed", "moved"]);
+        const winner = outcomes.indexOf("changed");
+        assert.equal((await second.getRevision(repo.id, "main"))?.commitOid, commits[winner].oid);
+        assert.equal(await store.getCommit(repo.id, commits[1 - winner].oid), null, "the loser wrote nothing");
+        // A push and a Hub commit racing: the loser of either kind is refused, the winner kept.
+        const pushed = commitOf("pushed", EMPTY_TREE, [commits[winner].oid]);
+        const hubCommit = commitOf("hub commit", EMPTY_TREE, [commits[winner].oid], 1_767_225_601);
+        const [push, advance] = await Promise.all([
+          store.updateRef({ repoId: repo.id, name: "main", kind: "branch", expected: commits[winner].oid, target: pushed.oid, commits: [pushed], trees: [] }),
+          second.advanceBranch({ repoId: repo.id, branch: "main", expectedHead: commits[winner].oid, commit: hubCommit, trees: [] }),
+        ]);
+        assert.equal([push === "changed", advance === "advanced"].filter(Boolean).length, 1, `${push}, ${advance}`);
+      }),
+    );
+
+    it(
+      "refuses an unstorable commit without writing anything",
+      withStore(async (store) => {
+        const init = initOf(false);
+        const repo = await store.createRepo("model", "alice/bad-push", init);
+        const bad = { ...commitOf("bad", EMPTY_TREE, [init.commit.oid]), object: 7 } as unknown as CommitRecord;
+        await assert.rejects(
+          store.updateRef({ repoId: repo.id, name: "x", kind: "branch", expected: null, target: bad.oid, commits: [bad], trees: [] }),
+          InvalidRecordError,
+        );
+        assert.equal(await store.getRevision(repo.id, "x"), null);
+      }),
+    );
+  });
+
   describe("deleting repositories", () => {
     it(
       "deletes a repository with its revisions, commits, trees, token links, file links and SHA-256 index, and nothing of others",

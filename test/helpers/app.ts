@@ -11,12 +11,15 @@ import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier } from "../../src/auth/cas-token.js";
 import { DownloadLinks } from "../../src/auth/download-link.js";
 import { HmacTransferUrls } from "../../src/auth/transfer-url.js";
+import { LfsObjectUrls } from "../../src/auth/lfs-object-url.js";
 import { DedupService } from "../../src/cas/dedup.js";
 import { ShardRegistrationService } from "../../src/cas/shard-registration.js";
 import { XorbIngestService } from "../../src/cas/xorb-ingest.js";
 import { DEFAULT_HUB_INLINE_MAX_BYTES, DEFAULT_MAX_SHARD_BYTES, loadConfig } from "../../src/config.js";
+import { FileIngest } from "../../src/cas/file-ingest.js";
 import { FileReader } from "../../src/cas/file-reader.js";
 import { ReconstructionService } from "../../src/cas/reconstruction-service.js";
+import { HubGit } from "../../src/git/hub-source.js";
 import { createHub } from "../../src/hub/index.js";
 import { StorageStatsService } from "../../src/hub/stats.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES } from "../../src/format/xorb.js";
@@ -30,7 +33,19 @@ import { FsBlobStore } from "../../src/storage/fs.js";
 
 export type CasDeps = Pick<
   CastorAppDeps,
-  "blobs" | "xorbs" | "shards" | "dedup" | "reconstructions" | "transferUrls" | "downloadLinks" | "v2Reconstruction" | "dataDir" | "minFreeBytes" | "hub"
+  | "blobs"
+  | "xorbs"
+  | "shards"
+  | "dedup"
+  | "reconstructions"
+  | "transferUrls"
+  | "downloadLinks"
+  | "lfsUrls"
+  | "v2Reconstruction"
+  | "dataDir"
+  | "minFreeBytes"
+  | "hub"
+  | "git"
 >;
 
 const TRANSFER_URL_TTL_SECONDS = 3600;
@@ -44,27 +59,33 @@ export async function casDepsForTest(
   const blobs = await FsBlobStore.open(join(dataDir, "blobs"));
   const inlineMaxBytes = hub.inlineMaxBytes ?? DEFAULT_HUB_INLINE_MAX_BYTES;
   const transferUrls = new HmacTransferUrls({ key: Buffer.alloc(32, 9), publicUrl, ttlSeconds: TRANSFER_URL_TTL_SECONDS });
+  const xorbs = new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES });
+  const shards = new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: DEFAULT_MAX_SHARD_BYTES });
+  const services = createHub({
+    store,
+    blobs,
+    xetFiles: new FileReader({ metadata: store, blobs }),
+    stats: hub.stats ?? new StorageStatsService(store, { now: hub.now }),
+    inlineMaxBytes,
+    spoolDir: join(dataDir, SPOOL_DIR_NAME),
+    lfsFiles: new FileIngest({ xorbs, shards, metadata: store }),
+    now: hub.now,
+  });
   return {
     blobs,
-    xorbs: new XorbIngestService({ blobs, metadata: store, maxBodyBytes: DEFAULT_MAX_XORB_BODY_BYTES }),
-    shards: new ShardRegistrationService({ metadata: store, blobs, maxShardBytes: DEFAULT_MAX_SHARD_BYTES }),
+    xorbs,
+    shards,
     dedup: new DedupService({ metadata: store, dedupKeySeed: Buffer.alloc(32, 7) }),
     transferUrls,
     downloadLinks: new DownloadLinks({ urlKey: Buffer.alloc(32, 9) }),
     reconstructions: new ReconstructionService({ store, signer: transferUrls, singleRangeEntries: false, transferUrlTtlSeconds: TRANSFER_URL_TTL_SECONDS }),
+    lfsUrls: new LfsObjectUrls(Buffer.alloc(32, 9), TRANSFER_URL_TTL_SECONDS),
     v2Reconstruction: "on",
     dataDir,
     // Readiness never fails for lack of space on the machine running the tests.
     minFreeBytes: 0,
-    hub: createHub({
-      store,
-      blobs,
-      xetFiles: new FileReader({ metadata: store, blobs }),
-      stats: hub.stats ?? new StorageStatsService(store, { now: hub.now }),
-      inlineMaxBytes,
-      spoolDir: join(dataDir, SPOOL_DIR_NAME),
-      now: hub.now,
-    }),
+    hub: services,
+    git: new HubGit(services),
   };
 }
 

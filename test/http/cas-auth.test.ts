@@ -4,7 +4,7 @@ import { after, before, beforeEach, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { CasTokenIssuer, CasTokenVerifier, type CasTokenRequest } from "../../src/auth/cas-token.js";
 import { createHttpApp } from "../../src/http/app.js";
-import { bearerToken, casAccessOf, registerCasAuth } from "../../src/http/cas-auth.js";
+import { bearerToken, casAccessOf, hubTokenOf, registerCasAuth } from "../../src/http/cas-auth.js";
 import { HttpError } from "../../src/http/errors.js";
 import { createLogger } from "../../src/http/logging.js";
 
@@ -206,5 +206,25 @@ describe("bearerToken", () => {
     assert.equal(bearerToken("Bearer a b"), null);
     assert.equal(bearerToken("Bearer abc"), "abc");
     assert.equal(bearerToken("bearer   abc "), "abc");
+  });
+});
+
+describe("hubTokenOf", () => {
+  const basic = (credentials: string) => `Basic ${Buffer.from(credentials).toString("base64")}`;
+
+  it("takes a bearer token, or basic auth's password whatever the user name, as git sends it", () => {
+    assert.equal(hubTokenOf(undefined), undefined);
+    assert.equal(hubTokenOf("Bearer hf_abc"), "hf_abc");
+    assert.equal(hubTokenOf(basic("git:hf_abc")), "hf_abc");
+    assert.equal(hubTokenOf(basic("anything at all:hf_a:b")), "hf_a:b");
+    // A token typed as the user name, with an empty password.
+    assert.equal(hubTokenOf(basic("hf_abc:")), "hf_abc");
+  });
+
+  it("is null for other schemes and for basic auth without a token", () => {
+    assert.equal(hubTokenOf("Digest abc"), null);
+    assert.equal(hubTokenOf(basic("nocolon")), null);
+    assert.equal(hubTokenOf(basic(":")), null);
+    assert.equal(hubTokenOf("Basic !!!"), null);
   });
 });

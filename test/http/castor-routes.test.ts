@@ -85,11 +85,13 @@ describe("GET /api/castor/repos/{type}s/{ns}/{name}/storage", () => {
   it("gives readers the logical size, admins the stored bytes too, matching GET /api/stats", async () => {
     const anonymous = await call("GET", "/api/castor/repos/models/alice/public/storage");
     assert.equal(anonymous.status, 200, anonymous.text);
-    assert.deepEqual(anonymous.json(), { files: 2, logicalBytes: SHARED.length + NOTES.length });
+    // Each repository also holds the .gitattributes the hub wrote for its Xet-stored files.
+    const attributes = (...paths: string[]) => paths.map((path) => `${path} filter=lfs diff=lfs merge=lfs -text\n`).join("").length;
+    assert.deepEqual(anonymous.json(), { files: 3, logicalBytes: SHARED.length + NOTES.length + attributes("shared.bin") });
     assert.equal((await call("GET", "/api/castor/repos/models/alice/private/storage")).status, 401);
     assert.deepEqual((await call("GET", "/api/castor/repos/models/alice/private/storage", { token: tokens.reader })).json(), {
-      files: 2,
-      logicalBytes: SHARED.length + SHARED_PLUS.length,
+      files: 3,
+      logicalBytes: SHARED.length + SHARED_PLUS.length + attributes("copy.bin", "bigger.bin"),
     });
     const stats = (await call("GET", "/api/stats", { token: tokens.admin })).json();
     for (const name of ["alice/public", "alice/private"]) {

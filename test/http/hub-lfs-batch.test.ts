@@ -1,11 +1,13 @@
 /**
- * The Git LFS batch call (`POST /{prefix}{ns}/{name}.git/info/lfs/objects/batch`) over plain
- * HTTP against a real app on SQLite: an upload offering the `xet` transfer is answered with
- * `transfer: "xet"` and upload actions at the repository's Xet write-token route (which then
- * issues a CAS write token), content this repository already holds gets no action, and what
- * castor does not take is refused with a JSON error: no `xet` offered or a download (400), too
- * many objects (413), malformed objects (422), tokens that may not write (401/403/404), unknown
- * branches (404).
+ * Git LFS (`/{prefix}{ns}/{name}.git/info/lfs/…`) over plain HTTP against a real app on SQLite:
+ * an upload offering the `xet` transfer is answered with `transfer: "xet"` and upload actions at
+ * the repository's Xet write-token route (which then issues a CAS write token); git-lfs's
+ * `basic` transfer gets signed actions at the object routes, which take uploads into the CAS
+ * and serve downloads rebuilt from Xet with Range; content this repository already holds gets
+ * no upload action, and what castor does not take is refused with a JSON error: transfers it
+ * does not serve (400), too many objects (413), malformed objects (422), tokens that may not
+ * write (401/403/404), unknown branches (404). And the `.gitattributes` a commit of a Xet file
+ * gets, when the commit writes one itself.
  */
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
@@ -173,10 +175,9 @@ describe("LFS batch", () => {
     assert.ok(answer.body.objects[0].actions.upload, "the file cannot be rebuilt: upload it again");
   });
 
-  it("refuses plain LFS transfers and downloads (400), too many objects (413), malformed objects (422) and bodies (400)", async () => {
-    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: ["basic", "multipart"] })), 400, /Xet only/);
-    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: undefined })), 400, /"xet" transfer/);
-    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { operation: "download" })), 400, /resolve/);
+  it("refuses transfers it does not serve (400), too many objects (413), malformed objects (422) and bodies (400)", async () => {
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { transfers: ["multipart", "ssh"] })), 400, /"basic" and \(for uploads\) "xet"/);
+    assertRefused(await batch("alice/bert.git", uploadRequest([object()], { operation: "download", transfers: ["xet"] })), 400, /"basic"/);
     assertRefused(await batch("alice/bert.git", uploadRequest([object()], { operation: "verify" })), 400);
     assertRefused(await batch("alice/bert.git", uploadRequest([object()], { hash_algo: "md5" })), 400, /sha256/);
     assertRefused(await batch("alice/bert.git", uploadRequest([object()], { ref: { name: 7 } })), 400, /ref/);
@@ -200,6 +201,82 @@ describe("LFS batch", () => {
     assertRefused(await batch("alice/bert.git", uploadRequest([object()], { objects: "all" })), 400, /objects/);
   });
 
+  it("answers git-lfs's basic transfer: actions at the object routes with the batch's own credentials", async () => {
+    const held = { oid: stored.sha256, size: stored.bytes.length };
+    const download = await batch("datasets/alice/corpus.git", {
+      operation: "download",
+      transfers: ["basic", "lfs-standalone-file", "ssh"],
+      ref: { name: "refs/heads/main" },
+      objects: [held, object(5, "missing"), { ...held, size: held.size + 1 }],
+      hash_algo: "sha256",
+    });
+    assert.equal(download.status, 200, JSON.stringify(download.body));
+    assert.equal(download.body.transfer, "basic");
+    const [found, missing, otherSize] = download.body.objects;
+    const objectUrl = `${base}/datasets/alice/corpus.git/info/lfs/objects/${stored.sha256}`;
+    assert.match(found.actions.download.href, new RegExp(`^${objectUrl}\\?x=\\d+&s=[A-Za-z0-9_-]{43}$`), "a signed URL");
+    assert.equal(found.actions.download.header, undefined, "no credentials in the answer");
+    assert.equal(found.actions.download.expires_in, 3600);
+    assert.equal(missing.error.code, 404);
+    assert.equal(otherSize.error.code, 422);
+    // The signed URL needs no credentials, and authorises nothing else.
+    const signed = await fetch(found.actions.download.href);
+    assert.equal(signed.status, 200);
+    assert.deepEqual(Buffer.from(await signed.arrayBuffer()), stored.bytes);
+    const query = found.actions.download.href.slice(objectUrl.length);
+    const tampered = query.replace(/s=(.)/, (_: string, c: string) => `s=${c === "A" ? "B" : "A"}`);
+    assert.equal((await fetch(`${objectUrl}${tampered}`)).status, 403);
+    assert.equal((await fetch(`${base}/alice/bert.git/info/lfs/objects/${stored.sha256}${query}`)).status, 403, "another repository");
+    const asUpload = await fetch(`${objectUrl}${query}`, { method: "PUT", body: stored.bytes });
+    assert.equal(asUpload.status, 403, "a download URL is no upload URL");
+    // No transfers at all means basic; an upload of content already held gets no action.
+    const upload = await batch("datasets/alice/corpus", { operation: "upload", objects: [held, object(7, "new")] });
+    assert.equal(upload.body.transfer, "basic");
+    assert.equal(upload.body.objects[0].actions, undefined);
+    assert.match(upload.body.objects[1].actions.upload.href, new RegExp(`^${base}/datasets/alice/corpus\\.git/info/lfs/objects/${object(7, "new").oid}\\?x=`));
+    // A read token may download, not upload.
+    const read = await batch("datasets/alice/corpus.git", { operation: "download", objects: [held] }, { token: tokens.aliceRead });
+    assert.equal(read.status, 200);
+    assertRefused(await batch("datasets/alice/corpus.git", { operation: "upload", objects: [held] }, { token: tokens.aliceRead }), 403, /read-only/);
+  });
+
+  it("takes a basic upload at its signed URL into the CAS, and refuses bytes that are not the object", async () => {
+    const bytes = randomBytes(150_000);
+    const oid = createHash("sha256").update(bytes).digest("hex");
+    const answer = await batch("alice/bert.git", { operation: "upload", transfers: ["basic"], objects: [{ oid, size: bytes.length }] });
+    const href: string = answer.body.objects[0].actions.upload.href;
+    const wrong = await fetch(href, { method: "PUT", body: randomBytes(bytes.length), headers: { "content-type": "application/octet-stream" } });
+    assert.equal(wrong.status, 422);
+    assert.match(((await wrong.json()) as { message: string }).message, new RegExp(`LFS object ${oid}: the upload's SHA-256 is`));
+    const again = await batch("alice/bert.git", { operation: "upload", transfers: ["basic"], objects: [{ oid, size: bytes.length }] });
+    assert.ok(again.body.objects[0].actions, "nothing was registered: it is asked for again");
+    const put = await fetch(href, { method: "PUT", body: bytes });
+    assert.equal(put.status, 200, await put.clone().text());
+    const held = await batch("alice/bert.git", { operation: "upload", transfers: ["basic"], objects: [{ oid, size: bytes.length }] });
+    assert.equal(held.body.objects[0].actions, undefined, "held now");
+    const download = await batch("alice/bert.git", { operation: "download", objects: [{ oid, size: bytes.length }] });
+    assert.deepEqual(Buffer.from(await (await fetch(download.body.objects[0].actions.download.href)).arrayBuffer()), bytes);
+  });
+
+  it("serves an object's bytes, whole and by Range, to whoever may read the repository", async () => {
+    const url = `${base}/datasets/alice/corpus.git/info/lfs/objects/${stored.sha256}`;
+    const auth = { authorization: `Basic ${Buffer.from(`git:${tokens.aliceRead}`).toString("base64")}` };
+    const whole = await fetch(url, { headers: auth });
+    assert.equal(whole.status, 200);
+    assert.deepEqual(Buffer.from(await whole.arrayBuffer()), stored.bytes);
+    const part = await fetch(url, { headers: { ...auth, range: "bytes=1000-1999" } });
+    assert.equal(part.status, 206);
+    assert.equal(part.headers.get("content-range"), `bytes 1000-1999/${stored.bytes.length}`);
+    assert.deepEqual(Buffer.from(await part.arrayBuffer()), stored.bytes.subarray(1000, 2000));
+    assert.equal((await fetch(url, { headers: { ...auth, range: `bytes=${stored.bytes.length}-` } })).status, 416);
+    const anonymous = await fetch(url);
+    assert.equal(anonymous.status, 401);
+    assert.equal(anonymous.headers.get("lfs-authenticate"), 'Basic realm="castor"');
+    const elsewhere = await fetch(`${base}/alice/bert.git/info/lfs/objects/${stored.sha256}`, { headers: auth });
+    assert.equal(elsewhere.status, 404, "content of another repository");
+    assert.match(((await elsewhere.json()) as { message: string }).message, /holds no LFS object/);
+  });
+
   it("needs a write token covering the repository and an existing branch", async () => {
     assertRefused(await batch("alice/bert.git", uploadRequest([object()]), { token: tokens.aliceRead }), 403, /read-only/);
     assertRefused(await batch("alice/bert.git", uploadRequest([object()]), { token: null }), 401);
@@ -213,5 +290,22 @@ describe("LFS batch", () => {
     const branch = await batch("alice/bert.git", uploadRequest([object()], { ref: { name: "nope" } }));
     assertRefused(branch, 404);
     assert.equal(branch.headers.get("x-error-code"), "RevisionNotFound");
+  });
+
+  it("extends the .gitattributes a commit writes itself to cover the Xet files it adds", async () => {
+    const lines = [
+      { key: "header", value: { summary: "attributes and data together" } },
+      { key: "file", value: { path: ".gitattributes", content: Buffer.from("*.txt text\n").toString("base64"), encoding: "base64" } },
+      { key: "lfsFile", value: { path: "data/stored.bin", algo: "sha256", oid: stored.sha256, size: stored.bytes.length } },
+    ];
+    const committed = await fetch(`${base}/api/datasets/alice/corpus/commit/main`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${tokens.alice}`, "content-type": "application/x-ndjson" },
+      body: lines.map((line) => JSON.stringify(line)).join("\n"),
+    });
+    assert.equal(committed.status, 200, await committed.text());
+    const attributes = await fetch(`${base}/datasets/alice/corpus/resolve/main/.gitattributes`, { headers: { authorization: `Bearer ${tokens.alice}` } });
+    assert.equal(attributes.status, 200);
+    assert.equal(await attributes.text(), "*.txt text\ndata/stored.bin filter=lfs diff=lfs merge=lfs -text\n");
   });
 });

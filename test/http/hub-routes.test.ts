@@ -190,9 +190,16 @@ describe("hub routes", () => {
       assertStatus(yaml, 200);
       assert.deepEqual(yaml.json(), { errors: [], warnings: [] });
       assertStatus(await call("GET", "/api/agent-harnesses"), 200);
+      // The LFS batch call without transfers means git-lfs's basic transfer (test/http/hub-lfs-batch.test.ts has the rest).
       const batch = await call("POST", "/alice/bert.git/info/lfs/objects/batch", { token: tokens.alice, json: { operation: "upload", objects: [] } });
-      assertStatus(batch, 400);
-      assert.match(batch.json().error, /Xet/);
+      assertStatus(batch, 200);
+      assert.deepEqual(batch.json(), { transfer: "basic", hash_algo: "sha256", objects: [] });
+      const refused = await call("POST", "/alice/bert.git/info/lfs/objects/batch", {
+        token: tokens.alice,
+        json: { operation: "upload", transfers: ["ssh"], objects: [] },
+      });
+      assertStatus(refused, 400);
+      assert.match(refused.json().error, /"basic" and \(for uploads\) "xet"/);
     });
   });
 

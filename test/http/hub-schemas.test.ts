@@ -167,7 +167,7 @@ describe("hub routes declare who may call them", () => {
     const app = Fastify();
     await assert.rejects(async () => {
       await app.register(async (scope) => {
-        await hubRoutes(scope, { hub: {} as never, publicUrl: () => "", downloadLinks: {} as never });
+        await hubRoutes(scope, { hub: {} as never, publicUrl: () => "", downloadLinks: {} as never, lfsUrls: {} as never, uploadSlots: {} as never });
         scope.get("/api/undeclared", async () => ({}));
       });
       await app.ready();

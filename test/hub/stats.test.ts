@@ -40,6 +40,10 @@ const SHARED = randomBytes(300_000);
 const ONLY_A = randomBytes(200_000);
 const NOTES = Buffer.from("notes both repositories hold\n");
 const NOTES_V2 = Buffer.from("notes, a second version, on the dev branch only\n");
+/** The .gitattributes the hub keeps covering each repository's Xet files, as it writes them. */
+const attributes = (...paths: string[]) => Buffer.from(paths.map((path) => `${path} filter=lfs diff=lfs merge=lfs -text\n`).join(""));
+const A_ATTRIBUTES = attributes("shared.bin", "only-a.bin");
+const B_ATTRIBUTES = attributes("shared.bin");
 
 /** What some xorb objects take in the blob store: how many, their bytes, their chunks' bytes before compression, their chunks. */
 interface Objects {
@@ -160,16 +164,18 @@ describe("storage statistics of uploaded content", () => {
 
   it("counts shared content in each repository's logical bytes and once in the stored total", async () => {
     await assertStats(
-      content([SHARED, ONLY_A, NOTES], [sharedObjects, onlyAObjects], [NOTES]),
-      content([SHARED, NOTES], [sharedObjects], [NOTES]),
-      content([SHARED, ONLY_A, NOTES, SHARED, NOTES], [sharedObjects, onlyAObjects], [NOTES]),
+      content([SHARED, ONLY_A, NOTES, A_ATTRIBUTES], [sharedObjects, onlyAObjects], [NOTES, A_ATTRIBUTES]),
+      content([SHARED, NOTES, B_ATTRIBUTES], [sharedObjects], [NOTES, B_ATTRIBUTES]),
+      content([SHARED, ONLY_A, NOTES, A_ATTRIBUTES, SHARED, NOTES, B_ATTRIBUTES], [sharedObjects, onlyAObjects], [NOTES, A_ATTRIBUTES, B_ATTRIBUTES]),
     );
     const json = storageStatsJson(await computeStorageStats(castor.store), []);
-    const unique = sharedObjects.uncompressed + onlyAObjects.uncompressed + NOTES.length;
-    assert.equal(json.totals.dedupRatio, (2 * SHARED.length + ONLY_A.length + 2 * NOTES.length) / unique);
-    assert.equal(json.totals.compressionRatio, unique / (sharedObjects.bytes + onlyAObjects.bytes + NOTES.length));
-    assert.equal(json.repositories[1].dedupRatio, (SHARED.length + NOTES.length) / (sharedObjects.uncompressed + NOTES.length));
-    assert.equal(json.repositories[1].compressionRatio, (sharedObjects.uncompressed + NOTES.length) / (sharedObjects.bytes + NOTES.length));
+    const attributeBytes = A_ATTRIBUTES.length + B_ATTRIBUTES.length;
+    const unique = sharedObjects.uncompressed + onlyAObjects.uncompressed + NOTES.length + attributeBytes;
+    assert.equal(json.totals.dedupRatio, (2 * SHARED.length + ONLY_A.length + 2 * NOTES.length + attributeBytes) / unique);
+    assert.equal(json.totals.compressionRatio, unique / (sharedObjects.bytes + onlyAObjects.bytes + NOTES.length + attributeBytes));
+    const uniqueB = sharedObjects.uncompressed + NOTES.length + B_ATTRIBUTES.length;
+    assert.equal(json.repositories[1].dedupRatio, (SHARED.length + NOTES.length + B_ATTRIBUTES.length) / uniqueB);
+    assert.equal(json.repositories[1].compressionRatio, uniqueB / (sharedObjects.bytes + NOTES.length + B_ATTRIBUTES.length));
     // Random bytes do not compress: deduplication alone makes the difference (DEDUP × COMPRESSION = LOGICAL / STORED).
     assert.ok(json.totals.dedupRatio! > 1.4 && Math.abs(json.totals.compressionRatio! - 1) < 0.01, JSON.stringify(json.totals));
     assert.equal(json.totals.unreferencedXorbBytes, 0, "every recorded xorb is live");
@@ -178,27 +184,35 @@ describe("storage statistics of uploaded content", () => {
   it("counts another version of a file separately, on any branch", async () => {
     await commitInline("dataset:bob/b", "docs/notes.txt", NOTES_V2, "dev");
     await assertStats(
-      content([SHARED, ONLY_A, NOTES], [sharedObjects, onlyAObjects], [NOTES]),
-      content([SHARED, NOTES, NOTES_V2], [sharedObjects], [NOTES, NOTES_V2]),
-      content([SHARED, ONLY_A, NOTES, SHARED, NOTES, NOTES_V2], [sharedObjects, onlyAObjects], [NOTES, NOTES_V2]),
+      content([SHARED, ONLY_A, NOTES, A_ATTRIBUTES], [sharedObjects, onlyAObjects], [NOTES, A_ATTRIBUTES]),
+      content([SHARED, NOTES, NOTES_V2, B_ATTRIBUTES], [sharedObjects], [NOTES, NOTES_V2, B_ATTRIBUTES]),
+      content(
+        [SHARED, ONLY_A, NOTES, A_ATTRIBUTES, SHARED, NOTES, NOTES_V2, B_ATTRIBUTES],
+        [sharedObjects, onlyAObjects],
+        [NOTES, A_ATTRIBUTES, NOTES_V2, B_ATTRIBUTES],
+      ),
     );
   });
 
   it("stops counting a deleted file once no branch or tag holds it; its xorbs stay recorded, unreferenced", async () => {
     await client("model:alice/a").commit({ summary: "Drop only-a.bin", operations: [{ kind: "deletedFile", path: "only-a.bin" }] });
-    const b = content([SHARED, NOTES, NOTES_V2], [sharedObjects], [NOTES, NOTES_V2]);
+    const b = content([SHARED, NOTES, NOTES_V2, B_ATTRIBUTES], [sharedObjects], [NOTES, NOTES_V2, B_ATTRIBUTES]);
     // The tag v1 still holds it.
     await assertStats(
-      content([SHARED, ONLY_A, NOTES], [sharedObjects, onlyAObjects], [NOTES]),
+      content([SHARED, ONLY_A, NOTES, A_ATTRIBUTES], [sharedObjects, onlyAObjects], [NOTES, A_ATTRIBUTES]),
       b,
-      content([SHARED, ONLY_A, NOTES, SHARED, NOTES, NOTES_V2], [sharedObjects, onlyAObjects], [NOTES, NOTES_V2]),
+      content(
+        [SHARED, ONLY_A, NOTES, A_ATTRIBUTES, SHARED, NOTES, NOTES_V2, B_ATTRIBUTES],
+        [sharedObjects, onlyAObjects],
+        [NOTES, A_ATTRIBUTES, NOTES_V2, B_ATTRIBUTES],
+      ),
     );
 
     assert.equal(await castor.store.deleteRevision(repoA.id, "v1"), true);
     await assertStats(
-      content([SHARED, NOTES], [sharedObjects], [NOTES]),
+      content([SHARED, NOTES, A_ATTRIBUTES], [sharedObjects], [NOTES, A_ATTRIBUTES]),
       b,
-      content([SHARED, NOTES, SHARED, NOTES, NOTES_V2], [sharedObjects], [NOTES, NOTES_V2]),
+      content([SHARED, NOTES, A_ATTRIBUTES, SHARED, NOTES, NOTES_V2, B_ATTRIBUTES], [sharedObjects], [NOTES, A_ATTRIBUTES, NOTES_V2, B_ATTRIBUTES]),
     );
     const json = storageStatsJson(await computeStorageStats(castor.store), []).totals;
     assert.equal(json.unreferencedXorbBytes, onlyAObjects.bytes, "the deleted file's xorbs are what a collection could reclaim");
@@ -268,7 +282,7 @@ describe("storage statistics of uploaded content", () => {
       const table = await castorStats();
       assert.equal(table.code, 0, table.stderr);
       assert.match(table.stdout, /^REPOSITORY +FILES +LOGICAL +UNIQUE +STORED +DEDUP +COMPRESSION +XORBS +CHUNKS +INLINE$/m);
-      assert.match(table.stdout, /^model:alice\/a +2 +\S+ \S+ +\S+ \S+ +\S+ \S+ +\d+\.\d\d +\d+\.\d\d +\d+ +\d+ +1$/m);
+      assert.match(table.stdout, /^model:alice\/a +3 +\S+ \S+ +\S+ \S+ +\S+ \S+ +\d+\.\d\d +\d+\.\d\d +\d+ +\d+ +2$/m);
       assert.match(table.stdout, new RegExp(`^total +${totals.files} .* ${totals.inlineBlobs}$`, "m"));
       assert.match(table.stdout, new RegExp(`^All recorded xorbs: ${totals.recordedXorbs} `, "m"));
 
@@ -276,7 +290,7 @@ describe("storage statistics of uploaded content", () => {
       assert.equal(history.code, 0, history.stderr);
       assert.match(
         history.stdout,
-        /^DAY +REPOS +FILES +LOGICAL +UNIQUE +STORED +DEDUP +COMPRESSION +XORBS +CHUNKS +RECORDED +UNREFERENCED\n\d{4}-\d\d-\d\d +2 +5 +/,
+        /^DAY +REPOS +FILES +LOGICAL +UNIQUE +STORED +DEDUP +COMPRESSION +XORBS +CHUNKS +RECORDED +UNREFERENCED\n\d{4}-\d\d-\d\d +2 +7 +/,
       );
       assert.equal(history.stdout.trimEnd().split("\n").length, 2, "one sample: today's");
     });
@@ -307,8 +321,10 @@ describe("deduplication and compression, apart", () => {
         await new CastorClient({ endpoint: castor.url, hubToken: token, repo }).uploadToRepo([path], { message: "Add letters" });
       }
       const { totals } = storageStatsJson(await computeStorageStats(castor.store), []);
-      assert.equal(totals.logicalBytes, 2 * text.length);
-      assert.equal(totals.dedupRatio, (2 * text.length) / totals.uniqueBytes!, "logical ÷ unique");
+      // Each repository also holds the .gitattributes line the hub wrote for letters.txt, the same bytes in both.
+      const logical = 2 * (text.length + attributes("letters.txt").length);
+      assert.equal(totals.logicalBytes, logical);
+      assert.equal(totals.dedupRatio, logical / totals.uniqueBytes!, "logical ÷ unique");
       assert.ok(Math.abs(totals.dedupRatio! - 2) < 0.01, `stored once for two repositories: ${totals.dedupRatio}`);
       assert.ok(totals.compressionRatio! > 1.1, `the letters compress: ${totals.compressionRatio}`);
       assert.ok(Math.abs(totals.dedupRatio! * totals.compressionRatio! - totals.logicalBytes / totals.storedBytes) < 1e-9);
@@ -503,7 +519,9 @@ describe("daily storage statistics samples", () => {
       const weights = join(castor.dataDir, "weights.bin");
       await writeFile(weights, SHARED);
       await new CastorClient({ endpoint: castor.url, hubToken: token, repo: "model:alice/today" }).uploadToRepo([weights], { message: "Add weights" });
-      await until(async () => (await gauge("castor_storage_logical_bytes")) === SHARED.length, "the sample after the upload", 10_000, 20);
+      // The file, and the .gitattributes line the hub wrote for it.
+      const logical = SHARED.length + attributes("weights.bin").length;
+      await until(async () => (await gauge("castor_storage_logical_bytes")) === logical, "the sample after the upload", 10_000, 20);
 
       const [sample] = await castor.store.listStatsSamples();
       assert.equal(sample.day, utcDay(new Date()));
@@ -517,7 +535,7 @@ describe("daily storage statistics samples", () => {
       const days = JSON.parse(history.stdout).history;
       assert.deepEqual(
         days.map((day: { day: string; logicalBytes: number }) => [day.day, day.logicalBytes]),
-        [[sample.day, SHARED.length]],
+        [[sample.day, logical]],
       );
     } finally {
       await castor.close();

@@ -58,6 +58,14 @@ function repoContents(type: RepoType): Map<string, Uint8Array> {
   ]);
 }
 
+/**
+ * What each repository then holds: the uploaded files, and the .gitattributes line castor adds
+ * for big.bin, the one file stored through Xet, as the Hub does for API uploads of large files.
+ */
+function storedContents(type: RepoType): Map<string, Uint8Array> {
+  return new Map([[".gitattributes", Buffer.from("big.bin filter=lfs diff=lfs merge=lfs -text\n")], ...repoContents(type)]);
+}
+
 interface TreeEntry {
   type: "file" | "directory";
   path: string;
@@ -163,7 +171,7 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
       });
 
       it("hf upload: a small text file inline, a 12 MiB file through Xet, a folder with a README.md", async () => {
-        const expected = repoContents(type);
+        const expected = storedContents(type);
 
         let from = hub.server.logLines().length;
         await runOk(hub, "hf upload small.txt", hf, ["upload", repoId(type), join(dir(), "small.txt"), ...typeArgs(type), "--format", "json"], {
@@ -223,7 +231,7 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
       });
 
       it("hf download: one file, one file into --local-dir, the whole repository, byte-exact", async () => {
-        const expected = repoContents(type);
+        const expected = storedContents(type);
         const env = machine();
 
         const one = lastJson<{ path: string }>(
@@ -264,7 +272,7 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
       });
 
       it("huggingface_hub: snapshot_download, hf_hub_download, list_repo_files, repo_info, file_exists", async () => {
-        const expected = repoContents(type);
+        const expected = storedContents(type);
         const result = lastJson<{
           snapshot: string;
           small: string;
@@ -458,7 +466,9 @@ describe("the hf CLI and huggingface_hub 2.0.0 against castor's hub", () => {
         },
       ),
     );
-    assertSameFiles(await filesBelow(downloaded.path), expected, "hf download through localhost");
+    // With the .gitattributes line castor wrote for big.bin, the one file stored through Xet.
+    const stored = new Map([...expected, [".gitattributes", Buffer.from("big.bin filter=lfs diff=lfs merge=lfs -text\n")]]);
+    assertSameFiles(await filesBelow(downloaded.path), stored, "hf download through localhost");
     const requests = hub.server.requestLog(from);
     assert.ok(
       requests.some((line) => line.method === "POST" && line.path.startsWith("/v1/xorbs/") && line.statusCode === 200) &&

@@ -261,7 +261,7 @@ describe("hub features with huggingface_hub 2.0.0 and the hf CLI", () => {
     assert.equal(result.old, "RepositoryNotFoundError");
     assert.equal(result.id, MOVED);
     assert.equal(result.private, false, "update_repo_settings(private=False)");
-    assert.deepEqual(result.files, ["copies/notes-v1.txt", "copies/notes.txt", "copies/weights.bin", "notes.txt", "weights.bin"]);
+    assert.deepEqual(result.files, [".gitattributes", "copies/notes-v1.txt", "copies/notes.txt", "copies/weights.bin", "notes.txt", "weights.bin"]);
     assert.deepEqual(result.listed, [MOVED]);
     assert.deepEqual(result.refs, ["dev", "main"]);
     const listed = JSON.parse((await runOk(hub, "hf models ls --author", hf, ["models", "ls", "--author", USER, "--format", "json"], { env })).stdout) as {
@@ -279,7 +279,7 @@ describe("hub features with huggingface_hub 2.0.0 and the hf CLI", () => {
       await runOk(hub, "super_squash_history", python, ["-c", SQUASH_SCRIPT, MOVED, "released "], { env }),
     );
     assert.deepEqual(result.commits, ["one commit"]);
-    assert.deepEqual(result.files, ["copies/notes-v1.txt", "copies/notes.txt", "copies/weights.bin", "notes.txt", "weights.bin"]);
+    assert.deepEqual(result.files, [".gitattributes", "copies/notes-v1.txt", "copies/notes.txt", "copies/weights.bin", "notes.txt", "weights.bin"]);
 
     const before = await hub.countStoredXorbs();
     const gc = await runCastor(["gc", "--grace", "0", "--json"], { env: hub.server.settings, timeoutMs: 120_000 });

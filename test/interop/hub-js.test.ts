@@ -174,7 +174,8 @@ describe("@huggingface/hub 2.17.5 against castor's hub", () => {
         return entries;
       });
       const byPath = new Map(result.map((entry) => [entry.path, entry]));
-      assert.deepEqual([...byPath.keys()].sort(), ["small.txt", "weights", "weights/big.bin"]);
+      // .gitattributes: castor's line for the Xet-stored file, as the Hub adds one for API uploads.
+      assert.deepEqual([...byPath.keys()].sort(), [".gitattributes", "small.txt", "weights", "weights/big.bin"]);
       assert.equal(byPath.get("weights")!.type, "directory");
       const smallEntry = byPath.get("small.txt")!;
       assert.equal(smallEntry.size, small.length);
@@ -303,7 +304,7 @@ describe("@huggingface/hub 2.17.5 against castor's hub", () => {
       await assert.rejects(deleteFile({ repo, path: "small.txt", ...alice() }), (error: unknown) => error instanceof HubApiError && error.statusCode === 404);
     });
 
-    it("a read token downloads but may not upload, delete or create; a client without Xet is told castor needs it", async () => {
+    it("a read token downloads but may not upload, delete or create", async () => {
       const reader = as(readToken);
       assertSameBytes(await bytesOf(await downloadFile({ repo, path: "weights/big.bin", ...reader }), "big.bin"), big, "big.bin with a read token");
       const refused = (status: number) => (error: unknown) => error instanceof HubApiError && error.statusCode === status;
@@ -312,14 +313,24 @@ describe("@huggingface/hub 2.17.5 against castor's hub", () => {
       await assert.rejects(deleteFile({ repo, path: "weights/big.bin", ...reader }), refused(403));
       await assert.rejects(createRepo({ repo: { type: "model", name: `${USER}/by-reader` }, ...reader }), refused(403));
       await assert.rejects(createRepo({ repo: { type: "model", name: "bob/elsewhere" }, ...alice() }), refused(403));
-      // useXet: false offers only basic/multipart LFS transfers, which castor refuses with advice.
-      await assert.rejects(
-        commit({ repo, ...alice(), title: "no xet", useXet: false, operations: [{ operation: "addOrUpdate", path: "other.bin", content: new Blob([big]) }] }),
-        (error: unknown) => error instanceof HubApiError && error.statusCode === 400 && /Xet only/.test(error.message),
-      );
       const files = [];
       for await (const entry of listFiles({ repo, recursive: true, ...alice() })) files.push(entry.path);
-      assert.ok(!files.includes("other.bin") && !files.includes("x.txt") && !files.includes("big2.bin"), "refused uploads committed nothing");
+      assert.ok(!files.includes("x.txt") && !files.includes("big2.bin"), "refused uploads committed nothing");
+    });
+
+    it("a client without Xet (useXet: false) uploads through the LFS basic transfer, which castor stores through Xet", async () => {
+      const other = big.subarray(MIB, 3 * MIB);
+      const { requests } = await requestsOf("commit with useXet: false", () =>
+        commit({ repo, ...alice(), title: "no xet", useXet: false, operations: [{ operation: "addOrUpdate", path: "other.bin", content: new Blob([other]) }] }),
+      );
+      assert.ok(
+        requests.some((line) => line.method === "PUT" && /\/info\/lfs\/objects\/[0-9a-f]{64}(\?|$)/.test(line.path) && line.status === 200),
+        `the bytes went by a basic LFS upload:\n${requests.map((line) => `${line.method} ${line.path} ${line.status}`).join("\n")}`,
+      );
+      let listed: { path: string; xetHash?: string } | undefined;
+      for await (const entry of listFiles({ repo, recursive: true, ...alice() })) if (entry.path === "other.bin") listed = entry;
+      assert.match(listed?.xetHash ?? "", /^[0-9a-f]{64}$/, "other.bin is a Xet file");
+      assertSameBytes(await bytesOf(await downloadFile({ repo, path: "other.bin", ...alice() }), "other.bin"), other, "other.bin");
     });
   });
 
@@ -344,7 +355,9 @@ describe("@huggingface/hub 2.17.5 against castor's hub", () => {
       assert.equal(count(requests, "POST", /^\/v1\/shards$/), 1);
       const paths = [];
       for await (const entry of listFiles({ repo, ...alice() })) paths.push(entry.path);
-      assert.deepEqual(paths.sort(), ["big.bin", "small.txt"]);
+      assert.deepEqual(paths.sort(), [".gitattributes", "big.bin", "small.txt"]);
+      const attributes = await downloadFile({ repo, path: ".gitattributes", ...alice() });
+      assert.equal(await attributes?.text(), "big.bin filter=lfs diff=lfs merge=lfs -text\n");
       const { result: bigBytes } = await requestsOf(`downloadFile (${type})`, async () =>
         bytesOf(await downloadFile({ repo, path: "big.bin", ...alice() }), "big.bin"),
       );

@@ -99,6 +99,8 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
     let originals: Map<string, Buffer>;
     let mainCommit: string;
     let firstCommit: string;
+    /** The .gitattributes the hub wrote, covering the Xet-stored files. */
+    let attributes: Buffer;
 
     const digestsOf = (files: Map<string, Buffer>): Record<string, string> =>
       Object.fromEntries([...files].map(([path, bytes]) => [path, sha256Hex(bytes)]).sort(([a], [b]) => (a < b ? -1 : 1)));
@@ -113,8 +115,23 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
       assert.equal(new Set(uploaded.commits).size, 3, "upload_file, upload_file and upload_folder made a commit each");
       [firstCommit, , mainCommit] = uploaded.commits;
 
-      const files = (await tree("models", repoId)).filter((entry) => entry.type === "file");
-      assert.deepEqual(files.map((entry) => entry.path).sort(), uploaded.files, "the repository holds exactly the uploaded files");
+      const listed = (await tree("models", repoId)).filter((entry) => entry.type === "file");
+      assert.deepEqual(
+        listed.map((entry) => entry.path).sort(),
+        [".gitattributes", ...uploaded.files].sort(),
+        "the repository holds exactly the uploaded files, and .gitattributes",
+      );
+      // The hub's .gitattributes: a line for each file stored through Xet, as the Hub writes for API uploads.
+      attributes = Buffer.from(
+        await (
+          await fetchExpecting(`${hub.endpoint}/${repoId}/resolve/main/.gitattributes`, { headers: { authorization: `Bearer ${hub.token}` } }, 200)
+        ).arrayBuffer(),
+      );
+      assert.deepEqual(
+        attributes.toString().trimEnd().split("\n").sort(),
+        uploaded.files.filter((path) => path.endsWith(".bin")).map((path) => `${path} filter=lfs diff=lfs merge=lfs -text`),
+      );
+      const files = listed.filter((entry) => entry.path !== ".gitattributes");
       for (const entry of files) {
         const original = originals.get(entry.path)!;
         assert.equal(entry.size, original.length, `${entry.path}: size`);
@@ -148,8 +165,8 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
         snapshotCommit: string;
         localDir: Record<string, string>;
       }>("download", [repoId, filesDir]);
-      const expected = digestsOf(originals);
-      assert.deepEqual(downloaded.hfHubDownload, expected, "hf_hub_download: every file byte-exact");
+      const expected = digestsOf(new Map([...originals, [".gitattributes", attributes]]));
+      assert.deepEqual(downloaded.hfHubDownload, digestsOf(originals), "hf_hub_download: every file byte-exact");
       assert.deepEqual(downloaded.snapshot, expected, "snapshot_download (cache): exactly the repository's files, byte-exact");
       assert.equal(downloaded.snapshotCommit, mainCommit, "the cache files the snapshot under main's commit");
       assert.deepEqual(downloaded.localDir, expected, "snapshot_download(local_dir=…): exactly the repository's files, byte-exact");
@@ -198,13 +215,14 @@ describe("huggingface_hub 1.33.0, transformers and datasets against castor's hub
       const at = (path: string): string => `${repoId}/${path}`;
       const big = originals.get("big.bin")!;
       const config = originals.get("folder/config.json")!;
-      assert.deepEqual(fs.lsNames, [at("big.bin"), at("folder"), at("small.txt")]);
+      assert.deepEqual(fs.lsNames, [at(".gitattributes"), at("big.bin"), at("folder"), at("small.txt")]);
       assert.deepEqual(fs.lsDetail, [
-        { name: at("big.bin"), type: "file", size: big.length, xetHash: fs.lsDetail[0]?.xetHash, lfsSha256: sha256Hex(big) },
+        { name: at(".gitattributes"), type: "file", size: attributes.length, xetHash: null, lfsSha256: null },
+        { name: at("big.bin"), type: "file", size: big.length, xetHash: fs.lsDetail[1]?.xetHash, lfsSha256: sha256Hex(big) },
         { name: at("folder"), type: "directory", size: 0, xetHash: null, lfsSha256: null },
         { name: at("small.txt"), type: "file", size: originals.get("small.txt")!.length, xetHash: null, lfsSha256: null },
       ]);
-      assert.match(fs.lsDetail[0].xetHash ?? "", /^[0-9a-f]{64}$/, "ls(detail=True) gives the Xet hash of the Xet-stored file");
+      assert.match(fs.lsDetail[1].xetHash ?? "", /^[0-9a-f]{64}$/, "ls(detail=True) gives the Xet hash of the Xet-stored file");
       assert.deepEqual(fs.lsSubfolder, [at("folder/data/nested"), at("folder/data/part-0.bin")]);
       assert.deepEqual(fs.lsAtCommit, [`${repoId}@${firstCommit}/small.txt`], "ls of REPO@COMMIT lists that commit's tree (small.txt only)");
       assert.deepEqual(fs.glob, [at("big.bin"), at("folder/data/nested/part-1.bin"), at("folder/data/part-0.bin")]);

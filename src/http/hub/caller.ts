@@ -27,7 +27,11 @@
  *   `types`, `namespace` and `name` params of `/api/{types}/{namespace}/{name}/…`. With
  *   `downloadLinks` (reading only: `resolve`), a URL signed as a download link of the web
  *   interface (auth/download-link.ts) is the permission itself, whoever follows it: no token is
- *   looked at, and an altered or expired link is refused with 403. `refuseFirst` answers a
+ *   looked at, and an altered or expired link is refused with 403. `signed` does the same for
+ *   URLs castor signed for one request, Git LFS basic actions (auth/lfs-object-url.ts): it says
+ *   whether the URL carries a signature, and refuses an altered or expired one. `repo` may be
+ *   a function of the request when its body says what it asks (the LFS batch: an upload or a
+ *   download). `refuseFirst` answers a
  *   request for a feature castor lacks the same whoever sends it (only an unusable token is
  *   refused before), as the routes of unsupported-routes.ts do.
  *
@@ -40,7 +44,7 @@ import { requireAdmin, requireToken, type Caller } from "../../hub/access.js";
 import type { Hub } from "../../hub/index.js";
 import type { Repo } from "../../hub/records.js";
 import type { Intent, RepoAddress } from "../../hub/repositories.js";
-import { bearerToken } from "../cas-auth.js";
+import { hubTokenOf } from "../cas-auth.js";
 import { HubError } from "../../hub/errors.js";
 import { hubTokenAccepted } from "../hub-limits.js";
 import { addressOf } from "./address.js";
@@ -51,9 +55,11 @@ export type HubAccess =
   | { token: string }
   | { admin: string }
   | {
-      repo: Intent;
+      repo: Intent | ((request: FastifyRequest) => Intent);
       address?: (params: Record<string, string>) => RepoAddress;
       downloadLinks?: boolean;
+      /** Whether the request's URL carries a signature castor made for it (HubError 403 for a bad one): it is then the permission. */
+      signed?: (request: FastifyRequest) => boolean;
       /** A refusal whoever asks (a feature castor lacks, named in the body), before the repository is looked at. */
       refuseFirst?: (request: FastifyRequest) => void;
     };
@@ -85,13 +91,18 @@ export function installHubAccess(app: FastifyInstance, deps: { hub: Hub; downloa
       repos.set(request, await hub.repos.linked(addressOfRoute(access, request)));
       return;
     }
+    if (typeof access === "object" && "repo" in access && access.signed?.(request) === true) {
+      repos.set(request, await hub.repos.linked(addressOfRoute(access, request)));
+      return;
+    }
     const caller = await authenticate(hub, request);
     if (access === "caller") return;
     if ("token" in access) requireToken(caller, access.token);
     else if ("admin" in access) requireAdmin(caller, access.admin);
     else {
       access.refuseFirst?.(request);
-      repos.set(request, await hub.repos.find(caller, addressOfRoute(access, request), access.repo));
+      const intent = typeof access.repo === "function" ? access.repo(request) : access.repo;
+      repos.set(request, await hub.repos.find(caller, addressOfRoute(access, request), intent));
     }
   });
 }
@@ -113,8 +124,8 @@ function verifyLink(links: DownloadLinks, pathAndQuery: string): void {
 
 /** 401 for a malformed `Authorization` header or a token that is not usable (access.ts `callerOf`). */
 async function authenticate(hub: Hub, request: FastifyRequest): Promise<Caller> {
-  const token = bearerToken(request.headers.authorization);
-  if (token === null) throw new HubError(401, "malformed Authorization header: expected `Bearer hf_…`");
+  const token = hubTokenOf(request.headers.authorization);
+  if (token === null) throw new HubError(401, "malformed Authorization header: expected `Bearer hf_…` (or basic auth with the token as the password)");
   const caller = await hub.tokens.authenticate(token);
   if (caller.kind === "token") hubTokenAccepted(request);
   callers.set(request, caller);

@@ -11,10 +11,10 @@ import { parseJsonBodies, parseTextBodies, refuseUnparsedBody } from "../raw-bod
 import { installHubAccess } from "./caller.js";
 import { castorRoutes } from "./castor-routes.js";
 import { fileRoutes } from "./file-routes.js";
-import { lfsRoutes } from "./lfs-routes.js";
+import { lfsRoutes, type HubLfsRouteDeps } from "./lfs-routes.js";
 import { moveRoutes } from "./move-routes.js";
 import { rawRoutes } from "./raw-routes.js";
-import { repoRoutes, type HubRouteDeps } from "./repo-routes.js";
+import { repoRoutes } from "./repo-routes.js";
 import { resolveRoutes } from "./resolve-routes.js";
 import { statsRoutes } from "./stats-routes.js";
 import { unsupportedRoutes } from "./unsupported-routes.js";
@@ -22,13 +22,16 @@ import { installHubValidation } from "./validation.js";
 
 export type { HubRouteDeps } from "./repo-routes.js";
 
+/** The hub routes' dependencies: those of every route, and the Git LFS routes' own. */
+export type HubHttpDeps = HubLfsRouteDeps;
+
 /**
  * The hub's routes, in one plugin whose hooks every route shares, in the order fastify runs them
  * once a body arrived within its limits: who may call (caller.ts), then a JSON body that did not
  * parse (raw-body.ts `UnparsedBody`), an absent body read as `{}`, then the route's schemas
  * (src/wire/hub.ts, checked by validation.ts).
  */
-export async function hubRoutes(app: FastifyInstance, deps: HubRouteDeps): Promise<void> {
+export async function hubRoutes(app: FastifyInstance, deps: HubHttpDeps): Promise<void> {
   installHubAccess(app, deps);
   app.addHook("preValidation", refuseUnparsedBody);
   installHubValidation(app);

@@ -11,7 +11,7 @@
  */
 import type { PoolClient } from "pg";
 import { checkCommit, decodeTreeEntries, distinctTrees, encodeTreeEntries } from "../history.js";
-import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RevisionKind, TreeRecord } from "../store.js";
+import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RefChange, RefChangeOutcome, RevisionKind, TreeRecord } from "../store.js";
 import type { PostgresConnection, NamedStatements } from "./connection.js";
 
 export interface CommitRow {
@@ -49,19 +49,26 @@ const HISTORY_SQL = {
   insertCommit: `
     INSERT INTO commits (${COMMIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
     ON CONFLICT DO NOTHING`,
+  // A ref change's compare-and-swap, in its three forms; each locks the row it changes.
+  moveRef: `UPDATE revisions SET commit_oid = $5 WHERE repo_id = $1 AND name = $2 AND kind = $3 AND commit_oid = $4`,
+  deleteRef: `DELETE FROM revisions WHERE repo_id = $1 AND name = $2 AND kind = $3 AND commit_oid = $4`,
+  insertRef: `
+    INSERT INTO revisions (repo_id, name, kind, created_at, commit_oid) VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT DO NOTHING`,
 } as const;
 
-/** A commit and its trees checked and encoded before any transaction starts (a bad record holds no lock). */
+/** Commits and their trees checked and encoded before any transaction starts (a bad record holds no lock). */
 export interface EncodedHistory {
-  commit: CommitRecord;
+  commits: CommitRecord[];
   treeOids: string[];
   treeEntries: string[];
 }
 
-export function encodeHistory(commit: CommitRecord, trees: readonly TreeRecord[]): EncodedHistory {
-  checkCommit(commit);
+export function encodeHistory(commits: CommitRecord | readonly CommitRecord[], trees: readonly TreeRecord[]): EncodedHistory {
+  const list = Array.isArray(commits) ? [...commits] : [commits as CommitRecord];
+  for (const commit of list) checkCommit(commit);
   const distinct = distinctTrees(trees);
-  return { commit, treeOids: distinct.map((tree) => tree.oid), treeEntries: distinct.map(encodeTreeEntries) };
+  return { commits: list, treeOids: distinct.map((tree) => tree.oid), treeEntries: distinct.map(encodeTreeEntries) };
 }
 
 export class PostgresHistoryRecords {
@@ -71,21 +78,22 @@ export class PostgresHistoryRecords {
     this.sql = connection.statements(HISTORY_SQL);
   }
 
-  /** Inserts the trees and the commit (each ignored when present), on the caller's transaction. */
+  /** Inserts the trees and the commits (each ignored when present), on the caller's transaction. */
   async insertHistory(client: PoolClient, repoId: number, history: EncodedHistory): Promise<void> {
     if (history.treeOids.length > 0) await this.sql.runOn(client, "insertTrees", [repoId, history.treeOids, history.treeEntries]);
-    const { commit } = history;
-    await this.sql.runOn(client, "insertCommit", [
-      repoId,
-      commit.oid,
-      commit.treeOid,
-      commit.parentOids,
-      commit.title,
-      commit.message,
-      commit.author,
-      commit.createdAt,
-      commit.object,
-    ]);
+    for (const commit of history.commits) {
+      await this.sql.runOn(client, "insertCommit", [
+        repoId,
+        commit.oid,
+        commit.treeOid,
+        commit.parentOids,
+        commit.title,
+        commit.message,
+        commit.author,
+        commit.createdAt,
+        commit.object,
+      ]);
+    }
   }
 
   async getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
@@ -106,7 +114,7 @@ export class PostgresHistoryRecords {
   async advanceBranch(advance: BranchAdvance): Promise<BranchAdvanceOutcome> {
     const history = encodeHistory(advance.commit, advance.trees);
     return this.connection.inTransaction(async (client): Promise<BranchAdvanceOutcome> => {
-      const moved = await this.sql.runOn(client, "moveBranch", [advance.repoId, advance.branch, history.commit.oid, advance.expectedHead]);
+      const moved = await this.sql.runOn(client, "moveBranch", [advance.repoId, advance.branch, advance.commit.oid, advance.expectedHead]);
       if (moved.rowCount !== 1) {
         // Nothing was written: the transaction ends with nothing to commit. Tell why.
         const { rows } = await this.sql.runOn<{ kind: RevisionKind }>(client, "revisionKind", [advance.repoId, advance.branch]);
@@ -114,6 +122,30 @@ export class PostgresHistoryRecords {
       }
       await this.insertHistory(client, advance.repoId, history);
       return "advanced";
+    });
+  }
+
+  /**
+   * One transaction that starts with the compare-and-swap, as `advanceBranch`: the conditional
+   * UPDATE or DELETE locks the revision's row (a concurrent change waits, then finds its
+   * condition false); a creation inserts the row, and a concurrent one finds the name taken.
+   */
+  async updateRef(change: RefChange): Promise<RefChangeOutcome> {
+    const history = encodeHistory(change.commits, change.trees);
+    return this.connection.inTransaction(async (client): Promise<RefChangeOutcome> => {
+      const { repoId, name, kind, expected, target } = change;
+      let done: boolean;
+      if (expected === null) {
+        done = target !== null && ((await this.sql.runOn(client, "insertRef", [repoId, name, kind, new Date(), target])).rowCount ?? 0) === 1;
+      } else if (target === null) {
+        done = ((await this.sql.runOn(client, "deleteRef", [repoId, name, kind, expected])).rowCount ?? 0) === 1;
+      } else {
+        done = ((await this.sql.runOn(client, "moveRef", [repoId, name, kind, expected, target])).rowCount ?? 0) === 1;
+      }
+      // Nothing was written otherwise: the transaction ends with nothing to commit.
+      if (!done) return "moved";
+      if (target !== null) await this.insertHistory(client, repoId, history);
+      return "changed";
     });
   }
 }

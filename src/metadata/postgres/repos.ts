@@ -62,7 +62,7 @@ export class PostgresRepoRecords {
 
   async createRepo(type: RepoType, name: string, init?: RepoInit): Promise<Repo> {
     const initial = init === undefined ? undefined : encodeHistory(init.commit, [init.tree]);
-    const values = [type, name, new Date(), init === undefined || init.private, initial?.commit.oid ?? null];
+    const values = [type, name, new Date(), init === undefined || init.private, init?.commit.oid ?? null];
     try {
       if (initial === undefined) return toRepo((await this.sql.run<RepoRow>("createRepo", values)).rows[0]);
       return await this.connection.inTransaction(async (client) => {

@@ -6,7 +6,7 @@
  */
 import type Database from "better-sqlite3";
 import { checkCommit, decodeStringList, decodeTreeEntries, distinctTrees, encodeTreeEntries, treeEntriesFromBytes, treeEntriesToBytes } from "../history.js";
-import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RevisionKind, TreeRecord } from "../store.js";
+import type { BranchAdvance, BranchAdvanceOutcome, CommitRecord, RefChange, RefChangeOutcome, RevisionKind, TreeRecord } from "../store.js";
 import type { SqliteConnection } from "./connection.js";
 
 export interface CommitRow {
@@ -35,6 +35,9 @@ export interface HistoryStatements {
   getTree: Database.Statement<[number, string], TreeRow>;
   branchHead: Database.Statement<[number, string], { kind: RevisionKind; commit_oid: string | null }>;
   moveBranch: Database.Statement<[string, number, string, string | null]>;
+  insertRef: Database.Statement<[number, string, RevisionKind, number, string]>;
+  moveRef: Database.Statement<[string, number, string, RevisionKind, string]>;
+  deleteRef: Database.Statement<[number, string, RevisionKind, string]>;
 }
 
 function prepareHistoryStatements(db: Database.Database): HistoryStatements {
@@ -57,22 +60,28 @@ function prepareHistoryStatements(db: Database.Database): HistoryStatements {
     moveBranch: db.prepare<[string, number, string, string | null]>(
       "UPDATE revisions SET commit_oid = ? WHERE repo_id = ? AND name = ? AND kind = 'branch' AND commit_oid IS ?",
     ),
+    insertRef: db.prepare<[number, string, RevisionKind, number, string]>(
+      "INSERT INTO revisions (repo_id, name, kind, created_at, commit_oid) VALUES (?, ?, ?, ?, ?)",
+    ),
+    moveRef: db.prepare<[string, number, string, RevisionKind, string]>(
+      "UPDATE revisions SET commit_oid = ? WHERE repo_id = ? AND name = ? AND kind = ? AND commit_oid = ?",
+    ),
+    deleteRef: db.prepare<[number, string, RevisionKind, string]>("DELETE FROM revisions WHERE repo_id = ? AND name = ? AND kind = ? AND commit_oid = ?"),
   };
 }
 
-/** A commit and its trees checked and encoded, ready to insert inside a transaction. */
+/** Commits and their trees checked and encoded, ready to insert inside a transaction. */
 export interface EncodedHistory {
-  commit: CommitRecord;
-  parentOids: string;
+  commits: { commit: CommitRecord; parentOids: string }[];
   trees: { oid: string; entries: Buffer }[];
 }
 
 /** Checks and encodes before any transaction starts, so a bad record costs no lock and stores nothing. */
-export function encodeHistory(commit: CommitRecord, trees: readonly TreeRecord[]): EncodedHistory {
-  checkCommit(commit);
+export function encodeHistory(commits: CommitRecord | readonly CommitRecord[], trees: readonly TreeRecord[]): EncodedHistory {
+  const list = Array.isArray(commits) ? commits : [commits as CommitRecord];
+  for (const commit of list) checkCommit(commit);
   return {
-    commit,
-    parentOids: JSON.stringify(commit.parentOids),
+    commits: list.map((commit) => ({ commit, parentOids: JSON.stringify(commit.parentOids) })),
     trees: distinctTrees(trees).map((tree) => ({ oid: tree.oid, entries: treeEntriesToBytes(encodeTreeEntries(tree)) })),
   };
 }
@@ -86,21 +95,22 @@ export class SqliteHistoryRecords {
     this.sql = prepareHistoryStatements(this.db);
   }
 
-  /** Inserts the trees and the commit (each ignored when present); runs inside the caller's transaction. */
+  /** Inserts the trees and the commits (each ignored when present); runs inside the caller's transaction. */
   insertHistory(repoId: number, history: EncodedHistory): void {
     for (const tree of history.trees) this.sql.insertTree.run(repoId, tree.oid, tree.entries);
-    const { commit } = history;
-    this.sql.insertCommit.run(
-      repoId,
-      commit.oid,
-      commit.treeOid,
-      history.parentOids,
-      commit.title,
-      commit.message,
-      commit.author,
-      commit.createdAt.getTime(),
-      commit.object,
-    );
+    for (const { commit, parentOids } of history.commits) {
+      this.sql.insertCommit.run(
+        repoId,
+        commit.oid,
+        commit.treeOid,
+        parentOids,
+        commit.title,
+        commit.message,
+        commit.author,
+        commit.createdAt.getTime(),
+        commit.object,
+      );
+    }
   }
 
   async getCommit(repoId: number, oid: string): Promise<CommitRecord | null> {
@@ -127,10 +137,34 @@ export class SqliteHistoryRecords {
           if (head.commit_oid !== advance.expectedHead) return "moved";
           this.insertHistory(advance.repoId, history);
           // Always one row under the write lock; checked anyway, and a miss rolls everything back.
-          if (this.sql.moveBranch.run(history.commit.oid, advance.repoId, advance.branch, advance.expectedHead).changes !== 1) {
+          if (this.sql.moveBranch.run(advance.commit.oid, advance.repoId, advance.branch, advance.expectedHead).changes !== 1) {
             throw new Error(`branch ${JSON.stringify(advance.branch)} of repository #${advance.repoId} changed under the write lock`);
           }
           return "advanced";
+        })
+        .immediate(),
+    );
+  }
+
+  async updateRef(change: RefChange): Promise<RefChangeOutcome> {
+    const history = encodeHistory(change.commits, change.trees);
+    return this.connection.write(() =>
+      this.db
+        .transaction((): RefChangeOutcome => {
+          const current = this.sql.branchHead.get(change.repoId, change.name);
+          const matches = change.expected === null ? current === undefined : current?.kind === change.kind && current.commit_oid === change.expected;
+          if (!matches) return "moved";
+          if (change.target === null) {
+            if (change.expected !== null) this.sql.deleteRef.run(change.repoId, change.name, change.kind, change.expected);
+            return "changed";
+          }
+          this.insertHistory(change.repoId, history);
+          if (change.expected === null) this.sql.insertRef.run(change.repoId, change.name, change.kind, Date.now(), change.target);
+          // Always one row under the write lock; checked anyway, and a miss rolls everything back.
+          else if (this.sql.moveRef.run(change.target, change.repoId, change.name, change.kind, change.expected).changes !== 1) {
+            throw new Error(`ref ${JSON.stringify(change.name)} of repository #${change.repoId} changed under the write lock`);
+          }
+          return "changed";
         })
         .immediate(),
     );

@@ -84,7 +84,7 @@ export class SqliteRepoRecords {
         const now = Date.now();
         const row = this.sql.insertRepo.get(type, name, now, init === undefined || init.private ? 1 : 0)!;
         if (initial !== undefined) this.history.insertHistory(row.id, initial);
-        this.sql.insertRevision.run(row.id, "main", "branch", now, initial?.commit.oid ?? null);
+        this.sql.insertRevision.run(row.id, "main", "branch", now, init?.commit.oid ?? null);
         return row;
       });
       try {
