@@ -324,14 +324,20 @@ describe("SqliteMetadataStore CAS specifics", () => {
         sha256: null,
       }));
 
-      // While the registration is in progress: timers fire, a reader sees none of its files,
-      // and a write issued meanwhile completes (after it, since it waits for the write lock).
+      // While the registration is in progress: the event loop turns, a reader sees none of its
+      // files, and a write issued meanwhile completes (after it, since it waits for the write
+      // lock). Turns are counted with setImmediate, not a timer: a timer fires only once a
+      // millisecond has passed, so fast steps would look like a blocked loop.
       let ticks = 0;
+      let ticking = true;
       const seenMidway: boolean[] = [];
-      const ticker = setInterval(() => {
+      const tick = () => {
+        if (!ticking) return;
         ticks++;
         void store.isFileInRepo(files[0].hash, repo.id).then((seen) => seenMidway.push(seen));
-      }, 0);
+        setImmediate(tick);
+      };
+      setImmediate(tick);
       const registered = store.registerShard({ shardHash: hashOf("shard 1"), repoId: repo.id, files, dedupEntries: [] });
       const writtenMeanwhile = store.createRepo("model", "alice/meanwhile");
       let registrationDone = false;
@@ -341,9 +347,9 @@ describe("SqliteMetadataStore CAS specifics", () => {
         await writtenMeanwhile;
         assert.equal(registrationDone, true, "the other write waited for the registration's transaction");
       } finally {
-        clearInterval(ticker);
+        ticking = false;
       }
-      assert.ok(ticks >= 3, `timers ran between the steps (${ticks} ticks)`);
+      assert.ok(ticks >= 3, `the event loop turned between the steps (${ticks} turns)`);
       assert.ok(seenMidway.length > 0 && seenMidway.every((seen) => seen === false), "no file was visible before the commit");
       assert.equal(await store.isFileInRepo(files.at(-1)!.hash, repo.id), true);
       assert.ok(await store.getRepo("model", "alice/meanwhile"));
