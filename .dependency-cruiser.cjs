@@ -62,9 +62,9 @@ module.exports = {
     ),
     forbid(
       "hub-below-transports",
-      "src/hub: the hub's application layer, called by every transport; imports format, auth, cas and the stores, never a transport.",
+      "src/hub: the hub's application layer, called by every transport; imports format, auth, cas and the stores, never a transport (a mirror's source reaches it through the hub's own interface, mirrored.ts).",
       layer("hub"),
-      castor("http", "ops", "cli", "client", "cluster") + "|^src/server\\.ts$",
+      castor("http", "ops", "cli", "client", "cluster", "mirror", "upstream") + "|^src/server\\.ts$",
     ),
     forbid(
       "git-is-a-protocol",
@@ -78,6 +78,25 @@ module.exports = {
       "^src/git/(?!hub-source\\.ts$)",
       layer("hub"),
     ),
+    forbid(
+      "upstream-asks-another-hub",
+      "src/upstream: the upstream hub a mirror asks, through castor's own client; imports the client, format, the wire shapes and the stand-alone helpers only.",
+      layer("upstream"),
+      "^src/(?!upstream/|client/|format/|wire/|concurrency\\.ts$)",
+    ),
+    forbid(
+      "mirror-behind-the-services",
+      "src/mirror: the mirror of an upstream hub, a source behind the hub's services and the CAS; never imports a transport, the operations or the composition root.",
+      layer("mirror"),
+      castor("http", "ops", "cli", "cluster") + "|^src/server\\.ts$",
+    ),
+    forbid(
+      "mirror-built-by-the-root",
+      "Only the composition root and the CLI build the mirror; the services see it through hub/mirrored.ts, the CAS and the routes through their own dependencies.",
+      "^src/(?!mirror/|cli/|server\\.ts$)",
+      layer("mirror"),
+    ),
+    forbid("upstream-for-the-mirror", "Only the mirror (and the CLI's mirror commands) asks the upstream hub.", "^src/(?!upstream/|mirror/|cli/)", layer("upstream")),
     forbid(
       "ops-below-transports",
       "src/ops: operations on whole stores (gc, fsck, backup, migration); called by the CLI and the composition root, never by HTTP routes.",

@@ -109,6 +109,8 @@ export interface CastorConfig {
   metricsToken: string | null;
   /** Garbage collection inside `castor serve`: every `intervalMs` (null: never, the default), keeping `graceMs`. */
   gc: { intervalMs: number | null; graceMs: number };
+  /** The upstream hub castor mirrors (CASTOR_UPSTREAM_*); null: castor mirrors none. */
+  upstream: UpstreamConfig | null;
   logLevel: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   /**
    * How `castor serve` writes its log (CASTOR_LOG_FORMAT): JSON lines, or lines for a person to
@@ -116,6 +118,24 @@ export interface CastorConfig {
    */
   logFormat: "json" | "pretty" | null;
 }
+
+export interface UpstreamConfig {
+  /** CASTOR_UPSTREAM_URL, without a trailing slash. */
+  url: string;
+  /** CASTOR_UPSTREAM_TOKEN: castor's identity upstream; null: anonymous. */
+  token: string | null;
+  /** CASTOR_UPSTREAM_REPOS: `TYPE:NAMESPACE/NAME` globs; empty: every repository. */
+  repos: string[];
+  /** CASTOR_UPSTREAM_REFRESH: how long an answer about a branch, tag or missing name is trusted. */
+  refreshMs: number;
+  /** CASTOR_UPSTREAM_ANONYMOUS=1: clients without a token may pull public upstream repositories. */
+  anonymous: boolean;
+  /** CASTOR_UPSTREAM_MAX_BYTES: mirrored bytes the scheduled gc keeps at most; null: no bound. */
+  maxBytes: number | null;
+}
+
+/** How long mirrored refs and "not found" answers are trusted by default. */
+export const DEFAULT_UPSTREAM_REFRESH = "10m";
 
 const MiB = 1024 * 1024;
 
@@ -299,6 +319,12 @@ export const SETTINGS = [
   "CASTOR_METRICS_TOKEN",
   "CASTOR_GC_INTERVAL",
   "CASTOR_GC_GRACE",
+  "CASTOR_UPSTREAM_URL",
+  "CASTOR_UPSTREAM_TOKEN",
+  "CASTOR_UPSTREAM_REPOS",
+  "CASTOR_UPSTREAM_REFRESH",
+  "CASTOR_UPSTREAM_ANONYMOUS",
+  "CASTOR_UPSTREAM_MAX_BYTES",
 ] as const;
 export type SettingName = (typeof SETTINGS)[number];
 
@@ -423,6 +449,48 @@ export function loadConfig(env: Env = process.env, flags: Record<string, string 
     },
     logLevel: oneOf("CASTOR_LOG_LEVEL", get("CASTOR_LOG_LEVEL") ?? "info", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const),
     logFormat: get("CASTOR_LOG_FORMAT") === undefined ? null : oneOf("CASTOR_LOG_FORMAT", get("CASTOR_LOG_FORMAT")!, ["json", "pretty"] as const),
+    upstream: upstreamConfig(get),
+  };
+}
+
+/** The CASTOR_UPSTREAM_* settings, checked; null when CASTOR_UPSTREAM_URL is unset (and then none of the others may be set). */
+function upstreamConfig(get: (name: SettingName) => string | undefined): UpstreamConfig | null {
+  const url = get("CASTOR_UPSTREAM_URL");
+  if (url === undefined) {
+    const stray = (
+      ["CASTOR_UPSTREAM_TOKEN", "CASTOR_UPSTREAM_REPOS", "CASTOR_UPSTREAM_REFRESH", "CASTOR_UPSTREAM_ANONYMOUS", "CASTOR_UPSTREAM_MAX_BYTES"] as const
+    ).find((name) => get(name) !== undefined);
+    if (stray !== undefined) throw new ConfigError(`${stray} is set but CASTOR_UPSTREAM_URL is not: name the hub castor mirrors (e.g. https://huggingface.co)`);
+    return null;
+  }
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ConfigError(`CASTOR_UPSTREAM_URL must be an absolute http(s) URL such as https://huggingface.co, got ${JSON.stringify(url)}`);
+  }
+  if ((parsed.protocol !== "http:" && parsed.protocol !== "https:") || parsed.search || parsed.hash || parsed.username || parsed.password) {
+    throw new ConfigError("CASTOR_UPSTREAM_URL must be an http(s) URL without a query, fragment or credentials (give castor's token as CASTOR_UPSTREAM_TOKEN)");
+  }
+  const repos = (get("CASTOR_UPSTREAM_REPOS") ?? "")
+    .split(",")
+    .map((glob) => glob.trim())
+    .filter((glob) => glob !== "");
+  for (const glob of repos) {
+    if (!/^(\*|model|dataset|space):[A-Za-z0-9._*-]+\/[A-Za-z0-9._*-]+$/.test(glob)) {
+      throw new ConfigError(
+        `CASTOR_UPSTREAM_REPOS must be comma-separated TYPE:NAMESPACE/NAME patterns (TYPE model, dataset, space or *; * matches within a part), e.g. model:*/*,dataset:org/*; ${JSON.stringify(glob)} is not one`,
+      );
+    }
+  }
+  const maxBytes = get("CASTOR_UPSTREAM_MAX_BYTES");
+  return {
+    url: parsed.toString().replace(/\/+$/, ""),
+    token: get("CASTOR_UPSTREAM_TOKEN") ?? null,
+    repos,
+    refreshMs: duration("CASTOR_UPSTREAM_REFRESH", get("CASTOR_UPSTREAM_REFRESH") ?? DEFAULT_UPSTREAM_REFRESH, 0),
+    anonymous: parseBool("CASTOR_UPSTREAM_ANONYMOUS", get("CASTOR_UPSTREAM_ANONYMOUS") ?? "0"),
+    maxBytes: maxBytes === undefined ? null : nonNegativeInt("CASTOR_UPSTREAM_MAX_BYTES", maxBytes),
   };
 }
 

@@ -61,6 +61,18 @@ export interface MetricsExposition {
   body: string;
 }
 
+/** What `/metrics` counts of the mirror of an upstream hub (src/mirror). */
+export interface MirrorCounters {
+  /** A request to the upstream hub ended: `ok`, `not_found`, `gated`, `rate_limited`, `timeout`, `unreachable`, … */
+  upstreamRequest(outcome: string): void;
+  /** Bytes of file content fetched from the upstream. */
+  fetched(bytes: number): void;
+  /** Bytes of mirrored files served to clients (held or streamed while fetched). */
+  served(bytes: number): void;
+  /** A file read: `hit` when castor held it, `miss` when it had to be fetched. */
+  read(result: "hit" | "miss"): void;
+}
+
 /**
  * `GET /metrics` when several processes serve one port (`castor serve --workers N`): a scrape
  * reaches one of them, and must see the counts of all. `attach` hands over this process's
@@ -85,6 +97,10 @@ export class CastorMetrics {
   private readonly dedupQueries: Counter<"result">;
   private readonly tokenRequests: Counter<"outcome">;
   private readonly refusals: Counter<"reason">;
+  private readonly mirrorUpstreamRequests: Counter<"outcome">;
+  private readonly mirrorFetchedBytes: Counter;
+  private readonly mirrorServedBytes: Counter;
+  private readonly mirrorReads: Counter<"result">;
   /** Where the last `castor gc` and `castor fsck` runs are read from at each scrape (null: not shown). */
   private maintenanceRuns: (() => Promise<MaintenanceRun[]>) | null = null;
   /** Where the latest storage statistics sample is read from at each scrape (null: not shown). */
@@ -140,6 +156,28 @@ export class CastorMetrics {
       name: "castor_token_requests_total",
       help: "Hub token operations (CAS token requests) decided, by outcome: granted or denied",
       labelNames: ["outcome"],
+      registers,
+    });
+    this.mirrorUpstreamRequests = new Counter({
+      name: "castor_mirror_upstream_requests_total",
+      help: "Requests of the mirror to the upstream hub, by outcome: ok, not_found, gated, forbidden, unauthorized, rate_limited, timeout, unreachable, bad_answer",
+      labelNames: ["outcome"],
+      registers,
+    });
+    this.mirrorFetchedBytes = new Counter({
+      name: "castor_mirror_upstream_bytes_total",
+      help: "File content bytes the mirror fetched from the upstream hub (xorb ranges and files)",
+      registers,
+    });
+    this.mirrorServedBytes = new Counter({
+      name: "castor_mirror_served_bytes_total",
+      help: "Bytes of mirrored files served to clients over HTTP (held, or streamed while fetched)",
+      registers,
+    });
+    this.mirrorReads = new Counter({
+      name: "castor_mirror_reads_total",
+      help: "Reads of mirrored files, by result: hit (castor held the file) or miss (it was fetched from the upstream)",
+      labelNames: ["result"],
       registers,
     });
     this.refusals = new Counter({
@@ -287,6 +325,16 @@ export class CastorMetrics {
 
   refused(reason: RefusalReason): void {
     this.refusals.inc({ reason });
+  }
+
+  /** Where the mirror of an upstream hub reports (its `countInto`). */
+  mirrorCounters(): MirrorCounters {
+    return {
+      upstreamRequest: (outcome) => this.mirrorUpstreamRequests.inc({ outcome }),
+      fetched: (bytes) => this.mirrorFetchedBytes.inc(bytes),
+      served: (bytes) => this.mirrorServedBytes.inc(bytes),
+      read: (result) => this.mirrorReads.inc({ result }),
+    };
   }
 
   /** The exposition text and its content type (Prometheus text format 0.0.4). */

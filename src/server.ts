@@ -13,7 +13,7 @@ import type { FastifyInstance } from "fastify";
 import type { DestinationStream, Logger } from "pino";
 import { CasTokenIssuer, CasTokenVerifier } from "./auth/cas-token.js";
 import { loadOrCreateKeys, type CastorKeys } from "./auth/keys.js";
-import { ConfigError, listenUrl, type CastorConfig } from "./config.js";
+import { ConfigError, listenUrl, type CastorConfig, type UpstreamConfig } from "./config.js";
 import { DownloadLinks } from "./auth/download-link.js";
 import { HmacTransferUrls } from "./auth/transfer-url.js";
 import { DedupService } from "./cas/dedup.js";
@@ -26,6 +26,7 @@ import { LfsObjectUrls } from "./auth/lfs-object-url.js";
 import { FileIngest } from "./cas/file-ingest.js";
 import { HubGit } from "./git/hub-source.js";
 import { createHub } from "./hub/index.js";
+import { MirrorSource } from "./mirror/source.js";
 import { StorageStatsService } from "./hub/stats.js";
 import { StatsSampler, type StatsSamplerOptions } from "./hub/stats-sampler.js";
 import { buildCastorApp, SPOOL_DIR_NAME, type BackgroundTask } from "./http/app.js";
@@ -153,9 +154,18 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     const sampler = statsSampler(stats, logger, { daily: runsSchedules });
     const background: BackgroundTask[] = [sampler];
     if (runsSchedules && config.gc.intervalMs !== null) {
-      background.push(scheduledGc(store, blobs, logger, { ...config.gc, intervalMs: config.gc.intervalMs, reserve: reserveOf(config) }));
+      background.push(
+        scheduledGc(store, blobs, logger, {
+          ...config.gc,
+          intervalMs: config.gc.intervalMs,
+          reserve: reserveOf(config),
+          mirrorMaxBytes: config.upstream?.maxBytes ?? undefined,
+        }),
+      );
     }
+    const xetFiles = new FileReader({ metadata: store, blobs });
     const xorbs = new XorbIngestService({ blobs, metadata: store, maxBodyBytes: config.maxXorbBytes });
+    const mirror = config.upstream === null ? undefined : mirrorSource(config.upstream, { store, blobs, xorbs, xetFiles, logger, worker });
     const shards = new ShardRegistrationService({
       metadata: store,
       blobs,
@@ -169,7 +179,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
     const hub = createHub({
       store,
       blobs,
-      xetFiles: new FileReader({ metadata: store, blobs }),
+      xetFiles,
       stats,
       inlineMaxBytes: config.hubInlineMaxBytes,
       spoolDir: join(config.dataDir, SPOOL_DIR_NAME),
@@ -180,6 +190,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
         metadata: store,
       }),
       pushMaxObjects: config.gitLimits.maxObjects,
+      mirror,
     });
     const app = await buildCastorApp({
       logger,
@@ -201,6 +212,21 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
         signer: presignedUrls ?? transferUrls,
         singleRangeEntries: presignedUrls !== undefined,
         transferUrlTtlSeconds: config.transferUrlTtlSeconds,
+        ...(mirror === undefined
+          ? {}
+          : {
+              // A mirrored repository's file castor does not hold: answered at once from the
+              // upstream's plan, behind castor's own transfer URLs (even with presigned ones: only
+              // the transfer route serves a range as the fill brings it); V1 waits for the fill.
+              answerMissing: async (repo, rev, fileHex, range) => {
+                const found = await store.getRepo(repo.type, repo.id);
+                return found?.mirror ? mirror.liveReconstruction(found, rev, fileHex, range, transferUrls.sign.bind(transferUrls)) : null;
+              },
+              fetchMissing: async (repo, rev, fileHex) => {
+                const found = await store.getRepo(repo.type, repo.id);
+                return found?.mirror === true && mirror.ensureXet(found, rev, fileHex);
+              },
+            }),
       }),
       transferUrls,
       downloadLinks: new DownloadLinks({ urlKey: keys.urlKey }),
@@ -214,6 +240,7 @@ export async function startServer(config: CastorConfig, options: StartOptions = 
       maxConcurrentUploads: config.maxConcurrentUploads,
       hubLimits: config.hubLimits,
       gitLimits: config.gitLimits,
+      mirror,
     });
     const bound = await listen(app, config);
     publicUrls.bind(bound.address, bound.port);
@@ -259,16 +286,42 @@ export function statsSampler(stats: StorageStatsService, logger: Logger, options
   });
 }
 
-/** Garbage collection every `intervalMs` (CASTOR_GC_INTERVAL, src/ops/gc-schedule.ts). */
+/**
+ * The mirror of the upstream hub (CASTOR_UPSTREAM_*, src/mirror): a second source of
+ * repositories behind the hub's services, and of files behind the CAS.
+ */
+function mirrorSource(
+  upstream: UpstreamConfig,
+  deps: { store: MetadataStore; blobs: BlobStore; xorbs: XorbIngestService; xetFiles: FileReader; logger: Logger; worker: WorkerRole | undefined },
+): MirrorSource {
+  const origin = new URL(upstream.url).origin;
+  deps.logger.info(
+    { upstream: origin, repos: upstream.repos, anonymous: upstream.anonymous },
+    `mirroring ${origin}: names castor does not hold are looked up there (CASTOR_UPSTREAM_URL)`,
+  );
+  return new MirrorSource({
+    settings: upstream,
+    store: deps.store,
+    blobs: deps.blobs,
+    xorbs: deps.xorbs,
+    reader: deps.xetFiles,
+    log: deps.logger,
+    // Workers of one node share a database but not a process: each claims fills as its own node.
+    node: deps.worker ? `${process.pid}` : undefined,
+  });
+}
+
+/** Garbage collection every `intervalMs` (CASTOR_GC_INTERVAL, src/ops/gc-schedule.ts), evicting mirrored files past `mirrorMaxBytes`. */
 export function scheduledGc(
   store: MetadataStore,
   blobs: BlobStore,
   logger: Logger,
-  gc: { intervalMs: number; graceMs: number; reserve?: Reserve | null },
+  gc: { intervalMs: number; graceMs: number; reserve?: Reserve | null; mirrorMaxBytes?: number },
 ): BackgroundTask {
   return new GcSchedule(store, blobs, {
     intervalMs: gc.intervalMs,
     graceMs: gc.graceMs,
+    mirrorMaxBytes: gc.mirrorMaxBytes,
     onReport: (report) => logger.info({ removed: gcTotals(report) }, "scheduled garbage collection finished"),
     onError: (error) => logger.error({ err: error }, "scheduled garbage collection failed; trying again at the next interval"),
     reserve: gc.reserve,

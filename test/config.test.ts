@@ -276,4 +276,55 @@ describe("loadConfig", () => {
       });
     }
   });
+
+  describe("the upstream hub (CASTOR_UPSTREAM_*)", () => {
+    it("mirrors nothing by default", () => {
+      assert.equal(loadConfig({}).upstream, null);
+    });
+
+    it("reads the upstream, castor's token there, the allow list, the refresh time, anonymous pulls and the byte bound", () => {
+      assert.deepEqual(
+        loadConfig({
+          CASTOR_UPSTREAM_URL: "https://huggingface.co/",
+          CASTOR_UPSTREAM_TOKEN: "hf_upstream",
+          CASTOR_UPSTREAM_REPOS: " model:*/* , dataset:org/* ",
+          CASTOR_UPSTREAM_REFRESH: "1h",
+          CASTOR_UPSTREAM_ANONYMOUS: "1",
+          CASTOR_UPSTREAM_MAX_BYTES: "1000000",
+        }).upstream,
+        {
+          url: "https://huggingface.co",
+          token: "hf_upstream",
+          repos: ["model:*/*", "dataset:org/*"],
+          refreshMs: 3_600_000,
+          anonymous: true,
+          maxBytes: 1_000_000,
+        },
+      );
+      assert.deepEqual(loadConfig({ CASTOR_UPSTREAM_URL: "http://hub.internal:8080" }).upstream, {
+        url: "http://hub.internal:8080",
+        token: null,
+        repos: [],
+        refreshMs: 600_000,
+        anonymous: false,
+        maxBytes: null,
+      });
+    });
+
+    it("refuses mirror settings without CASTOR_UPSTREAM_URL, and bad values, naming the setting", () => {
+      rejects({ CASTOR_UPSTREAM_TOKEN: "hf_x" }, /^CASTOR_UPSTREAM_TOKEN is set but CASTOR_UPSTREAM_URL is not/);
+      rejects({ CASTOR_UPSTREAM_URL: "huggingface.co" }, /^CASTOR_UPSTREAM_URL must be an absolute http\(s\) URL/);
+      rejects(
+        { CASTOR_UPSTREAM_URL: "https://user:pass@huggingface.co" },
+        /^CASTOR_UPSTREAM_URL must be an http\(s\) URL without a query, fragment or credentials/,
+      );
+      rejects(
+        { CASTOR_UPSTREAM_URL: "https://huggingface.co", CASTOR_UPSTREAM_REPOS: "models/*" },
+        /^CASTOR_UPSTREAM_REPOS must be comma-separated TYPE:NAMESPACE\/NAME patterns.*"models\/\*" is not one$/,
+      );
+      rejects({ CASTOR_UPSTREAM_URL: "https://huggingface.co", CASTOR_UPSTREAM_REFRESH: "soon" }, /^CASTOR_UPSTREAM_REFRESH must be a duration/);
+      rejects({ CASTOR_UPSTREAM_URL: "https://huggingface.co", CASTOR_UPSTREAM_ANONYMOUS: "maybe" }, /^CASTOR_UPSTREAM_ANONYMOUS must be true or false/);
+      rejects({ CASTOR_UPSTREAM_URL: "https://huggingface.co", CASTOR_UPSTREAM_MAX_BYTES: "-1" }, /^CASTOR_UPSTREAM_MAX_BYTES must be a whole number of bytes/);
+    });
+  });
 });

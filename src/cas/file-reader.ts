@@ -42,9 +42,9 @@
  */
 import type { Writable } from "node:stream";
 import { Readable } from "node:stream";
-import { hashToHex, type Hash } from "../format/hash.js";
+import { hashToHex, ZERO_HASH, type Hash } from "../format/hash.js";
 import { drainedOrClosed } from "../writable-drain.js";
-import type { FileRecord } from "../metadata/cas.js";
+import type { FileRecord, FileTerm } from "../metadata/cas.js";
 import { FileReadError, SpanBuffers, SpanFeed, SpanPlanner, XorbTables, type FileMetadata, type LoadedSpan, type SpanSource } from "./file-spans.js";
 
 export { FileReadError, type FileReadErrorCode, type FileMetadata, type SpanSource } from "./file-spans.js";
@@ -120,6 +120,20 @@ export class FileReader {
   async open(fileHash: Hash): Promise<StoredFile | null> {
     const record = await this.metadata.getFile(fileHash);
     if (record === null) return null;
+    return this.fileOf(record);
+  }
+
+  /**
+   * The bytes that `terms` name, read and verified as a registered file's are, though no file
+   * of these terms is registered: how the mirror reads the chunks it holds already while it
+   * assembles a file from them and from chunks it fetches.
+   */
+  openTerms(terms: readonly FileTerm[]): StoredFile {
+    const size = terms.reduce((sum, term) => sum + term.unpackedLength, 0);
+    return this.fileOf({ hash: ZERO_HASH, size, terms: [...terms], sha256: null });
+  }
+
+  private fileOf(record: FileRecord): StoredFile {
     return new StoredFile(record, termOffsetsOf(record), { metadata: this.metadata, blobs: this.blobs, spanBuffers: this.spanBuffers, options: this.options });
   }
 }

@@ -44,6 +44,18 @@ export interface ReconstructionServiceDeps {
   answerCacheBytes?: number;
   /** Clock in ms since the epoch; tests pin it. */
   now?: () => number;
+  /**
+   * Asked about a file the token's repository does not have (yet): true once it has it. A mirror
+   * fetches a file of a mirrored repository here, when a commit of it at `rev` names the file.
+   */
+  fetchMissing?: (repo: ReconstructionQuery["repo"], rev: string, fileHex: string) => Promise<boolean>;
+  /**
+   * Asked before `fetchMissing` for a V2 answer about such a file: an answer made at once (a
+   * mirror's file being fetched, whose ranges castor's transfer route serves as they arrive —
+   * its URLs are that route's, whatever `signer` is); null to go on with `fetchMissing`. Never
+   * cached.
+   */
+  answerMissing?: (repo: ReconstructionQuery["repo"], rev: string, fileHex: string, range: RangeSpec) => Promise<{ body: string; terms: number } | null>;
 }
 
 export interface ReconstructionQuery {
@@ -56,6 +68,8 @@ export interface ReconstructionQuery {
   range: RangeSpec;
   /** The answer's format: V1 (`fetch_info`) or V2 (`xorbs`). */
   version: 1 | 2;
+  /** The token's revision (for `fetchMissing`). */
+  rev?: string;
 }
 
 /**
@@ -75,8 +89,12 @@ export class ReconstructionService {
   /** Limits of V2 entries; the renderer's defaults when undefined. */
   private readonly v2Limits: V2Limits | undefined;
   private readonly answers: AnswerCache;
+  private readonly fetchMissing: ReconstructionServiceDeps["fetchMissing"];
+  private readonly answerMissing: ReconstructionServiceDeps["answerMissing"];
 
   constructor(deps: ReconstructionServiceDeps) {
+    this.fetchMissing = deps.fetchMissing;
+    this.answerMissing = deps.answerMissing;
     const now = deps.now ?? Date.now;
     const reuseMs = urlReuseMsFor(deps.transferUrlTtlSeconds);
     this.store = deps.store;
@@ -100,7 +118,14 @@ export class ReconstructionService {
         "file_not_found",
         `No file ${fileHex} in the repository ${repo.type}:${repo.id} this token is for: check the file id, or use a token of the repository the file was uploaded to`,
       );
-    const file = await this.fileInRepo(repo, fileHash, fileHex);
+    let file = await this.fileInRepo(repo, fileHash, fileHex);
+    if (file === null && query.rev !== undefined && version === 2 && this.answerMissing !== undefined) {
+      const live = await this.answerMissing(repo, query.rev, fileHex, query.range);
+      if (live !== null) return { key: "", body: latin1Bytes(live.body), terms: live.terms, gzipped: undefined };
+    }
+    if (file === null && query.rev !== undefined && this.fetchMissing !== undefined && (await this.fetchMissing(repo, query.rev, fileHex))) {
+      file = await this.fileInRepo(repo, fileHash, fileHex);
+    }
     if (file === null) throw notFound();
     const range = resolveFileRange(query.range, file.size);
     const key = `${version}${fileHex}${range.start}-${range.end}`;

@@ -24,7 +24,7 @@
  */
 import type { Writable } from "node:stream";
 import { FormatError, type FormatErrorCode } from "../format/errors.js";
-import { hashToHex, type Hash } from "../format/hash.js";
+import { hashEquals, hashToHex, xorbHash, type Hash } from "../format/hash.js";
 import { DEFAULT_MAX_XORB_BODY_BYTES, XORB_CHUNK_HEADER_BYTES, XorbValidator, type XorbInfo } from "../format/xorb.js";
 import type { CasMetadataStore, XorbRecord } from "../metadata/cas.js";
 import type { GcRecords } from "../metadata/gc.js";
@@ -129,6 +129,27 @@ export class XorbIngestService {
       // No-op after a commit; otherwise removes the temp file whatever went wrong.
       await staged.abort();
     }
+  }
+
+  /**
+   * Stores a xorb that castor itself built from chunks it decoded and hashed (the mirror's
+   * repacked chunks, or an upstream xorb fetched whole): `bytes` are its chunks serialized, and
+   * `record` their table. Only the xorb hash is checked against the table here — the builder
+   * vouches for the rest — then it is stored as an upload is: lease, blob, record.
+   */
+  async storeValidated(record: XorbRecord, bytes: Uint8Array): Promise<XorbIngestResult> {
+    const computed = xorbHash(record.chunks.map((chunk) => ({ hash: chunk.hash, size: chunk.uncompressedLength })));
+    if (!hashEquals(computed, record.hash) || bytes.length !== record.serializedLength) {
+      throw new Error(`xorb ${hashToHex(record.hash)}: the table given does not describe the bytes given (a bug in its builder)`);
+    }
+    if ((await this.metadata.getXorbSize(record.hash)) !== null && (await this.leaseRecorded(record.hash))) {
+      return { wasInserted: false, outcome: "already_recorded", record: null };
+    }
+    const lease = await leaseForWrite(this.metadata, "xorb", record.hash);
+    const { inserted } = await this.blobs.putIfAbsent(blobKey("xorbs", record.hash), bytes);
+    const stored = inserted ? record : await this.recordOfStoredXorb(record.hash);
+    const wasInserted = await this.metadata.putXorb(stored, lease);
+    return { wasInserted, outcome: inserted ? "stored" : "already_stored", record: stored };
   }
 
   private async validateInto(body: AsyncIterable<Uint8Array>, validator: XorbValidator, chunkStream: ChunkStreamEnd, staged: StagedPut): Promise<XorbInfo> {

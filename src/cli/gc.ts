@@ -9,7 +9,7 @@ import { CONFIG_FLAGS_HELP, EXIT_OK, expectPositionals, formatTable, parseComman
 import { withStores, loadAdminConfig } from "./stores.js";
 import { reserveOf, withReserveReleased } from "../storage/reserve.js";
 
-const USAGE = `Usage: castor gc [--dry-run] [--grace D] [--batch N] [--json]
+const USAGE = `Usage: castor gc [--dry-run] [--grace D] [--mirror-unused D] [--batch N] [--json]
 
 Removes what no branch or tag of any repository reaches any more — file records, the xorbs
 only they used (records, dedup index entries and blobs), inline file blobs, and commits and
@@ -22,6 +22,11 @@ Interrupted runs are finished by the next one.
   --grace D    keep everything created or used within D before the start (default
                CASTOR_GC_GRACE, ${DEFAULT_GC_GRACE}; 30d, 12h, 45m, 90s or 0). It must exceed your
                longest upload: an upload older than D whose file is not committed yet is garbage.
+  --mirror-unused D
+               first evict the files castor mirrors from its upstream hub that no client used
+               for D (e.g. 30d): their content is removed unless a local repository's file
+               uses it; they are fetched again when asked for. CASTOR_UPSTREAM_MAX_BYTES also
+               bounds what the mirror keeps, evicting the least recently used files first.
   --batch N    objects per step (one metadata transaction each; default ${DEFAULT_GC_BATCH})
   --json       print the report as JSON
 
@@ -36,6 +41,7 @@ export function run(argv: string[]): Promise<number> {
     const args = parseCommandLine(argv, {
       "dry-run": { type: "boolean" },
       grace: { type: "string" },
+      "mirror-unused": { type: "string" },
       batch: { type: "string" },
       json: { type: "boolean" },
     });
@@ -48,6 +54,9 @@ export function run(argv: string[]): Promise<number> {
     const graceFlag = graceText === undefined ? undefined : durationMs(graceText);
     if (graceFlag === null) throw new UsageError(`--grace must be a duration such as 24h, 30d, 45m, 90s or 0, got ${JSON.stringify(graceText)}`);
     const batchSize = parseCount("batch", args.values.batch, "objects") ?? DEFAULT_GC_BATCH;
+    const unusedText = args.values["mirror-unused"];
+    const mirrorUnusedMs = unusedText === undefined ? undefined : durationMs(unusedText);
+    if (mirrorUnusedMs === null) throw new UsageError(`--mirror-unused must be a duration such as 30d, 12h or 0, got ${JSON.stringify(unusedText)}`);
 
     const config = loadAdminConfig(args.configFlags);
     const graceMs = graceFlag ?? config.gc.graceMs;
@@ -55,7 +64,9 @@ export function run(argv: string[]): Promise<number> {
     const dryRun = args.values["dry-run"] ?? false;
     // A dry run writes nothing, so it needs no room; a real one may be run because the disk is full.
     const report = await withReserveReleased(dryRun ? null : reserveOf(config), say, () =>
-      withStores(config, (metadata, blobs) => collectGarbage(metadata, blobs, { graceMs, dryRun, batchSize, progress: say })),
+      withStores(config, (metadata, blobs) =>
+        collectGarbage(metadata, blobs, { graceMs, dryRun, batchSize, progress: say, mirrorUnusedMs, mirrorMaxBytes: config.upstream?.maxBytes ?? undefined }),
+      ),
     );
     process.stdout.write(args.values.json ? `${JSON.stringify(report, null, 2)}\n` : summary(report));
     return EXIT_OK;
@@ -71,6 +82,7 @@ function summary(report: GcReport): string {
     ["inline blobs", String(removed.inlineBlobs.objects), String(removed.inlineBlobs.bytes)],
     ["file records", String(removed.files.objects), `(${removed.files.bytes} of content)`],
     ["chunks of those xorbs", String(removed.chunks), ""],
+    ["mirrored files evicted", String(report.evicted.objects), `(${report.evicted.bytes} of content)`],
     ["commits", String(removed.commits), ""],
     ["trees", String(removed.trees), ""],
   ];

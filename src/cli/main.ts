@@ -27,8 +27,10 @@ Administration (on the data dir or database, like the server):
                                  histories and dedup entries resolved, orphan blobs
                                  listed; exit 1 on damage (--repair removes what is
                                  corrupt or dangling)
-  gc [--dry-run] [--grace 24h]   remove what no branch or tag reaches and no client used
-                                 within the grace window (safe while serving)
+  gc [--dry-run] [--grace 24h] [--mirror-unused 30d]
+                                 remove what no branch or tag reaches and no client used
+                                 within the grace window (safe while serving); evict mirrored
+                                 files unused for a while
   backup DEST [--copy]           consistent copy of the embedded data dir into the new
                                  folder DEST, while the server runs (blobs hard-linked
                                  on the same filesystem unless --copy)
@@ -36,6 +38,10 @@ Administration (on the data dir or database, like the server):
                                  anything is moved into place
   stats [--history] [--json]     storage statistics: logical and stored bytes, dedup ratio,
                                  per repository and in total; daily samples with --history
+  mirror pull TYPE:NS/NAME[@REV] [--include GLOB]...
+                                 fetch a repository of the upstream hub (CASTOR_UPSTREAM_URL)
+                                 ahead of time, for clients and for when it is unreachable
+  mirror list                    mirrored repositories: revisions, bytes held, last use
 Client (through the server, with --endpoint and a hub token, or CASTOR_ENDPOINT and
 CASTOR_HUB_TOKEN):
   upload --repo TYPE:NS/NAME [--path IN_REPO] [--revision BRANCH] [-m MESSAGE] FILE...
@@ -70,6 +76,7 @@ const COMMANDS: Record<string, () => Promise<CommandModule>> = {
   backup: () => import("./backup.js"),
   restore: () => import("./restore.js"),
   stats: () => import("./stats.js"),
+  mirror: () => import("./mirror.js"),
 };
 
 export async function run(argv: string[]): Promise<number> {

@@ -40,6 +40,8 @@ export interface DecodedChunks {
 export class ChunkStreamDecoder {
   readonly chunks: Uint8Array[] = [];
   readonly hashes: Hash[] = [];
+  /** Where each decoded chunk (its header and payload) ends in `bytes`; chunk i starts where chunk i - 1 ends. */
+  readonly ends: number[] = [];
   private uncompressedBytes = 0;
   /** Start of the first chunk not decoded yet. */
   private at = 0;
@@ -121,6 +123,7 @@ export class ChunkStreamDecoder {
       }
       this.chunks.push(data);
       this.hashes.push(chunkHash(data));
+      this.ends.push(payloadStart + compressedSize);
       this.uncompressedBytes += data.length;
       this.at = payloadStart + compressedSize;
     }

@@ -52,6 +52,17 @@ export interface HttpRequest {
    * was given its own `fetch`, which then carries every request.
    */
   bulk?: boolean;
+  /**
+   * `manual`: a redirect is handed back as the 3xx response itself (its headers may be what the
+   * caller wants, as on the Hub's HEAD of an LFS file). Default: followed. Not for `bulk`.
+   */
+  redirect?: "follow" | "manual";
+  /**
+   * Milliseconds one attempt may take, body included, before it is abandoned as a network
+   * failure (then retried like one); default: no limit beyond the transport's idle timeout.
+   * Not for `bulk`.
+   */
+  timeoutMs?: number;
 }
 
 export interface HttpClientOptions {
@@ -127,7 +138,14 @@ export class HttpClient {
       let response: Response;
       try {
         const init = { method: request.method ?? "GET", headers: { "user-agent": this.userAgent, ...request.headers }, body: request.body };
-        response = request.bulk && this.bulkSend !== null ? await this.bulkSend(request.url, init) : await this.fetch(request.url, init);
+        response =
+          request.bulk && this.bulkSend !== null
+            ? await this.bulkSend(request.url, init)
+            : await this.fetch(request.url, {
+                ...init,
+                redirect: request.redirect ?? "follow",
+                signal: request.timeoutMs === undefined ? undefined : AbortSignal.timeout(request.timeoutMs),
+              });
       } catch (error) {
         if (last) throw networkError(request.what, target, error, attempt);
         await this.sleep(this.backoff(policy, attempt, null));
@@ -236,7 +254,8 @@ export function parseRetryAfter(value: string | null): number | null {
 
 function networkError(what: string, target: string, error: unknown, attempts: number): CastorClientError {
   const cause = (error as { cause?: { code?: unknown; message?: unknown } } | null)?.cause;
-  const code = typeof cause?.code === "string" ? cause.code : null;
+  // An attempt abandoned after `timeoutMs` (AbortSignal.timeout) is reported as ETIMEDOUT.
+  const code = typeof cause?.code === "string" ? cause.code : isTimeout(error) ? "ETIMEDOUT" : null;
   // fetch reports every failure as "fetch failed" (the node transport as "request failed");
   // the cause says what happened.
   const detail = code ?? (typeof cause?.message === "string" ? cause.message : error instanceof Error ? error.message : String(error));
@@ -253,6 +272,16 @@ function networkError(what: string, target: string, error: unknown, attempts: nu
       : "";
   const tries = attempts > 1 ? ` (${attempts} attempts)` : "";
   return new CastorClientError("network", `${what}: cannot reach ${origin}: ${detail}${tries}${advice}`, { cause: error });
+}
+
+/** Whether `error` (or its cause) is an attempt abandoned by a timeout. */
+export function isTimeout(error: unknown): boolean {
+  for (let cause: unknown = error, depth = 0; cause !== null && typeof cause === "object" && depth < 6; depth++) {
+    const { name, code } = cause as { name?: unknown; code?: unknown };
+    if (name === "TimeoutError" || code === "ETIMEDOUT") return true;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 function midBodyError(what: string, cause: unknown, attempts: number): CastorClientError {

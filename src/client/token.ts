@@ -66,11 +66,14 @@ export function tokenUrl(endpoint: string, repo: RepoRef, access: TokenAccess, r
 export interface TokenProviderOptions {
   /** The hub's base URL (castor serves the hub operation itself). */
   endpoint: string;
-  hubToken: string;
+  /** null: ask without one (a public repository of a hub that hands out read tokens anonymously). */
+  hubToken: string | null;
   repo: RepoRef;
   revision: string;
   access: TokenAccess;
   http: HttpClient;
+  /** Milliseconds one request for a token may take (see `HttpRequest.timeoutMs`). */
+  timeoutMs?: number;
   /** Milliseconds since the epoch; injectable for tests. */
   now?: () => number;
   refreshMarginSeconds?: number;
@@ -118,7 +121,8 @@ export class TokenProvider {
     const response = await http.request({
       what,
       url: tokenUrl(endpoint, repo, access, revision),
-      headers: { authorization: `Bearer ${hubToken}` },
+      headers: hubToken === null ? {} : { authorization: `Bearer ${hubToken}` },
+      timeoutMs: this.options.timeoutMs,
       hints: {
         401: "check the hub token given with --hub-token or CASTOR_HUB_TOKEN",
         403: `the hub token does not grant ${access} access to ${formatRepoRef(repo)}`,

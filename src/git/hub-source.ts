@@ -9,6 +9,7 @@
  */
 import { buffer } from "node:stream/consumers";
 import type { Caller } from "../hub/access.js";
+import { notSupported } from "../hub/errors.js";
 import type { Hub } from "../hub/index.js";
 import type { Repo, TreeFileEntry } from "../hub/records.js";
 import type { RepoAddress } from "../hub/repositories.js";
@@ -26,7 +27,11 @@ export class HubGit {
 
   /** The repository at `address` as the caller may read it; HubError (401/404) otherwise. */
   async readable(caller: Caller, address: RepoAddress): Promise<HubGitSource> {
-    return new HubGitSource(this.hub, caller, await this.hub.repos.find(caller, address, "read"));
+    const repo = await this.hub.repos.find(caller, address, "read");
+    // A mirrored repository's snapshots are single commits, their history and files the upstream's.
+    if (repo.mirror)
+      throw notSupported("git clone and fetch of a mirrored repository", "download it through the Hub API (hf download), or clone it from the upstream hub");
+    return new HubGitSource(this.hub, caller, repo);
   }
 
   /** The repository at `address` as the caller may push to it; HubError (401/403/404) otherwise. */

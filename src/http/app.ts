@@ -16,8 +16,10 @@ import type { ReconstructionService } from "../cas/reconstruction-service.js";
 import type { ShardRegistrationService } from "../cas/shard-registration.js";
 import type { XorbIngestService } from "../cas/xorb-ingest.js";
 import type { Hub } from "../hub/index.js";
+import type { UpstreamXorbRange } from "../hub/mirrored.js";
+import type { ByteRange } from "../format/ranges.js";
 import type { MetadataStore } from "../metadata/store.js";
-import { CastorMetrics, type OnRefusal, type SharedMetrics } from "../metrics.js";
+import { CastorMetrics, type MirrorCounters, type OnRefusal, type SharedMetrics } from "../metrics.js";
 import type { BlobStore } from "../storage/blob-store.js";
 import { StorageFullWatch } from "../storage/full.js";
 import { casScope } from "./cas-scope.js";
@@ -181,6 +183,11 @@ export interface CastorAppDeps extends HttpAppOptions {
   webUi?: WebUiOptions;
   /** `config.gitLimits`; each one missing takes its default. */
   gitLimits?: Partial<GitLimits>;
+  /**
+   * The upstream hub castor mirrors, when it mirrors one (src/mirror): where it reports what
+   * `/metrics` counts of it, and the ranges of upstream xorbs the transfer route serves for it.
+   */
+  mirror?: { countInto(counters: MirrorCounters): void; upstreamXorbRange(xorbHex: string, range: ByteRange): Promise<UpstreamXorbRange | null> };
 }
 
 /** Whether a request may have changed what the storage statistics count: any write that succeeded. */
@@ -206,6 +213,7 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
     installMetrics(app, { metrics, token: deps.metrics?.token ?? null, expose: shared && (() => shared.expose()) });
     metrics.watchMaintenance(() => deps.store.lastMaintenanceRuns());
     metrics.watchStorageSamples(async () => (await deps.store.listStatsSamples()).at(-1) ?? null);
+    deps.mirror?.countInto(metrics.mirrorCounters());
   }
   for (const task of deps.background ?? []) {
     app.addHook("onReady", async () => task.start());
@@ -303,6 +311,11 @@ export async function buildCastorApp(deps: CastorAppDeps): Promise<FastifyInstan
       });
     },
   });
-  await app.register(transferRoutes, { blobs: deps.blobs, transferUrls: deps.transferUrls });
+  const { mirror } = deps;
+  await app.register(transferRoutes, {
+    blobs: deps.blobs,
+    transferUrls: deps.transferUrls,
+    upstreamXorbRange: mirror && ((xorbHex, range) => mirror.upstreamXorbRange(xorbHex, range)),
+  });
   return app;
 }

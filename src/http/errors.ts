@@ -246,6 +246,7 @@ function hubErrorHeaders(error: HubError): Record<string, string> {
   if (error.code !== undefined) headers["x-error-code"] = error.code;
   if (error.commitOid !== undefined) headers["x-repo-commit"] = error.commitOid;
   if (error.status === 401) headers["www-authenticate"] = 'Bearer realm="castor"';
+  if (error.retryAfterSeconds !== undefined) headers["retry-after"] = String(error.retryAfterSeconds);
   return headers;
 }
 

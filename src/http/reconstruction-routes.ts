@@ -32,6 +32,7 @@ import type { ReconstructionService } from "../cas/reconstruction-service.js";
 import { hashFromHex, isHashHex } from "../format/hash.js";
 import { casAccessOf } from "./cas-auth.js";
 import { HttpError } from "./errors.js";
+import { sendHijacked } from "./hijacked-body.js";
 
 export interface ReconstructionRouteDeps {
   reconstructions: Pick<ReconstructionService, "reconstruct" | "gzipped" | "fileSize">;
@@ -61,7 +62,29 @@ export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> =
     reply.header("vary", "Accept-Encoding").header("cache-control", "no-store").type(JSON_CONTENT_TYPE);
     const hex = parseFileId(request.params.fileId);
     const range = parseRangeHeader(request.headers.range);
-    const answer = await reconstructions.reconstruct({ repo: casAccessOf(request).repo, fileHash: hashFromHex(hex), fileHex: hex, range, version });
+    const access = casAccessOf(request);
+    const pending = reconstructions.reconstruct({ repo: access.repo, rev: access.rev, fileHash: hashFromHex(hex), fileHex: hex, range, version });
+    pending.catch(() => undefined); // awaited below, whichever way the race goes
+    const answer = await settledWithin(pending, KEEP_ALIVE_AFTER_MS);
+    if (answer === STILL_PENDING) {
+      // A file being fetched first (a mirror's cold file): the answer comes once it is stored,
+      // which can take longer than a client waits in silence (hf_xet: 120 s). Blank space —
+      // which a JSON parser skips — keeps the response alive meanwhile; a failure then can only
+      // cut it short, and the client asks again.
+      return sendHijacked(app, request, reply, {
+        write: async (out) => {
+          out.write(" ");
+          const timer = setInterval(() => out.write(" "), KEEP_ALIVE_EVERY_MS);
+          try {
+            out.write((await pending).body);
+          } finally {
+            clearInterval(timer);
+          }
+        },
+        close: async () => undefined,
+        failure: "reconstruction aborted: the file could not be made available",
+      });
+    }
     if (answer.body.length >= GZIP_MIN_BODY_BYTES && acceptsGzip(request.headers["accept-encoding"])) {
       return reply.header("content-encoding", "gzip").send(await reconstructions.gzipped(answer));
     }
@@ -85,6 +108,24 @@ export const reconstructionRoutes: FastifyPluginAsync<ReconstructionRouteDeps> =
     return reply.header("cache-control", "no-store").header("content-length", String(size)).send();
   });
 };
+
+/** A reconstruction not answered within this long gets its headers and a blank (see the handler). */
+const KEEP_ALIVE_AFTER_MS = 5_000;
+const KEEP_ALIVE_EVERY_MS = 10_000;
+const STILL_PENDING = Symbol("pending");
+
+/** `promise`'s value if it settles within `ms`, STILL_PENDING otherwise (a rejection within `ms` is thrown). */
+async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | typeof STILL_PENDING> {
+  let timer: NodeJS.Timeout | undefined;
+  const waited = new Promise<typeof STILL_PENDING>((resolve) => {
+    timer = setTimeout(() => resolve(STILL_PENDING), ms);
+  });
+  try {
+    return await Promise.race([promise, waited]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 function parseFileId(hex: string): string {
   if (!isHashHex(hex)) {

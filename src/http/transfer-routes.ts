@@ -27,10 +27,13 @@
  */
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import type { ServerResponse } from "node:http";
+import type { Readable } from "node:stream";
 import { selectRequestedRanges, type TransferUrlVerifier } from "../auth/transfer-url.js";
 import type { ByteRange } from "../format/ranges.js";
 import { BlobStoreError, blobKeyFromHex, isBlobStoreError, type BlobKey, type BlobStore, type ByteSpan, type SpanReader } from "../storage/blob-store.js";
+import type { UpstreamXorbRange } from "../hub/mirrored.js";
 import { BufferPool } from "./buffer-pool.js";
+import { HttpError } from "./errors.js";
 import { sendHijacked } from "./hijacked-body.js";
 import { multipartByteRanges } from "./multipart.js";
 import { drainedOrClosed } from "../writable-drain.js";
@@ -40,6 +43,12 @@ export interface TransferRouteDeps {
   blobs: BlobStore;
   /** Verifies the signed URLs (an `HmacTransferUrls` with the server's URL key). */
   transferUrls: TransferUrlVerifier;
+  /**
+   * A mirror's upstream xorbs (src/mirror/upstream-xorbs.ts): for a xorb not stored, waits while
+   * a fill may bring it; `stored` once castor holds it, its range's bytes when castor holds its
+   * chunks repacked, null when castor will not have it.
+   */
+  upstreamXorbRange?: (xorbHex: string, range: ByteRange) => Promise<UpstreamXorbRange | null>;
 }
 
 export const TRANSFER_ROUTE = "/v1/transfer/:xorb";
@@ -65,6 +74,27 @@ export const transferRoutes: FastifyPluginAsync<TransferRouteDeps> = async (app,
     const last = ranges[ranges.length - 1];
     if (last.end >= size) throw unsatisfiable(xorbHex, last, size);
     return { key, xorbHex, ranges, size };
+  }
+
+  /**
+   * A single signed range of a xorb castor does not store whole but a mirror holds (or is about to
+   * hold) the chunks of: its bytes, assembled from castor's xorbs. Null when the xorb is stored (or
+   * becomes stored while waiting: the ordinary path serves it) or when there is no mirror; the
+   * ordinary path answers 404 when castor will not have it.
+   */
+  async function upstreamRange(request: FastifyRequest): Promise<{ ranges: readonly ByteRange[]; body: Readable; length: number } | null> {
+    if (deps.upstreamXorbRange === undefined) return null;
+    const { xorbHex, ranges: signed } = transferUrls.verify(request.url);
+    const ranges = selectRequestedRanges(signed, request.headers.range);
+    if (ranges.length !== 1 || (await blobs.size(blobKeyFromHex("xorbs", xorbHex))) !== null) return null;
+    const found = await deps.upstreamXorbRange(xorbHex, ranges[0]);
+    if (found === null || found === "stored") return null;
+    if (found === "pending") {
+      throw new HttpError(503, `xorb ${xorbHex}'s bytes are still being fetched from the mirror's upstream hub: retry shortly`, { "retry-after": "2" });
+    }
+    // The upstream failed the fill meant to bring these bytes: the mirror's 502, naming it.
+    if ("failed" in found) throw new HttpError(502, found.failed);
+    return { ranges, ...found };
   }
 
   /** Opens a signed range with `how` (a stream or a span), its errors mapped as `plan` maps them. */
@@ -105,6 +135,19 @@ export const transferRoutes: FastifyPluginAsync<TransferRouteDeps> = async (app,
   // HEAD is declared explicitly (fastify's automatic HEAD would run the GET handler and open
   // the blob only to drop its bytes).
   app.get(TRANSFER_ROUTE, { exposeHeadRoute: false }, async (request, reply) => {
+    const upstream = await upstreamRange(request);
+    if (upstream !== null) {
+      const [range] = upstream.ranges;
+      reply
+        .code(206)
+        .header("accept-ranges", "bytes")
+        .header("cache-control", "no-transform")
+        .header("content-type", "application/octet-stream")
+        // The upstream xorb's size is not known here, only its bytes in the range.
+        .header("content-range", `bytes ${range.start}-${range.end}/*`)
+        .header("content-length", String(upstream.length));
+      return reply.send(upstream.body);
+    }
     const transfer = await plan(request);
     // A single range is opened before any header is set, so a failure still gets a clean error
     // response; multipart parts open as the body is read.

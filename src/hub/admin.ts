@@ -7,8 +7,10 @@
  */
 import type { GcRecords, MaintenanceRun } from "../metadata/gc.js";
 import type { StatsSample } from "../metadata/store.js";
+import type { MirrorStatus } from "../wire/hub.js";
 import { isAdmin, requireAdmin, type Caller } from "./access.js";
 import type { HistoryService } from "./histories.js";
+import type { MirroredRepositories } from "./mirrored.js";
 import { formatRepoRef, parseRepoRef } from "./names.js";
 import type { RepoAddress, RepositoryService } from "./repositories.js";
 import { chunkSharing, type ChunkSharing, type SharingStore } from "./sharing.js";
@@ -27,6 +29,8 @@ export interface AdminServiceDeps {
   repos: RepositoryService;
   history: HistoryService;
   stats: StorageStatsService;
+  /** The upstream hub castor mirrors, when it mirrors one. */
+  mirror?: MirroredRepositories;
 }
 
 export class AdminService {
@@ -58,6 +62,12 @@ export class AdminService {
     const sharing = await chunkSharing(this.deps.store, repo, path, file.xetHash);
     if (sharing === null) throw new Error(`the Xet file of ${path} has no record in the metadata store: run castor fsck`);
     return { ...answer, ...sharing };
+  }
+
+  /** What the mirror holds and saved; the upstream null when castor mirrors no hub. */
+  async mirrorStatus(caller: Caller, what: string): Promise<MirrorStatus> {
+    requireAdmin(caller, what);
+    return this.deps.mirror === undefined ? { upstream: null } : this.deps.mirror.status();
   }
 
   /** The last gc and fsck runs. */

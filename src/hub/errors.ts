@@ -7,9 +7,13 @@
  * revision or file apart (`file_exists` returns false, `hf download` says which one); a missing
  * file also names the commit it was looked up in.
  */
-export type HubErrorStatus = 400 | 401 | 403 | 404 | 409 | 412 | 411 | 413 | 415 | 422 | 501;
-/** `NotSupported`: a Hub feature castor does not have (pull requests, discussions, gated repositories, Spaces runtime, inference). */
-export type HubErrorCode = "RepoNotFound" | "RevisionNotFound" | "EntryNotFound" | "NotSupported";
+export type HubErrorStatus = 400 | 401 | 403 | 404 | 409 | 411 | 412 | 413 | 415 | 422 | 429 | 501 | 502 | 504;
+/**
+ * `NotSupported`: a Hub feature castor does not have (pull requests, discussions, gated
+ * repositories, Spaces runtime, inference); `GatedRepo`: a mirrored repository the upstream hub
+ * does not let castor's identity download.
+ */
+export type HubErrorCode = "RepoNotFound" | "RevisionNotFound" | "EntryNotFound" | "NotSupported" | "GatedRepo";
 
 export class HubError extends Error {
   override readonly name = "HubError";
@@ -19,6 +23,8 @@ export class HubError extends Error {
     readonly code?: HubErrorCode,
     /** The commit a missing entry was looked up in (`X-Repo-Commit`). */
     readonly commitOid?: string,
+    /** Seconds a client should wait before asking again (`Retry-After`, with a 429). */
+    readonly retryAfterSeconds?: number,
   ) {
     super(message);
   }

@@ -3,7 +3,8 @@
  * (an NDJSON payload, or operations already parsed), squashing a branch, and reading a file's
  * bytes — inline ones from the blob store, Xet-stored ones rebuilt from their xorbs — or its git
  * blob (a Xet file's is its LFS pointer). Every transport that reads or writes file contents goes
- * through here.
+ * through here. A mirrored repository's file castor does not hold yet streams from the mirror
+ * while it is fetched (mirrored.ts); once held, a Xet file reads as any.
  *
  * A commit payload arrives as pieces of a body (the transport reads and times it), is split into
  * bounded lines and parsed by commit-payload.ts. Inline file contents are kept aside as their
@@ -16,7 +17,7 @@ import type { Readable } from "node:stream";
 import type { FileBody, FileReader } from "../cas/file-reader.js";
 import { isGitOid, lfsPointer } from "../format/git.js";
 import { hashFromHex } from "../format/hash.js";
-import type { HalfOpenByteRange } from "../format/ranges.js";
+import { halfOpenByteRange, type HalfOpenByteRange } from "../format/ranges.js";
 import type { CommitRecord, MetadataStore, Repo, TreeFileEntry } from "../metadata/store.js";
 import { blobKeyFromHex, type BlobStore } from "../storage/blob-store.js";
 import { authorOf, type Caller } from "./access.js";
@@ -26,6 +27,7 @@ import { HistoryWriter, type CommitOperation } from "./history.js";
 import { DEFAULT_INLINE_MEMORY_BYTES, InlineContents } from "./inline-contents.js";
 import { InlineBlobs } from "./inline-blobs.js";
 import { LfsBatch, type FileIngester, type LfsBatchAnswer } from "./lfs-batch.js";
+import type { MirroredRepositories } from "./mirrored.js";
 import { readLines } from "./ndjson.js";
 import { requireNewPath, TreeReader } from "./paths.js";
 import type { RepoAddress, RepositoryService } from "./repositories.js";
@@ -70,6 +72,8 @@ export interface FileServiceDeps {
   /** Takes Git LFS basic uploads (plain bytes) into the CAS (cas/file-ingest.ts); without it they are refused. */
   lfsFiles?: FileIngester;
   now?: () => Date;
+  /** The upstream hub castor mirrors, when it mirrors one. */
+  mirror?: MirroredRepositories;
 }
 
 export class FileService {
@@ -196,6 +200,17 @@ export class FileService {
 
   // --- reading ------------------------------------------------------------------------------
 
+  /**
+   * Bytes `span` of a mirrored repository's file as the mirror serves them — streamed while it is
+   * fetched (cut short, never completed, if that fails), or a git file it holds; null for a file
+   * that reads as any (castor's own repositories', and a mirrored Xet file castor holds).
+   */
+  async mirrored(repo: Repo, commit: CommitRecord, path: string, file: TreeFileEntry, span: HalfOpenByteRange): Promise<Readable | null> {
+    if (!repo.mirror || this.deps.mirror === undefined) return null;
+    const read = await this.deps.mirror.read(repo, commit, path, file, span.start, span.end - 1);
+    return read === "held" ? null : read;
+  }
+
   /** `length` bytes from `offset` of an inline file's content. */
   readInline(file: TreeFileEntry, offset: number, length: number): Promise<Buffer | Readable> {
     if (file.xetHash !== null) throw new Error(`${file.name} is stored through Xet, not inline`);
@@ -216,12 +231,20 @@ export class FileService {
     return stored.body({ start: span.start, end: span.end - 1 });
   }
 
-  /** The file's git blob: an inline file's bytes, a Xet-stored file's LFS pointer. */
-  gitBlob(file: TreeFileEntry): GitBlob {
+  /**
+   * The file's git blob: an inline file's bytes, a Xet-stored file's LFS pointer. Given where the
+   * file is (`at`), a mirrored repository's git file castor does not hold yet streams from the mirror.
+   */
+  gitBlob(file: TreeFileEntry, at?: { repo: Repo; commit: CommitRecord; path: string }): GitBlob {
     if (file.xetHash !== null) {
       const pointer = Buffer.from(lfsPointer(file.sha256, file.size));
       return { oid: file.oid, size: pointer.length, read: async (offset, length) => pointer.subarray(offset, offset + length) };
     }
-    return { oid: file.oid, size: file.size, read: (offset, length) => this.readInline(file, offset, length) };
+    return {
+      oid: file.oid,
+      size: file.size,
+      read: async (offset, length) =>
+        (at && (await this.mirrored(at.repo, at.commit, at.path, file, halfOpenByteRange(offset, offset + length)))) ?? this.readInline(file, offset, length),
+    };
   }
 }

@@ -2,12 +2,15 @@
  * Reading a repository's history: its commits back along first parents, the entries of its
  * trees, the files at paths, and the commit that last changed each. Starts from a repository and
  * a commit that `RepositoryService.find` and `resolve` gave (they decide who may read what), and
- * reads git objects by their ids, so the same calls serve the Hub API and a git transport.
+ * reads git objects by their ids, so the same calls serve the Hub API and a git transport. A
+ * mirrored repository's snapshots are stored commits and trees too; its history back from a
+ * commit and the last commit of each path are the upstream's (mirrored.ts).
  */
 import { trimSlashes } from "../format/repo.js";
 import type { CommitRecord, MetadataStore, Repo, TreeEntry, TreeFileEntry, TreeRecord } from "../metadata/store.js";
 import { HubError } from "./errors.js";
 import { lastCommits } from "./last-commits.js";
+import type { MirroredRepositories } from "./mirrored.js";
 import { quote } from "./names.js";
 import { TreeReader } from "./paths.js";
 
@@ -19,7 +22,11 @@ export interface ListedEntry {
 export type HistoryStore = Pick<MetadataStore, "getCommit" | "getTree">;
 
 export class HistoryService {
-  constructor(private readonly store: HistoryStore) {}
+  constructor(
+    private readonly store: HistoryStore,
+    /** The upstream hub castor mirrors, when it mirrors one. */
+    private readonly mirror?: MirroredRepositories,
+  ) {}
 
   /** A commit of the repository by its id; null when it has none of that id. */
   commit(repo: Repo, oid: string): Promise<CommitRecord | null> {
@@ -33,6 +40,7 @@ export class HistoryService {
 
   /** Up to `limit` commits from `start` back along first parents, after skipping `skip`. */
   async commitsFrom(repo: Repo, start: CommitRecord, skip: number, limit: number): Promise<{ commits: CommitRecord[]; more: boolean }> {
+    if (repo.mirror && this.mirror !== undefined) return this.mirror.commitsFrom(repo, start, skip, limit);
     const commits: CommitRecord[] = [];
     let current: CommitRecord | null = start;
     for (let index = 0; current !== null && commits.length <= limit; index++) {
@@ -89,6 +97,7 @@ export class HistoryService {
 
   /** The commit that last changed each path of `commit` (last-commits.ts: a bounded walk; unfound paths are absent). */
   lastCommits(repo: Repo, commit: CommitRecord, paths: string[]): Promise<Map<string, CommitRecord>> {
+    if (repo.mirror && this.mirror !== undefined) return this.mirror.lastCommits(repo, commit, paths);
     return lastCommits(this.store, repo, commit, paths);
   }
 

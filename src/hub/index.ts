@@ -12,7 +12,10 @@
  *   inline or Xet, its git blob (files.ts);
  * - `pushes`: git pushes, each ref update one compare-and-set with a Hub commit's rules (git-push.ts);
  * - `tokens`: who a bearer is, hub tokens, the token operation's checks (token-service.ts);
- * - `admin`: storage statistics, sharing, maintenance runs (admin.ts).
+ * - `admin`: storage statistics, sharing, maintenance runs, what the mirror holds (admin.ts).
+ *
+ * With `mirror`, the upstream hub castor mirrors is a second source of repositories behind these
+ * same services (mirrored.ts): found by `repos.find`, its revisions by `repos.resolve`.
  */
 import type { FileReader } from "../cas/file-reader.js";
 import type { MetadataStore } from "../metadata/store.js";
@@ -24,6 +27,7 @@ import { HubPushes } from "./git-push.js";
 import { InlineBlobs } from "./inline-blobs.js";
 import type { FileIngester } from "./lfs-batch.js";
 import { HistoryService } from "./histories.js";
+import type { MirroredRepositories } from "./mirrored.js";
 import { RepositoryService } from "./repositories.js";
 import type { StorageStatsService } from "./stats.js";
 import { TokenService } from "./token-service.js";
@@ -53,12 +57,14 @@ export interface HubDeps {
   /** Most commits, trees and files one ref update of a push may bring or walk (`config.gitLimits.maxObjects`). */
   pushMaxObjects?: number;
   now?: () => Date;
+  /** The upstream hub castor mirrors (`CASTOR_UPSTREAM_URL`): a second source of repositories behind the same services. */
+  mirror?: MirroredRepositories;
 }
 
 export function createHub(deps: HubDeps): Hub {
-  const { store, now } = deps;
-  const repos = new RepositoryService(store, now);
-  const history = new HistoryService(store);
+  const { store, now, mirror } = deps;
+  const repos = new RepositoryService(store, now, mirror);
+  const history = new HistoryService(store, mirror);
   return {
     repos,
     history,
@@ -71,10 +77,11 @@ export function createHub(deps: HubDeps): Hub {
       spoolDir: deps.spoolDir,
       lfsFiles: deps.lfsFiles,
       now,
+      mirror,
     }),
     pushes: new HubPushes(repos, store, new InlineBlobs(deps.blobs, store), deps.pushMaxObjects ?? DEFAULT_GIT_LIMITS.maxObjects),
     tokens: new TokenService(store, repos, now),
-    admin: new AdminService({ store, repos, history, stats: deps.stats }),
+    admin: new AdminService({ store, repos, history, stats: deps.stats, mirror }),
   };
 }
 

@@ -5,8 +5,10 @@
  * operator) and the token operation follow one set of rules.
  *
  * `find` and `resolve` are where a repository and a revision are decided; the other services
- * start from what they return. A second source of repositories (a mirror of an upstream hub)
- * would answer there for names this store does not hold.
+ * start from what they return. A second source of repositories, the upstream hub castor mirrors
+ * (mirrored.ts), answers there for names this store does not hold and for the mirrored
+ * repositories it holds: read-only, read under the mirror's rules, their refs the upstream's.
+ * Local names win.
  */
 import { isGitOid } from "../format/git.js";
 import {
@@ -33,6 +35,7 @@ import {
 } from "./access.js";
 import { HubError } from "./errors.js";
 import { initialCommit } from "./history.js";
+import type { MirroredRepositories } from "./mirrored.js";
 import { formatRepoRef, quote, requireNamespace, requireRepoName, requireRepoType, requireNewRevisionName } from "./names.js";
 
 /** A short commit id: 4 to 39 lowercase hex digits (git's shortest abbreviation is 4). */
@@ -79,17 +82,44 @@ export class RepositoryService {
   constructor(
     private readonly store: RepositoryStore,
     private readonly now: () => Date = () => new Date(),
+    /** The upstream hub castor mirrors (`CASTOR_UPSTREAM_URL`), when it mirrors one. */
+    private readonly mirror?: MirroredRepositories,
   ) {}
 
   // --- repositories -------------------------------------------------------------------------
 
   /**
    * The repository at `address` if the caller may `read` (or `write`) it: 401/404 as for a
-   * missing one when it may not see it, 403 when it may see but not change it.
+   * missing one when it may not see it, 403 when it may see but not change it. A name castor
+   * does not hold may be the upstream's (looked up there the first time); a mirrored repository
+   * is read-only (403 naming the upstream, for whoever may see it) and none at all once castor
+   * mirrors no hub.
    */
   async find(caller: Caller, address: RepoAddress, intent: Intent = "read"): Promise<Repo> {
-    const repo = await this.store.getRepo(address.type, address.name);
-    return intent === "read" ? requireReadable(caller, repo, address) : requireWritable(caller, repo, address);
+    const held = await this.store.getRepo(address.type, address.name);
+    const repo = held ?? (await this.lookUpstream(caller, address));
+    if (repo === null || !repo.mirror) return intent === "read" ? requireReadable(caller, repo, address) : requireWritable(caller, repo, address);
+    if (!this.mayRead(caller, repo)) throw repoNotFound(caller, address);
+    if (intent === "write") {
+      // Anonymous callers learn first that writing needs a token, as for any repository.
+      if (caller.grant === null) requireWritable(caller, repo, address);
+      throw this.mirror?.readOnly(repo) ?? new HubError(403, `${formatRepoRef(repo)} is a read-only mirror of another hub's repository`);
+    }
+    return repo;
+  }
+
+  private lookUpstream(caller: Caller, address: RepoAddress): Promise<Repo | null> {
+    return this.mirror === undefined ? Promise.resolve(null) : this.mirror.lookup(caller, address.type, address.name);
+  }
+
+  /**
+   * Whether the caller may read `repo`: under the mirror's rules for a mirrored one. Without the
+   * mirror (castor mirrors no hub any more, or an admin command) only the operator sees the
+   * mirrored repositories castor holds, e.g. to name one in a token.
+   */
+  private mayRead(caller: Caller, repo: Repo): boolean {
+    if (!repo.mirror) return canRead(caller, repo);
+    return this.mirror !== undefined ? this.mirror.canRead(caller, repo) : caller.kind === "operator";
   }
 
   /**
@@ -112,8 +142,13 @@ export class RepositoryService {
     }
     repoName = requireRepoName(repoName);
     const namespace = namespaceOf(repoName);
-    const existing = await this.store.getRepo(repoType, repoName);
-    if (existing !== null && canRead(caller, existing)) throw new RepoExistsError(existing);
+    let existing = await this.store.getRepo(repoType, repoName);
+    if (existing?.mirror && mayCreateIn(caller, namespace)) {
+      // Local names win: the mirrored repository of that name gives way (its content stays, evictable).
+      await this.store.deleteRepo(existing.id);
+      existing = null;
+    }
+    if (existing !== null && this.mayRead(caller, existing)) throw new RepoExistsError(existing);
     if (!mayCreateIn(caller, namespace) || existing !== null) {
       throw new HubError(
         403,
@@ -140,7 +175,9 @@ export class RepositoryService {
    */
   async linked(address: RepoAddress): Promise<Repo> {
     const repo = await this.store.getRepo(address.type, address.name);
-    if (repo === null) throw new HubError(404, `repository ${formatRepoRef(address)} not found: it was deleted or renamed since this signed link was made`);
+    if (repo === null || (repo.mirror && this.mirror === undefined)) {
+      throw new HubError(404, `repository ${formatRepoRef(address)} not found: it was deleted or renamed since this signed link was made`);
+    }
     return repo;
   }
 
@@ -172,13 +209,16 @@ export class RepositoryService {
         `this hub token may not move repositories into ${quote(namespace)}: use a write token created with --namespace ${namespace} (or --all-repos)`,
       );
     }
+    // Local names win over mirrored ones here too.
+    const mirrored = await this.store.getRepo(repo.type, target);
+    if (mirrored?.mirror) await this.store.deleteRepo(mirrored.id);
     try {
       if (!(await this.store.renameRepo(repo.id, target))) throw repoNotFound(caller, from);
     } catch (err) {
       if (!(err instanceof AlreadyExistsError)) throw err;
       // The name is taken (the store refused the rename): 409 naming the holder when the caller can see it.
       const existing = await this.store.getRepo(repo.type, target);
-      throw existing !== null && canRead(caller, existing)
+      throw existing !== null && this.mayRead(caller, existing)
         ? new RepoExistsError(existing)
         : new HubError(403, `this hub token may not move ${formatRepoRef(repo)} to ${quote(target)}`);
     }
@@ -199,7 +239,7 @@ export class RepositoryService {
       (repo) =>
         (filter.type === undefined || repo.type === filter.type) &&
         (filter.afterId === undefined || repo.id > filter.afterId) &&
-        canRead(caller, repo) &&
+        this.mayRead(caller, repo) &&
         (filter.author === undefined || namespaceOf(repo.name) === filter.author) &&
         (search === undefined || repo.name.toLowerCase().includes(search)),
     );
@@ -207,8 +247,12 @@ export class RepositoryService {
     return { repos: repos.slice(0, limit), more: repos.length > limit };
   }
 
-  /** The commit `main` points at (null for a legacy repository whose main has none yet). */
+  /**
+   * The commit `main` points at (null for a legacy repository whose main has none yet); for a
+   * mirrored repository, what the upstream said last (listings never ask it).
+   */
   async mainHead(repo: Repo): Promise<CommitRecord | null> {
+    if (repo.mirror && this.mirror !== undefined) return this.mirror.listedHead(repo);
     const main = await this.store.getRevision(repo.id, "main");
     return main?.commitOid ? this.store.getCommit(repo.id, main.commitOid) : null;
   }
@@ -223,6 +267,8 @@ export class RepositoryService {
    * RevisionNotFound otherwise, also for an ambiguous prefix.
    */
   async resolve(repo: Repo, revision: string): Promise<Resolved> {
+    // A mirrored repository's revisions are the upstream's (mirror/source.ts: asked again once CASTOR_UPSTREAM_REFRESH passed).
+    if (repo.mirror && this.mirror !== undefined) return { commit: await this.mirror.resolve(repo, revision), revision: null };
     const named = (await this.store.getRevision(repo.id, revision)) ?? (revision === "HEAD" ? await this.store.getRevision(repo.id, "main") : null);
     if (named !== null) return { commit: await this.headOf(repo, named), revision: named };
     if (isGitOid(revision)) {
@@ -263,6 +309,7 @@ export class RepositoryService {
   }
 
   async refs(repo: Repo): Promise<RefsListing> {
+    if (repo.mirror && this.mirror !== undefined) return this.mirror.refs(repo);
     const listing: RefsListing = { branches: [], tags: [] };
     for (const revision of await this.store.listRevisions(repo.id)) {
       const commit = await this.headOf(repo, revision);

@@ -6,7 +6,7 @@
  * CAS token of one repository.
  */
 import { AlreadyExistsError, NotFoundError, type Access, type HubToken, type MetadataStore, type Repo, type RepoType } from "../metadata/store.js";
-import { callerOf, requireAdmin, requireWritable, type Caller } from "./access.js";
+import { callerOf, requireAdmin, type Caller } from "./access.js";
 import { HubError } from "./errors.js";
 import { parseRepoRef, quote, repoNameProblem, repoTypeProblem, requireNamespace, revisionNameProblem } from "./names.js";
 import type { RepositoryService } from "./repositories.js";
@@ -22,7 +22,8 @@ export type TokenGrant = {
   /** Public id of the hub token that was used (for the CAS token's subject and for logs). */
   hubTokenId: string;
 };
-export type TokenDenial = { ok: false; status: 400 | 401 | 403 | 404; message: string };
+/** 429, 502 and 504: a mirrored repository whose upstream limits castor, fails or does not answer. */
+export type TokenDenial = { ok: false; status: 400 | 401 | 403 | 404 | 429 | 502 | 504; message: string };
 
 export interface TokenRequest {
   /** The bearer value from `Authorization`, undefined when the header is absent. */
@@ -165,7 +166,8 @@ export class TokenService {
       // The interface's order: a repository or revision the caller cannot see (404) before access (403).
       const repo = await this.repos.find(caller, wanted);
       await this.repos.resolve(repo, req.revision);
-      if (req.access === "write") requireWritable(caller, repo, wanted);
+      // Found again for writing: a mirrored repository is read-only (its 403 names the upstream).
+      if (req.access === "write") await this.repos.find(caller, wanted, "write");
       return { ok: true, repo, revision: req.revision, hubTokenId: caller.token?.id ?? "anonymous" };
     } catch (err) {
       if (err instanceof HubError) return deny(err.status as TokenDenial["status"], err.message);

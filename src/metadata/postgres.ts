@@ -17,6 +17,7 @@ import { PostgresConnection, type PostgresStoreOptions } from "./postgres/connec
 import { PostgresGcRecords } from "./postgres/gc.js";
 import { PostgresHistoryRecords } from "./postgres/history.js";
 import { PostgresMigrationRecords } from "./postgres/migration.js";
+import { PostgresMirrorRecords } from "./postgres/mirror.js";
 import { PostgresRepoRecords } from "./postgres/repos.js";
 import { PostgresStatsRecords } from "./postgres/stats.js";
 import { PostgresTokenRecords } from "./postgres/tokens.js";
@@ -37,6 +38,7 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
 
   /** Most connections this store holds at once. */
   readonly poolSize: number;
+  readonly mirror: PostgresMirrorRecords;
 
   private constructor(
     private readonly connection: PostgresConnection,
@@ -56,6 +58,7 @@ export class PostgresMetadataStore extends RecordFamiliesStore {
       stats: new PostgresStatsRecords(connection),
     });
     this.poolSize = connection.poolSize;
+    this.mirror = new PostgresMirrorRecords(connection, history);
   }
 
   async ping(): Promise<void> {

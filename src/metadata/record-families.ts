@@ -14,6 +14,7 @@
 import type { CasMetadataStore } from "./cas.js";
 import type { GcRecords } from "./gc.js";
 import type { MetadataMigration } from "./migration.js";
+import type { MirrorRecords } from "./mirror.js";
 import type { ScanRecords } from "./scan.js";
 import type { StatsMetadata } from "./stats.js";
 import type { HistoryRecords, MetadataStore, RepoRecords, TokenRecords } from "./store.js";
@@ -105,6 +106,9 @@ export interface RecordFamiliesStore extends FamilyMethods {}
 
 // biome-ignore lint/suspicious/noUnsafeDeclarationMerging: the interface above declares the methods the constructor assigns, from the checked lists.
 export abstract class RecordFamiliesStore implements MetadataStore {
+  /** The mirror's records, a family of their own that callers reach directly (`store.mirror`). */
+  abstract readonly mirror: MirrorRecords;
+
   protected constructor(families: RecordFamilies) {
     const methods = this as unknown as Record<string, unknown>;
     for (const family of Object.keys(FAMILY_METHODS) as FamilyName[]) {

@@ -23,6 +23,8 @@ export interface Repo {
   createdAt: Date;
   /** Private repositories are seen only by tokens that cover them; public ones are readable by anyone. */
   private: boolean;
+  /** Present (true) for a repository mirrored from the upstream hub (mirror.ts); absent for castor's own. */
+  mirror?: true;
 }
 
 /** What a repository starts with: its visibility and the initial commit `main` points at. */

@@ -29,6 +29,7 @@ import { SqliteConnection } from "./sqlite/connection.js";
 import { SqliteGcRecords } from "./sqlite/gc.js";
 import { SqliteHistoryRecords } from "./sqlite/history.js";
 import { SqliteMigrationRecords } from "./sqlite/migration.js";
+import { SqliteMirrorRecords } from "./sqlite/mirror.js";
 import { SqliteRepoRecords } from "./sqlite/repos.js";
 import { METADATA_FILE_NAME } from "./sqlite/schema.js";
 import { SqliteStatsRecords } from "./sqlite/stats.js";
@@ -48,6 +49,7 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
   }
 
   readonly path: string;
+  readonly mirror: SqliteMirrorRecords;
   private readonly cas: SqliteCasRecords;
   private readonly pingStatement;
 
@@ -71,6 +73,7 @@ export class SqliteMetadataStore extends RecordFamiliesStore {
       stats: new SqliteStatsRecords(connection),
     });
     this.path = connection.path;
+    this.mirror = new SqliteMirrorRecords(connection, history);
     this.cas = cas;
     this.pingStatement = connection.db.prepare<[], { ok: number }>("SELECT 1 AS ok");
   }

@@ -23,6 +23,7 @@
 import type { CasMetadataStore } from "./cas.js";
 import type { GcRecords } from "./gc.js";
 import type { MetadataMigration } from "./migration.js";
+import type { MirrorRecords } from "./mirror.js";
 import type {
   BranchAdvance,
   BranchAdvanceOutcome,
@@ -46,6 +47,7 @@ export { REPO_TYPES } from "./records.js";
 export type { CasMetadataStore } from "./cas.js";
 export type { GcRecords } from "./gc.js";
 export type { MetadataMigration } from "./migration.js";
+export type { MirrorRecords } from "./mirror.js";
 export type { ScanRecords } from "./scan.js";
 export type { StatsMetadata, StatsSample, StorageTotals, XorbFootprint, XorbTotals } from "./stats.js";
 export { AlreadyExistsError, CorruptRecordError, InvalidRecordError, NotFoundError } from "./errors.js";
@@ -147,6 +149,8 @@ export type HubMetadataStore = RepoRecords & HistoryRecords & TokenRecords;
  * lists them and composes a backend's family objects into one store).
  */
 export interface MetadataStore extends RepoRecords, HistoryRecords, TokenRecords, CasMetadataStore, GcRecords, ScanRecords, MetadataMigration, StatsMetadata {
+  /** What the mirror of an upstream hub remembers (mirror.ts), a family callers reach directly. */
+  readonly mirror: MirrorRecords;
   /** Resolves when the store answers a trivial query (for /readyz). */
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -15,6 +15,8 @@ import { collectGarbage, type GcReport } from "./gc.js";
 export interface GcScheduleOptions {
   intervalMs: number;
   graceMs: number;
+  /** CASTOR_UPSTREAM_MAX_BYTES: each run evicts the least recently used mirrored files down to this many bytes. */
+  mirrorMaxBytes?: number | null;
   onReport: (report: GcReport) => void;
   onError: (error: unknown) => void;
   /** The data disk's maintenance reserve, released for a run on a nearly full disk; null: none. */
@@ -57,7 +59,11 @@ export class GcSchedule {
     try {
       const { reserve = null, onReserve = () => {} } = this.options;
       const report = await withReserveReleased(reserve, onReserve, () =>
-        collectGarbage(this.store, this.blobs, { graceMs: this.options.graceMs, signal: this.abort.signal }),
+        collectGarbage(this.store, this.blobs, {
+          graceMs: this.options.graceMs,
+          signal: this.abort.signal,
+          mirrorMaxBytes: this.options.mirrorMaxBytes ?? undefined,
+        }),
       );
       this.options.onReport(report);
     } catch (error) {

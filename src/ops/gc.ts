@@ -23,6 +23,7 @@
  */
 import { hashToHex, type Hash } from "../format/hash.js";
 import type { CondemnableKind } from "../metadata/gc.js";
+import type { MirroredFile, MirroredFileCursor } from "../metadata/mirror.js";
 import { scanPages } from "../metadata/scan.js";
 import type { MetadataStore } from "../metadata/store.js";
 import type { BlobStore } from "../storage/blob-store.js";
@@ -47,6 +48,10 @@ export interface GcOptions {
   afterMark?: () => Promise<void>;
   /** Stops the run between two batches (a server shutting down); the next run finishes the work. */
   signal?: AbortSignal;
+  /** Evict mirrored files not used for this long (`castor gc --mirror-unused 30d`). */
+  mirrorUnusedMs?: number;
+  /** Evict the least recently used mirrored files until they hold at most this many bytes (CASTOR_UPSTREAM_MAX_BYTES). */
+  mirrorMaxBytes?: number;
 }
 
 export interface ReclaimedTotals {
@@ -75,6 +80,11 @@ export interface GcReport {
     commits: number;
     trees: number;
   };
+  /**
+   * Mirrored files evicted (forgotten by the mirror, their content then collected unless a local
+   * repository's file uses it); bytes are the files' sizes. In a dry run: what would be.
+   */
+  evicted: ReclaimedTotals;
   /** Blob deletions an earlier, interrupted run left and this one finished. */
   finishedFromEarlierRun: number;
   /** Repositories whose refs moved during the run (their history is swept next time). */
@@ -118,6 +128,8 @@ export function gcTotals(report: GcReport): Record<string, number> {
     commits: removed.commits,
     trees: removed.trees,
     reclaimed_bytes: removed.xorbs.bytes + removed.orphanXorbBlobs.bytes + removed.inlineBlobs.bytes,
+    mirror_evicted_files: report.evicted.objects,
+    mirror_evicted_bytes: report.evicted.bytes,
   };
 }
 
@@ -153,6 +165,7 @@ class Collector {
       cutoff: this.cutoff,
       reachable: { repositories: 0, commits: 0, trees: 0, files: 0, inlineBlobs: 0 },
       removed: { files: none(), xorbs: none(), chunks: 0, orphanXorbBlobs: none(), inlineBlobs: none(), commits: 0, trees: 0 },
+      evicted: none(),
       finishedFromEarlierRun: 0,
       historiesSkipped: 0,
       leasesPruned: 0,
@@ -174,6 +187,7 @@ class Collector {
     const { report } = this;
     this.say(`${this.dryRun ? "dry run: " : ""}removing what no ref reaches and nothing used since ${this.cutoff.toISOString()}`);
     if (!this.dryRun) await this.timed("finish", () => this.finishEarlierRun());
+    const evicted = await this.timed("mark", () => this.evictMirrored());
 
     const reachable = await this.timed("mark", () =>
       walkReachable(this.store, {
@@ -182,6 +196,7 @@ class Collector {
         },
       }),
     );
+    await this.timed("mark", () => this.markMirrored(reachable, evicted));
     report.reachable = {
       repositories: reachable.histories.size,
       commits: sum([...reachable.histories.values()].map((history) => history.commits.size)),
@@ -206,6 +221,62 @@ class Collector {
       await this.store.recordMaintenanceRun({ kind: "gc", startedAt: this.startedAt, finishedAt: report.finishedAt, totals: gcTotals(report) });
     }
     return report;
+  }
+
+  /**
+   * Evicts mirrored files: those unused for `mirrorUnusedMs`, then the least recently used ones
+   * until the rest hold at most `mirrorMaxBytes`. The mirror forgets them; what they alone used is
+   * then collected like any unreachable content. Returns the keys evicted (in a dry run: that
+   * would be, which the mark then leaves out of the live set).
+   */
+  private async evictMirrored(): Promise<Set<string>> {
+    const { mirrorUnusedMs, mirrorMaxBytes } = this.options;
+    const evicted = new Set<string>();
+    if (mirrorUnusedMs === undefined && mirrorMaxBytes === undefined) return evicted;
+    const unusedBefore = mirrorUnusedMs === undefined ? null : this.startedAt.getTime() - mirrorUnusedMs;
+    let held = (await this.store.mirror.mirroredTotals()).bytes;
+    const chosen: MirroredFile[] = [];
+    let after: MirroredFileCursor | null = null;
+    for (;;) {
+      const page = await this.store.mirror.listMirroredFiles(after, SCAN_PAGE_ROWS);
+      let more = page.length === SCAN_PAGE_ROWS;
+      for (const file of page) {
+        const unused = unusedBefore !== null && file.lastUsedAt.getTime() < unusedBefore;
+        const over = mirrorMaxBytes !== undefined && held > mirrorMaxBytes;
+        if (!unused && !over) {
+          more = false;
+          break;
+        }
+        chosen.push(file);
+        held -= file.size;
+      }
+      if (!more) break;
+      after = page.at(-1)!;
+    }
+    for (const file of chosen) evicted.add(mirroredKey(file));
+    this.report.evicted = { objects: chosen.length, bytes: sum(chosen.map((file) => file.size)) };
+    if (!this.dryRun) {
+      for (const batch of batches(chosen, this.batchSize)) {
+        this.options.signal?.throwIfAborted();
+        await this.store.mirror.deleteMirroredFiles(batch);
+      }
+    }
+    this.say(`mirror: ${chosen.length} mirrored files evicted (${this.report.evicted.bytes} bytes)`);
+    return evicted;
+  }
+
+  /** Mirrored files the mirror holds are live, as if a ref reached them. */
+  private async markMirrored(reachable: Reachable, evicted: ReadonlySet<string>): Promise<void> {
+    let after: MirroredFileCursor | null = null;
+    for (;;) {
+      const page = await this.store.mirror.listMirroredFiles(after, SCAN_PAGE_ROWS);
+      for (const file of page) {
+        if (evicted.has(mirroredKey(file))) continue;
+        (file.kind === "xet" ? reachable.files : reachable.inline).add(file.hash);
+      }
+      if (page.length < SCAN_PAGE_ROWS) return;
+      after = page.at(-1)!;
+    }
   }
 
   /** Deletes the blobs an interrupted run condemned; their records are gone already. */
@@ -315,6 +386,8 @@ class Collector {
           "xorb",
           condemned.map((xorb) => xorb.hash),
         );
+        // The mirror's runs into them would send a fill to chunks castor no longer has.
+        await this.store.mirror.forgetChunkRuns(condemned.map((xorb) => xorb.hash));
         for (const xorb of condemned) {
           removed.objects++;
           removed.bytes += xorb.serializedLength ?? 0;
@@ -368,6 +441,10 @@ class Collector {
 
 function* batches<T>(items: readonly T[], size: number): Generator<T[]> {
   for (let start = 0; start < items.length; start += size) yield items.slice(start, start + size);
+}
+
+function mirroredKey(file: Pick<MirroredFile, "kind" | "hash">): string {
+  return `${file.kind}:${hashToHex(file.hash)}`;
 }
 
 function sum(values: readonly number[]): number {

@@ -94,7 +94,14 @@ export async function migrateStores(source: MigrationSource, target: MigrationTa
   const repos = await source.metadata.listRepos();
   let reposCopied = 0;
   for (const repo of repos) {
-    const imported = await target.metadata.importRepo({ type: repo.type, name: repo.name, createdAt: repo.createdAt, private: repo.private });
+    const imported = await target.metadata.importRepo({
+      type: repo.type,
+      name: repo.name,
+      createdAt: repo.createdAt,
+      private: repo.private,
+      // A mirrored repository stays one; the mirror's cache (refs, files held) is not carried.
+      ...(repo.mirror ? { mirror: true as const } : {}),
+    });
     repoIds.set(repo.id, imported.repo.id);
     if (imported.inserted) reposCopied++;
   }

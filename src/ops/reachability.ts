@@ -106,7 +106,9 @@ export async function walkReachable(store: HistoryReader, options: WalkOptions =
     ((damage: HistoryDamage) => {
       throw new DamagedHistoryError(`${damage.message}: run castor fsck`);
     });
-  const repos = await store.listRepos();
+  // A mirrored repository has no refs of its own: its snapshots are a cache kept whole, and its
+  // files are live while the mirror holds them (gc.ts asks the mirror's records).
+  const repos = (await store.listRepos()).filter((repo) => !repo.mirror);
   for (const [index, repo] of repos.entries()) {
     const history = await walkRepository(store, repo, reachable, onDamage, options.onFiles);
     if (options.keepHistories ?? true) reachable.histories.set(repo.id, history);

@@ -280,6 +280,8 @@ const RepoSummaryFields = {
   downloads: Type.Integer(),
   likes: Type.Integer(),
   tags: Type.Array(Type.String()),
+  /** castor's own field (clients ignore it): a read-only mirror of the upstream hub's repository of that name. */
+  mirror: Type.Optional(Type.Boolean()),
 };
 
 /** An item of `GET /api/{type}s`. */
@@ -521,6 +523,19 @@ export const MaintenanceRun = Type.Object({
 export type MaintenanceRun = Static<typeof MaintenanceRun>;
 
 export const MaintenanceRuns = Type.Array(MaintenanceRun);
+
+/** `GET /api/castor/mirror`: what the mirror of an upstream hub holds and saved (the upstream null: castor mirrors none). */
+export const MirrorStatus = Type.Object({
+  upstream: Nullable(Type.String()),
+  /** Mirrored files castor holds, and their bytes. */
+  files: Type.Optional(Type.Integer()),
+  bytes: Type.Optional(Type.Integer()),
+  /** What fetching them cost upstream (less than their bytes when chunks were held already). */
+  fetchedBytes: Type.Optional(Type.Integer()),
+  /** Bytes of mirrored files this process served since it started. */
+  servedBytes: Type.Optional(Type.Integer()),
+});
+export type MirrorStatus = Static<typeof MirrorStatus>;
 
 /** The hub's error answer. */
 export const ErrorBody = Type.Object({ error: Type.String() });

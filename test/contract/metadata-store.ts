@@ -11,6 +11,7 @@ import { runCasMetadataContract } from "./cas-metadata.js";
 import { runGcRecordsContract } from "./gc-records.js";
 import { runHubHistoryContract } from "./hub-history.js";
 import { runMigrationContract } from "./metadata-migration.js";
+import { runMirrorRecordsContract } from "./mirror-records.js";
 import { runStatsMetadataContract } from "./stats-metadata.js";
 
 export interface MetadataStoreFixture {
@@ -396,6 +397,7 @@ export function runMetadataStoreContract(name: string, open: () => Promise<Metad
     runCasMetadataContract(withStore);
     runGcRecordsContract(withStore);
     runStatsMetadataContract(withStore);
+    runMirrorRecordsContract(withStore);
     runMigrationContract(open);
   });
 }

@@ -106,6 +106,7 @@ export type {
   DownloadLinkBody,
   MaintenanceRun,
   Me,
+  MirrorStatus,
   Refs,
   RepoStorage,
   RepoSummary,

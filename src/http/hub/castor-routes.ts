@@ -138,6 +138,17 @@ export async function castorRoutes(app: FastifyInstance, deps: HubRouteDeps): Pr
     },
   );
 
+  // What the mirror holds and saved: bytes of mirrored files, what fetching them cost upstream
+  // (less when chunks were held already), and what this node served of them since it started.
+  app.get(
+    "/api/castor/mirror",
+    { config: { hubAccess: { admin: "GET /api/castor/mirror" } }, schema: { response: { 200: wire.MirrorStatus } } },
+    async (request, reply) => {
+      reply.header("cache-control", "no-store");
+      return hub.admin.mirrorStatus(callerOfRequest(request), "GET /api/castor/mirror");
+    },
+  );
+
   app.get(
     "/api/castor/maintenance",
     { config: { hubAccess: { admin: "GET /api/castor/maintenance" } }, schema: { response: { 200: wire.MaintenanceRuns } } },

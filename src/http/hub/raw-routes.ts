@@ -26,7 +26,7 @@ export async function rawRoutes(app: FastifyInstance, deps: HubRouteDeps): Promi
     const { commit } = await deps.hub.repos.resolve(repo, revision);
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
     const file = await deps.hub.history.fileAt(repo, commit, path);
-    return { ...deps.hub.files.gitBlob(file), commitOid: commit.oid };
+    return { ...deps.hub.files.gitBlob(file, { repo, commit, path }), commitOid: commit.oid };
   };
 
   for (const [prefix, plural] of FILE_URL_PREFIXES) {

@@ -48,6 +48,8 @@ export function repoSummaryJson(repo: Repo, head: CommitRecord | null): wire.Rep
     downloads: 0,
     likes: 0,
     tags: [],
+    // castor's own field (clients ignore it): a read-only mirror of the upstream hub's repository.
+    ...(repo.mirror ? { mirror: true } : {}),
   };
 }
 

@@ -32,6 +32,7 @@ type ResolveParams = wire.FileUrlParams;
 interface Resolved {
   repo: Repo;
   commit: CommitRecord;
+  path: string;
   file: TreeFileEntry;
 }
 
@@ -45,7 +46,7 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubRouteDeps): P
     if (path === "") throw new HubError(400, "the URL names no file after the revision");
     const file = await deps.hub.history.fileAt(repo, commit, path);
     describe(reply, deps.publicUrl(request), repo, commit, file);
-    return { repo, commit, file };
+    return { repo, commit, path, file };
   };
 
   for (const [prefix, plural] of FILE_URL_PREFIXES) {
@@ -58,7 +59,7 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubRouteDeps): P
       return reply.send();
     });
     app.get<{ Params: ResolveParams }>(url, { ...options, exposeHeadRoute: false }, async (request, reply) => {
-      const { repo, commit, file } = await find(request, plural, reply);
+      const { repo, commit, path, file } = await find(request, plural, reply);
       if (file.xetHash !== null && acceptsXetFileInfo(request.headers.accept))
         return sendXetFileInfo(reply, deps.publicUrl(request), repo, commit, file, file.xetHash);
       const range = requestedRange(request.headers.range, file.size);
@@ -70,6 +71,9 @@ export async function resolveRoutes(app: FastifyInstance, deps: HubRouteDeps): P
       if (!whole) reply.code(206).header("content-range", `bytes ${span.start}-${span.end - 1}/${file.size}`);
       reply.header("content-length", String(span.end - span.start));
       if (span.end === span.start) return reply.send();
+      // A mirrored repository's file castor does not hold yet: streamed while it is fetched (cut short, never completed, if that fails).
+      const mirrored = await deps.hub.files.mirrored(repo, commit, path, file, span);
+      if (mirrored !== null) return reply.send(mirrored);
       if (file.xetHash === null) {
         return reply.send(await deps.hub.files.readInline(file, span.start, span.end - span.start));
       }

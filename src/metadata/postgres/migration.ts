@@ -33,7 +33,7 @@ const MIGRATION_SQL = {
   // batches as arrays. Arrays of bytea travel as hex text — slower than the packed form of
   // registrations, and fine for a one-off copy.
   importRepo: `
-    INSERT INTO repos (type, name, created_at, private) VALUES ($1, $2, $3, $4)
+    INSERT INTO repos (type, name, created_at, private, mirror_used_at) VALUES ($1, $2, $3, $4, $5)
     ON CONFLICT (type, name) DO NOTHING RETURNING ${REPO_COLUMNS}`,
   carryVisibility: `UPDATE repos SET private = $3 WHERE type = $1 AND name = $2 RETURNING ${REPO_COLUMNS}`,
   // A revision present takes the imported commit, unless that is none or the kinds differ.
@@ -113,7 +113,8 @@ export class PostgresMigrationRecords {
   }
 
   async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
-    const { rows } = await this.sql.run<RepoRow>("importRepo", [repo.type, repo.name, repo.createdAt, repo.private]);
+    // A mirrored repository stays one (its last use starts over at its creation time).
+    const { rows } = await this.sql.run<RepoRow>("importRepo", [repo.type, repo.name, repo.createdAt, repo.private, repo.mirror ? repo.createdAt : null]);
     if (rows.length > 0) return { repo: toRepo(rows[0]), inserted: true };
     const existing = await this.sql.run<RepoRow>("carryVisibility", [repo.type, repo.name, repo.private]);
     if (existing.rows.length === 0) throw new Error(`repository ${repo.type}:${repo.name} neither inserted nor found (deleted meanwhile?)`);

@@ -15,6 +15,8 @@ export interface RepoRow {
   name: string;
   created_at: Date;
   private: boolean;
+  /** Set for a mirrored repository (its last use); null for castor's own. */
+  mirror_used_at: Date | null;
 }
 export interface RevisionRow {
   repo_id: number;
@@ -24,7 +26,7 @@ export interface RevisionRow {
   commit_oid: string | null;
 }
 
-export const REPO_COLUMNS = "id, type, name, created_at, private";
+export const REPO_COLUMNS = "id, type, name, created_at, private, mirror_used_at";
 export const REVISION_COLUMNS = "repo_id, name, kind, created_at, commit_oid";
 
 const REPO_SQL = {
@@ -135,7 +137,9 @@ export class PostgresRepoRecords {
 }
 
 export function toRepo(row: RepoRow): Repo {
-  return { id: row.id, type: row.type, name: row.name, createdAt: row.created_at, private: row.private };
+  const repo: Repo = { id: row.id, type: row.type, name: row.name, createdAt: row.created_at, private: row.private };
+  if (row.mirror_used_at !== null && row.mirror_used_at !== undefined) repo.mirror = true;
+  return repo;
 }
 
 export function toRevision(row: RevisionRow): Revision {

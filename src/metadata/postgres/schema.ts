@@ -232,6 +232,59 @@ export const MIGRATIONS: readonly string[] = [
   `
   ALTER TABLE stats_samples ADD COLUMN unique_bytes bigint CONSTRAINT stats_samples_unique_bytes_check CHECK (unique_bytes >= 0);
   `,
+  // The mirror of an upstream hub, as in SQLite's schema (the meaning of each table is there).
+  `
+  ALTER TABLE repos ADD COLUMN mirror_used_at timestamptz;
+
+  CREATE TABLE mirror_refs (
+    repo_id    bigint      NOT NULL,
+    name       text        COLLATE "C" NOT NULL,
+    kind       text,
+    commit_oid text,
+    checked_at timestamptz NOT NULL,
+    CONSTRAINT mirror_refs_pkey PRIMARY KEY (repo_id, name),
+    CONSTRAINT mirror_refs_kind_check CHECK (kind IN ('branch', 'tag')),
+    CONSTRAINT mirror_refs_repo_id_fkey FOREIGN KEY (repo_id) REFERENCES repos (id) ON DELETE CASCADE
+  );
+
+  CREATE TABLE mirror_files (
+    kind          text        NOT NULL,
+    hash          bytea       NOT NULL,
+    git_oid       text,
+    size          bigint      NOT NULL,
+    fetched_bytes bigint      NOT NULL,
+    fetched_at    timestamptz NOT NULL,
+    last_used_at  timestamptz NOT NULL,
+    CONSTRAINT mirror_files_pkey PRIMARY KEY (kind, hash),
+    CONSTRAINT mirror_files_kind_check CHECK (kind IN ('xet', 'inline')),
+    CONSTRAINT mirror_files_hash_check CHECK (length(hash) = 32),
+    CONSTRAINT mirror_files_sizes_check CHECK (size >= 0 AND fetched_bytes >= 0)
+  );
+  CREATE INDEX mirror_files_by_git_oid ON mirror_files (git_oid) WHERE git_oid IS NOT NULL;
+  CREATE INDEX mirror_files_by_use ON mirror_files (last_used_at, kind, hash);
+
+  CREATE TABLE mirror_chunk_runs (
+    upstream_xorb  bytea  NOT NULL,
+    upstream_start bigint NOT NULL,
+    upstream_end   bigint NOT NULL,
+    upstream_offset bigint NOT NULL,
+    xorb           bytea  NOT NULL,
+    start          bigint NOT NULL,
+    CONSTRAINT mirror_chunk_runs_pkey PRIMARY KEY (upstream_xorb, upstream_start, xorb),
+    CONSTRAINT mirror_chunk_runs_check CHECK (
+      length(upstream_xorb) = 32 AND length(xorb) = 32 AND upstream_start >= 0 AND upstream_end > upstream_start AND upstream_offset >= 0
+      AND start >= 0
+    )
+  );
+  CREATE INDEX mirror_chunk_runs_by_xorb ON mirror_chunk_runs (xorb);
+
+  CREATE TABLE mirror_fills (
+    key          text        COLLATE "C" NOT NULL,
+    owner        text        NOT NULL,
+    heartbeat_at timestamptz NOT NULL,
+    CONSTRAINT mirror_fills_pkey PRIMARY KEY (key)
+  );
+  `,
 ];
 
 /** The database was migrated by a newer castor whose schema this version does not know. */

@@ -28,8 +28,8 @@ interface DatedFileRow extends FileRow {
 
 function prepareMigrationStatements(db: Database.Database) {
   return {
-    importRepo: db.prepare<[string, string, number, number], RepoRow>(
-      `INSERT INTO repos (id, type, name, created_at, private) VALUES (${REPO_ID_AFTER_DELETIONS}, ?, ?, ?, ?)
+    importRepo: db.prepare<[string, string, number, number, number | null], RepoRow>(
+      `INSERT INTO repos (id, type, name, created_at, private, mirror_used_at) VALUES (${REPO_ID_AFTER_DELETIONS}, ?, ?, ?, ?, ?)
        ON CONFLICT (type, name) DO NOTHING RETURNING *`,
     ),
     carryVisibility: db.prepare<[number, string, string], RepoRow>("UPDATE repos SET private = ? WHERE type = ? AND name = ? RETURNING *"),
@@ -95,7 +95,8 @@ export class SqliteMigrationRecords {
   async importRepo(repo: Omit<Repo, "id">): Promise<{ repo: Repo; inserted: boolean }> {
     return this.connection.write(() => {
       const isPrivate = repo.private ? 1 : 0;
-      const row = this.sql.importRepo.get(repo.type, repo.name, repo.createdAt.getTime(), isPrivate);
+      // A mirrored repository stays one (its last use starts over at its creation time).
+      const row = this.sql.importRepo.get(repo.type, repo.name, repo.createdAt.getTime(), isPrivate, repo.mirror ? repo.createdAt.getTime() : null);
       if (row !== undefined) return { repo: toRepo(row), inserted: true };
       return { repo: toRepo(this.sql.carryVisibility.get(isPrivate, repo.type, repo.name)!), inserted: false };
     });

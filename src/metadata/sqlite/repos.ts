@@ -16,6 +16,8 @@ export interface RepoRow {
   name: string;
   created_at: number;
   private: 0 | 1;
+  /** Set for a mirrored repository (its last use); null for castor's own. */
+  mirror_used_at: number | null;
 }
 export interface RevisionRow {
   repo_id: number;
@@ -163,7 +165,9 @@ export class SqliteRepoRecords {
 }
 
 export function toRepo(row: RepoRow): Repo {
-  return { id: row.id, type: row.type, name: row.name, createdAt: new Date(row.created_at), private: row.private === 1 };
+  const repo: Repo = { id: row.id, type: row.type, name: row.name, createdAt: new Date(row.created_at), private: row.private === 1 };
+  if (row.mirror_used_at !== null && row.mirror_used_at !== undefined) repo.mirror = true;
+  return repo;
 }
 
 export function toRevision(row: RevisionRow): Revision {

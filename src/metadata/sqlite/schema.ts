@@ -235,6 +235,55 @@ export const MIGRATIONS: readonly string[] = [
   `
   ALTER TABLE stats_samples ADD COLUMN unique_bytes INTEGER CHECK (unique_bytes >= 0);
   `,
+  // The mirror of an upstream hub (../mirror.ts). A mirrored repository is a repos row whose
+  // mirror_used_at is set (the time of its last use; NULL for castor's own repositories); its
+  // commits and trees are ordinary rows. What the upstream said revision names point at (or that
+  // they name nothing: commit_oid NULL), the files fetched for the mirror (Xet files by file
+  // hash, others by SHA-256, with the git blob id they were checked against), where castor holds
+  // chunks of upstream xorbs (and at which byte of the upstream xorb a run starts, so a byte
+  // range of it can be served from castor's xorbs), and which node is fetching what.
+  `
+  ALTER TABLE repos ADD COLUMN mirror_used_at INTEGER;
+
+  CREATE TABLE mirror_refs (
+    repo_id    INTEGER NOT NULL REFERENCES repos (id) ON DELETE CASCADE,
+    name       TEXT    NOT NULL,
+    kind       TEXT             CHECK (kind IN ('branch', 'tag')),
+    commit_oid TEXT,
+    checked_at INTEGER NOT NULL,
+    PRIMARY KEY (repo_id, name)
+  ) STRICT, WITHOUT ROWID;
+
+  CREATE TABLE mirror_files (
+    kind          TEXT    NOT NULL CHECK (kind IN ('xet', 'inline')),
+    hash          BLOB    NOT NULL CHECK (length(hash) = 32),
+    git_oid       TEXT,
+    size          INTEGER NOT NULL CHECK (size >= 0),
+    fetched_bytes INTEGER NOT NULL CHECK (fetched_bytes >= 0),
+    fetched_at    INTEGER NOT NULL,
+    last_used_at  INTEGER NOT NULL,
+    PRIMARY KEY (kind, hash)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX mirror_files_by_git_oid ON mirror_files (git_oid) WHERE git_oid IS NOT NULL;
+  CREATE INDEX mirror_files_by_use ON mirror_files (last_used_at, kind, hash);
+
+  CREATE TABLE mirror_chunk_runs (
+    upstream_xorb  BLOB    NOT NULL CHECK (length(upstream_xorb) = 32),
+    upstream_start INTEGER NOT NULL CHECK (upstream_start >= 0),
+    upstream_end   INTEGER NOT NULL CHECK (upstream_end > upstream_start),
+    upstream_offset INTEGER NOT NULL CHECK (upstream_offset >= 0),
+    xorb           BLOB    NOT NULL CHECK (length(xorb) = 32),
+    start          INTEGER NOT NULL CHECK (start >= 0),
+    PRIMARY KEY (upstream_xorb, upstream_start, xorb)
+  ) STRICT, WITHOUT ROWID;
+  CREATE INDEX mirror_chunk_runs_by_xorb ON mirror_chunk_runs (xorb);
+
+  CREATE TABLE mirror_fills (
+    key          TEXT    NOT NULL PRIMARY KEY,
+    owner        TEXT    NOT NULL,
+    heartbeat_at INTEGER NOT NULL
+  ) STRICT, WITHOUT ROWID;
+  `,
 ];
 
 /** The database file was written by a newer castor whose schema this version does not know. */

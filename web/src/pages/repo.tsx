@@ -79,6 +79,11 @@ export function RepoPage({ repo, query, me }: { repo: RepoId; query: URLSearchPa
           {repo.name}
         </h1>
         {info.data && <span class={info.data.private ? "badge private" : "badge"}>{info.data.private ? "private" : "public"}</span>}
+        {info.data?.mirror && (
+          <span class="badge mirror" title="files are fetched from the upstream hub when first asked for, then served from castor">
+            read-only mirror
+          </span>
+        )}
       </div>
       <div class="toolbar">
         <label for="revision">Revision</label>

@@ -107,7 +107,14 @@ export function ReposPage({ query }: { query: URLSearchParams }) {
                     <Link href={href(`${PLURAL[repo.type]}/${repo.id}`)}>{repo.id}</Link>
                   </td>
                   <td>{repo.type}</td>
-                  <td>{repo.private ? <span class="badge private">private</span> : <span class="badge">public</span>}</td>
+                  <td>
+                    {repo.private ? <span class="badge private">private</span> : <span class="badge">public</span>}
+                    {repo.mirror && (
+                      <span class="badge mirror" title="a read-only mirror of the upstream hub's repository">
+                        mirror
+                      </span>
+                    )}
+                  </td>
                   <td class="num">{size === undefined ? "…" : size === null ? "–" : <Bytes value={size} />}</td>
                   <td>
                     {formatDate(repo.lastModified)}

@@ -5,7 +5,7 @@
  * tokens may read.
  */
 import type { ComponentChildren } from "preact";
-import { getJson, type Me, PLURAL, type Stats } from "../api.js";
+import { getJson, type Me, type MirrorStatus, PLURAL, type Stats } from "../api.js";
 import { Bytes, ErrorNote, Head, Loading, Section, useAsync } from "../common.js";
 import { BytesChart } from "../chart.js";
 import { formatDate, formatRatio } from "../format.js";
@@ -16,6 +16,7 @@ const LARGEST = 10;
 
 export function StoragePage({ me }: { me: Me }) {
   const stats = useAsync(() => (me.admin ? getJson<Stats>("/api/stats?history=365") : Promise.resolve(undefined)), [me.admin]);
+  const mirror = useAsync(() => (me.admin ? getJson<MirrorStatus>("/api/castor/mirror") : Promise.resolve(undefined)), [me.admin]);
   if (!me.admin) {
     return (
       <>
@@ -58,6 +59,27 @@ export function StoragePage({ me }: { me: Me }) {
               <Bytes value={data.totals.unreferencedXorbBytes} testId="total-unreferenced" />
             </Tile>
           </dl>
+          {mirror.data?.upstream && (
+            <Section title="Mirror">
+              <p class="muted">
+                Repositories of {mirror.data.upstream} are fetched when first asked for and then served from here; chunks held already are not fetched again.
+              </p>
+              <dl class="tiles" data-testid="mirror">
+                <Tile label="Mirrored bytes" note={`${mirror.data.files ?? 0} files held`}>
+                  <Bytes value={mirror.data.bytes ?? 0} testId="mirror-bytes" />
+                </Tile>
+                <Tile label="Fetched upstream" note="what holding them cost the upstream link">
+                  <Bytes value={mirror.data.fetchedBytes ?? 0} testId="mirror-fetched" />
+                </Tile>
+                <Tile label="Served from the mirror" note="to clients of this node since it started">
+                  <Bytes value={mirror.data.servedBytes ?? 0} testId="mirror-served" />
+                </Tile>
+                <Tile label="Not fetched" note="bytes of mirrored files whose chunks castor held already">
+                  <Bytes value={Math.max(0, (mirror.data.bytes ?? 0) - (mirror.data.fetchedBytes ?? 0))} testId="mirror-saved" />
+                </Tile>
+              </dl>
+            </Section>
+          )}
           <Section title="Over time">
             <BytesChart points={data.history} />
             <p class="muted">One sample a day: the last measurement of each UTC day (today’s is the one above).</p>
