@@ -1,5 +1,5 @@
 /**
- * The mirror's records (docs/design.md §4e): what castor remembers of the upstream hub it
+ * The mirror's records (docs/design.md §4c): what castor remembers of the upstream hub it
  * mirrors, besides the repositories themselves (a mirrored repository is a `repos` row with
  * `mirror: true`, whose commits and trees are stored like any other's under the upstream's
  * ids) and the content (Xet files in `files`, other files as inline blobs):

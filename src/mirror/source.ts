@@ -1,5 +1,5 @@
 /**
- * The upstream hub as a second source of repositories behind the hub (docs/design.md §4e): a
+ * The upstream hub as a second source of repositories behind the hub (docs/design.md §4c): a
  * name castor does not hold, that `CASTOR_UPSTREAM_REPOS` admits and the upstream knows, is a
  * read-only mirrored repository.
  *
