@@ -238,3 +238,21 @@ export function parseCommitObject(text: string): ParsedCommit {
     encoding,
   };
 }
+
+/** A ref update of a push (`old` null: create; `new` null: delete). */
+export interface PushCommand {
+  ref: string;
+  old: string | null;
+  new: string | null;
+}
+
+/** An object of a push's pack. */
+export interface PushedObject {
+  type: "commit" | "tree" | "blob" | "tag";
+  data: Buffer;
+}
+
+/** The objects a push's pack brought, by id (already checked to hash to their ids). */
+export interface PushObjects {
+  get(oid: string): Promise<PushedObject | null>;
+}

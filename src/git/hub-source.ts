@@ -13,7 +13,7 @@ import { notSupported } from "../hub/errors.js";
 import type { Hub } from "../hub/index.js";
 import type { Repo, TreeFileEntry } from "../hub/records.js";
 import type { RepoAddress } from "../hub/repositories.js";
-import type { GitCommit, GitObjectSource, GitPushTarget, GitRef, GitTree, PushedObjects, RefCommand } from "./source.js";
+import type { GitCommit, GitObjectSource, GitPushTarget, GitRef, GitTree, PushObjects, PushCommand } from "./source.js";
 
 /** The hub's services git calls. */
 export type GitHub = Pick<Hub, "repos" | "history" | "files" | "pushes">;
@@ -51,7 +51,7 @@ export class HubGitSource implements GitObjectSource, GitPushTarget {
     readonly repo: Repo,
   ) {}
 
-  push(commands: readonly RefCommand[], objects: PushedObjects): Promise<(string | null)[]> {
+  push(commands: readonly PushCommand[], objects: PushObjects): Promise<(string | null)[]> {
     return this.hub.pushes.apply(this.caller, this.repo, commands, objects);
   }
 

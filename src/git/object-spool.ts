@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { mkdir, open, rm, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import type { DeltaBase, DeltaBases, PackObject, PackObjectType } from "../format/git-pack.js";
-import type { PushedObject, PushedObjects } from "./source.js";
+import type { PushedObject, PushObjects } from "./source.js";
 
 interface Stored {
   type: PackObjectType;
@@ -20,7 +20,7 @@ interface Stored {
 /** Bytes of recently read objects kept in memory: delta bases are usually read again soon. */
 const CACHE_BYTES = 32 * 1024 * 1024;
 
-export class ObjectSpool implements DeltaBases, PushedObjects {
+export class ObjectSpool implements DeltaBases, PushObjects {
   private readonly stored = new Map<string, Stored>();
   private readonly oidAt = new Map<number, string>();
   /** Insertion order is recency: the oldest entries go first. */

@@ -17,7 +17,7 @@ import { isGitOid } from "../format/git.js";
 import { readPack, type PackLimits } from "../format/git-pack.js";
 import { BAND_DATA, BAND_PROGRESS, FLUSH_PKT, PktLineDecoder, pktLine, pktText, sidebandPackets } from "../format/pkt-line.js";
 import { ObjectSpool } from "./object-spool.js";
-import type { GitPushTarget, GitRef, RefCommand } from "./source.js";
+import type { GitPushTarget, GitRef, PushCommand } from "./source.js";
 import { GitProtocolError } from "./walk.js";
 
 export interface ReceivePackOptions {
@@ -48,13 +48,13 @@ export async function advertiseReceivePack(target: Pick<GitPushTarget, "refs">, 
 }
 
 interface PushRequest {
-  commands: RefCommand[];
+  commands: PushCommand[];
   capabilities: Set<string>;
 }
 
 /** Reads the command list; what follows it (the pack) stays in `decoder` and `input`. */
 async function readCommands(decoder: PktLineDecoder, input: AsyncIterator<Uint8Array>): Promise<PushRequest> {
-  const commands: RefCommand[] = [];
+  const commands: PushCommand[] = [];
   const capabilities = new Set<string>();
   let received = 0;
   for (;;) {

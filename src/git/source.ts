@@ -49,23 +49,9 @@ export interface GitObjectSource {
   blob(oid: string): Promise<Buffer | null>;
 }
 
-/** A ref update a push asks for: `old` null creates the ref, `new` null deletes it. */
-export interface RefCommand {
-  ref: string;
-  old: string | null;
-  new: string | null;
-}
-
-/** An object a push brought. */
-export interface PushedObject {
-  type: "commit" | "tree" | "blob" | "tag";
-  data: Buffer;
-}
-
-/** The objects of a push's pack, by id. */
-export interface PushedObjects {
-  get(oid: string): Promise<PushedObject | null>;
-}
+// A push's ref updates and objects, as the hub applies them (src/hub/git-push.ts) too.
+export type { PushCommand, PushedObject, PushObjects } from "../format/git.js";
+import type { PushCommand, PushObjects } from "../format/git.js";
 
 /** What a push writes to. */
 export interface GitPushTarget {
@@ -75,5 +61,5 @@ export interface GitPushTarget {
    * Applies each command on its own (one compare-and-set each) with the objects the push
    * brought; returns, per command, null when it was applied or the reason it was refused.
    */
-  push(commands: readonly RefCommand[], objects: PushedObjects): Promise<(string | null)[]>;
+  push(commands: readonly PushCommand[], objects: PushObjects): Promise<(string | null)[]>;
 }

@@ -19,7 +19,7 @@
  *   deleted; other branches and tags may be forced or deleted. A Hub commit racing the push
  *   either lands first (the push is then refused as stale) or rebases onto the pushed commit.
  */
-import { gitTreeId, lfsPointer, parseCommitObject, parseTreeObject, GitObjectError } from "../format/git.js";
+import { gitTreeId, lfsPointer, parseCommitObject, parseTreeObject, GitObjectError, type PushCommand, type PushObjects } from "../format/git.js";
 import { hashToHex, type Hash } from "../format/hash.js";
 import type { CommitRecord, MetadataStore, Repo, RevisionKind, TreeEntry, TreeFileEntry, TreeRecord } from "../metadata/store.js";
 import type { Caller } from "./access.js";
@@ -31,23 +31,6 @@ import { newRevisionNameProblem, quote, revisionNameProblem } from "./names.js";
 import { nameCollision, nameCollisionKey, requireNewPath } from "./paths.js";
 import type { RepoAddress, RepositoryService } from "./repositories.js";
 import { isStoredWhole } from "./stored-files.js";
-
-/** A ref update of a push (`old` null: create; `new` null: delete). */
-export interface PushCommand {
-  ref: string;
-  old: string | null;
-  new: string | null;
-}
-
-export interface PushedObject {
-  type: "commit" | "tree" | "blob" | "tag";
-  data: Buffer;
-}
-
-/** The objects the push's pack brought, by id (already checked to hash to their ids). */
-export interface PushObjects {
-  get(oid: string): Promise<PushedObject | null>;
-}
 
 export type PushStore = Pick<
   MetadataStore,
