@@ -117,8 +117,14 @@ class WorkerMetrics implements SharedMetrics {
         this.pending.delete(id);
       };
       this.pending.set(id, {
-        resolve: (exposition) => (settle(), resolve(exposition)),
-        reject: (error) => (settle(), reject(error)),
+        resolve: (exposition) => {
+          settle();
+          resolve(exposition);
+        },
+        reject: (error) => {
+          settle();
+          reject(error);
+        },
       });
       void send({ castor: "scrape", id });
     });

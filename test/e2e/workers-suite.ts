@@ -431,7 +431,10 @@ export function runWorkersSuite(backend: WorkersBackend): void {
       await until(
         () =>
           openSocket(port).then(
-            (socket) => (socket.destroy(), false),
+            (socket) => {
+              socket.destroy();
+              return false;
+            },
             () => true,
           ),
         "new connections refused",
