@@ -31,6 +31,7 @@ import { runCastor } from "../test/helpers/cli.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { startTestUpstream, type TestUpstream } from "../test/helpers/upstream-hub.js";
 import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { processThreadsCpuSeconds } from "./support/proc-stats.js";
 import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 
 const GROUP = "mirror";
@@ -87,14 +88,31 @@ export async function run(): Promise<BenchRow[]> {
       }
     };
 
-    const cold = { curl: [] as number[], firstByte: [] as number[], hfXet: [] as number[], curlRates: [] as number[], hfXetRates: [] as number[] };
+    const cold = {
+      curl: [] as number[],
+      firstByte: [] as number[],
+      hfXet: [] as number[],
+      curlRates: [] as number[],
+      hfXetRates: [] as number[],
+      cpuDirect: [] as CpuSplit[],
+      cpuMirror: [] as CpuSplit[],
+    };
     let held: { repo: string; commit: string; path: string; hash: string; bytes: Buffer } | null = null;
     for (let round = 0; round < ROUNDS; round++) {
       // curl: straight from the upstream (the Hub's redirect to its CDN host), then through the mirror, cold.
       const viaCurl = await publish(upstream, `bench/curl-${round}`, Buffer.from(deterministicRandomBytes(FILE_BYTES, 1000 + round)));
-      const direct = await curlGet(`${upstream.hubUrl}/bench/curl-${round}/resolve/${viaCurl.commit}/model.bin`, upstream.adminToken);
-      const viaMirror = await curlGet(`${mirror.url}/bench/curl-${round}/resolve/${viaCurl.commit}/model.bin`, mirrorToken);
-      await settled();
+      const pids = { upstream: upstream.castor.child.pid, mirror: mirror.child.pid };
+      const { result: direct, cpu: directCpu } = await cpuDuring(pids, () =>
+        curlGet(`${upstream!.hubUrl}/bench/curl-${round}/resolve/${viaCurl.commit}/model.bin`, upstream!.adminToken),
+      );
+      // Through the mirror, until it holds the file: the storing after the client's last byte counts too.
+      const { result: viaMirror, cpu: mirrorCpu } = await cpuDuring(pids, async () => {
+        const timing = await curlGet(`${mirror!.url}/bench/curl-${round}/resolve/${viaCurl.commit}/model.bin`, mirrorToken);
+        await settled();
+        return timing;
+      });
+      cold.cpuDirect.push(directCpu);
+      cold.cpuMirror.push(mirrorCpu);
       cold.curl.push(direct.total / viaMirror.total);
       cold.firstByte.push(viaMirror.firstByte);
       cold.curlRates.push(megabytesPerSecond(FILE_BYTES, viaMirror.total));
@@ -146,6 +164,8 @@ export async function run(): Promise<BenchRow[]> {
         median: median(cold.firstByte),
         target: { atMost: FIRST_BYTE_TARGET_SECONDS },
       }),
+      cpuRow("cold pull, curl, CPU straight from the upstream", cold.cpuDirect),
+      cpuRow("cold pull, curl, CPU through the mirror", cold.cpuMirror),
       benchRow(GROUP, "cold pull, hf_xet: mirror ÷ upstream", best(cold.hfXet), "ratio", {
         median: median(cold.hfXet),
         target: { atLeast: COLD_RATIO_TARGET },
@@ -163,6 +183,33 @@ export async function run(): Promise<BenchRow[]> {
     await upstream?.stop();
     await rm(scratch, { recursive: true, force: true });
   }
+}
+
+/** CPU seconds spent by the upstream castor, the mirror, and this process, which runs the test upstream's proxy (every upstream byte passes it). */
+interface CpuSplit {
+  upstream: number;
+  proxy: number;
+  mirror: number;
+}
+
+/** `work`'s result and the CPU each process spent meanwhile: where a cold pull's time goes on one machine. */
+async function cpuDuring<T>(pids: { upstream: number | undefined; mirror: number | undefined }, work: () => Promise<T>): Promise<{ result: T; cpu: CpuSplit }> {
+  const read = () => ({ upstream: processThreadsCpuSeconds(pids.upstream) ?? 0, mirror: processThreadsCpuSeconds(pids.mirror) ?? 0 });
+  const before = read();
+  const ownBefore = process.cpuUsage();
+  const result = await work();
+  const own = process.cpuUsage(ownBefore);
+  const after = read();
+  return { result, cpu: { upstream: after.upstream - before.upstream, proxy: (own.user + own.system) / 1e6, mirror: after.mirror - before.mirror } };
+}
+
+/** A row of the median total CPU per pull, its split in the note. */
+function cpuRow(metric: string, splits: CpuSplit[]): BenchRow {
+  const part = (key: keyof CpuSplit) => median(splits.map((split) => split[key]));
+  const total = median(splits.map((split) => split.upstream + split.proxy + split.mirror));
+  return benchRow(GROUP, metric, total, "CPU s", {
+    note: `medians: upstream castor ${part("upstream").toFixed(2)} s, test proxy ${part("proxy").toFixed(2)} s, mirror ${part("mirror").toFixed(2)} s; the machine has 2 cores`,
+  });
 }
 
 /** Commits `bytes` as model.bin of `repo` on the upstream (created public when new): the commit and Xet hash. */
