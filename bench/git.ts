@@ -10,15 +10,14 @@
  *   is timed as its two steps, the transfer (`git lfs fetch`) and git-lfs's own checkout;
  * - `git push` of one commit of 1,000 small files.
  */
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { upload } from "../src/client/index.js";
 import { hubFixture, startCastorServer, type ServerProcess } from "../test/helpers/server.js";
-import { gitEnv, gitUrl } from "../test/helpers/git.js";
-import { pythonVenv, PYTHON_VENVS, venvScript } from "../test/interop/hub-clients.js";
+import { git as runGitOk, gitUrl } from "../test/helpers/git.js";
+import { pythonVenv, PYTHON_VENVS, runChild, venvScript } from "../test/interop/hub-clients.js";
 import { processStatusKiB } from "./support/proc-stats.js";
 import { benchRow, deterministicRandomBytes, median, megabytesPerSecond, sized, type BenchRow } from "./lib.js";
 
@@ -88,16 +87,19 @@ export async function run(): Promise<BenchRow[]> {
       const checkout = await timed(() => git(["lfs", "checkout", "weights.bin"], clone, home));
       const lfsSeconds = fetchSeconds + checkout;
       const hfHome = join(work, `hf-${round}`);
-      const hfSeconds = await timed(() =>
-        command(hf, ["download", REPO, "weights.bin", "--local-dir", join(hfHome, "out")], work, {
+      const hfSeconds = await timed(async () => {
+        const env = {
+          PATH: process.env.PATH ?? "/usr/bin:/bin",
           HF_ENDPOINT: server.url,
           HF_TOKEN: token,
           HF_HOME: join(hfHome, "home"),
           HF_XET_CACHE: join(hfHome, "xet"),
           HF_HUB_DISABLE_TELEMETRY: "1",
           HF_HUB_DISABLE_PROGRESS_BARS: "1",
-        }),
-      );
+        };
+        const result = await runChild(hf, ["download", REPO, "weights.bin", "--local-dir", join(hfHome, "out")], { env, cwd: work });
+        if (result.code !== 0) throw new Error(`hf download exited with ${result.code}:\n${result.stderr.slice(-2000)}`);
+      });
       lfsRates.push(megabytesPerSecond(LFS_BYTES, lfsSeconds));
       fetchRates.push(megabytesPerSecond(LFS_BYTES, fetchSeconds));
       checkoutSeconds.push(checkout);
@@ -143,18 +145,9 @@ async function timed(work: () => Promise<unknown>): Promise<number> {
   return (performance.now() - started) / 1000;
 }
 
-function command(file: string, args: string[], cwd: string, env: Record<string, string>): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { cwd, env: { ...env, PATH: process.env.PATH ?? "/usr/bin:/bin" }, stdio: ["ignore", "ignore", "pipe"] });
-    let stderr = "";
-    child.stderr.on("data", (piece: Buffer) => (stderr += piece.toString()));
-    child.on("error", reject);
-    child.on("close", (code) => (code === 0 ? resolve() : reject(new Error(`${file} ${args.join(" ")} exited with ${code}:\n${stderr.slice(-2000)}`))));
-  });
-}
-
-function git(args: string[], cwd: string, home: string, env: Record<string, string> = {}): Promise<void> {
-  return command("git", args, cwd, gitEnv(home, env));
+/** git in `cwd`, with the bench's own HOME; throws with git's stderr when it fails. */
+async function git(args: string[], cwd: string, home: string, env: Record<string, string> = {}): Promise<void> {
+  await runGitOk(args, { cwd, home, env });
 }
 
 async function commit(server: ServerProcess, token: string, summary: string, files: { path: string; content: string }[]): Promise<void> {

@@ -20,7 +20,6 @@
  * median over the rounds are printed. The clients' copies go to /dev/null (curl) or RAM
  * (/dev/shm, hf_xet) where there is one.
  */
-import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -28,6 +27,7 @@ import { join } from "node:path";
 import { CastorClient } from "../src/client/index.js";
 import { interopPython } from "../test/interop/harness.js";
 import { runCastor } from "../test/helpers/cli.js";
+import { runChild } from "../test/interop/hub-clients.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { startTestUpstream, type TestUpstream } from "../test/helpers/upstream-hub.js";
 import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
@@ -237,29 +237,10 @@ async function publishLocally(mirror: ServerProcess, token: string, scratch: str
 }
 
 /** curl's time to the first byte and in all, in seconds, for a whole-file GET (redirects followed). */
-function curlTiming(url: string, token: string): Promise<CurlTiming> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("curl", [
-      "-sS",
-      "-f",
-      "-L",
-      "-o",
-      "/dev/null",
-      "-H",
-      `Authorization: Bearer ${token}`,
-      "-w",
-      "%{time_starttransfer} %{time_total}",
-      url,
-    ]);
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (text: string) => (stdout += text));
-    child.stderr.setEncoding("utf8").on("data", (text: string) => (stderr += text));
-    child.once("error", reject);
-    child.once("close", (code) => {
-      if (code !== 0) return reject(new Error(`curl ${url.replace(/\?.*/, "")} failed (exit ${code}): ${stderr}`));
-      const [firstByte, total] = stdout.trim().split(" ").map(Number);
-      resolve({ firstByte, total });
-    });
-  });
+async function curlTiming(url: string, token: string): Promise<CurlTiming> {
+  const args = ["-sS", "-f", "-L", "-o", "/dev/null", "-H", `Authorization: Bearer ${token}`, "-w", "%{time_starttransfer} %{time_total}", url];
+  const { code, stdout, stderr } = await runChild("curl", args, { env: process.env });
+  if (code !== 0) throw new Error(`curl ${url.replace(/\?.*/, "")} failed (exit ${code}): ${stderr}`);
+  const [firstByte, total] = stdout.trim().split(" ").map(Number);
+  return { firstByte, total };
 }
