@@ -30,13 +30,13 @@ import { runCastor } from "../test/helpers/cli.js";
 import { runChild } from "../test/interop/hub-clients.js";
 import { startCastorServer, type ServerProcess } from "../test/helpers/server.js";
 import { startTestUpstream, type TestUpstream } from "../test/helpers/upstream-hub.js";
-import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, type BenchRow } from "./lib.js";
+import { benchRow, deterministicRandomBytes, megabytesPerSecond, median, sized, type BenchRow } from "./lib.js";
 import { processThreadsCpuSeconds } from "./support/proc-stats.js";
 import { TimedHfXet, type XetTokenSource } from "./support/hf-xet.js";
 
 const GROUP = "mirror";
-const FILE_BYTES = 256 * 1024 * 1024;
-const ROUNDS = 3;
+const FILE_BYTES = sized(256 * 1024 * 1024, 8 * 1024 * 1024);
+const ROUNDS = sized(3, 1);
 const COLD_RATIO_TARGET = 0.8;
 const FIRST_BYTE_TARGET_SECONDS = 1;
 const WARM_RATIO_TARGET = 0.95;
