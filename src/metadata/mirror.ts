@@ -18,6 +18,7 @@
  */
 import type { Hash } from "../format/hash.js";
 import type { RepoType } from "../format/repo.js";
+import { storedHash } from "./cas.js";
 import type { CommitRecord, Repo, TreeRecord } from "./records.js";
 
 export interface MirrorRef {
@@ -40,6 +41,27 @@ export interface ChunkRun {
   /** castor's xorb holding the chunks, from chunk `start` on. */
   xorb: Hash;
   start: number;
+}
+
+/** A `mirror_chunk_runs` row as both stores read it (the same columns and types on SQLite and PostgreSQL). */
+export interface ChunkRunRow {
+  upstream_xorb: Buffer;
+  upstream_start: number;
+  upstream_end: number;
+  upstream_offset: number;
+  xorb: Buffer;
+  start: number;
+}
+
+export function chunkRunOfRow(row: ChunkRunRow): ChunkRun {
+  return {
+    upstreamXorb: storedHash(row.upstream_xorb, "upstream xorb hash"),
+    upstreamStart: row.upstream_start,
+    upstreamEnd: row.upstream_end,
+    upstreamOffset: row.upstream_offset,
+    xorb: storedHash(row.xorb, "xorb hash of a chunk run"),
+    start: row.start,
+  };
 }
 
 /** `xet`: a Xet file registered in `files` (hash = Xet file hash); `inline`: an inline blob (hash = SHA-256). */

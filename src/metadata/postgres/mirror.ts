@@ -6,7 +6,17 @@ import type { Hash } from "../../format/hash.js";
 import type { RepoType } from "../../format/repo.js";
 import { storedHash } from "../cas.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
-import type { ChunkRun, MirroredFile, MirroredFileCursor, MirroredKind, MirroredTotals, MirrorRecords, MirrorRef } from "../mirror.js";
+import {
+  chunkRunOfRow,
+  type ChunkRun,
+  type ChunkRunRow,
+  type MirroredFile,
+  type MirroredFileCursor,
+  type MirroredKind,
+  type MirroredTotals,
+  type MirrorRecords,
+  type MirrorRef,
+} from "../mirror.js";
 import type { CommitRecord, Repo, TreeRecord } from "../records.js";
 import { isViolation, PG_FOREIGN_KEY_VIOLATION, PG_UNIQUE_VIOLATION, type NamedStatements, type PostgresConnection } from "./connection.js";
 import { encodeHistory, type PostgresHistoryRecords } from "./history.js";
@@ -72,15 +82,6 @@ interface FileRow {
   last_used_at: Date;
 }
 
-interface RunRow {
-  upstream_xorb: Buffer;
-  upstream_start: number;
-  upstream_end: number;
-  upstream_offset: number;
-  xorb: Buffer;
-  start: number;
-}
-
 export class PostgresMirrorRecords implements MirrorRecords {
   private readonly sql: NamedStatements<typeof MIRROR_SQL>;
 
@@ -137,7 +138,7 @@ export class PostgresMirrorRecords implements MirrorRecords {
 
   async findChunkRuns(upstreamXorbs: readonly Hash[]): Promise<ChunkRun[]> {
     if (upstreamXorbs.length === 0) return [];
-    return (await this.sql.run<RunRow>("mirrorFindRuns", [upstreamXorbs.map((hash) => Buffer.from(hash))])).rows.map(toRun);
+    return (await this.sql.run<ChunkRunRow>("mirrorFindRuns", [upstreamXorbs.map((hash) => Buffer.from(hash))])).rows.map(chunkRunOfRow);
   }
 
   async forgetChunkRuns(xorbs: readonly Hash[]): Promise<number> {
@@ -232,16 +233,5 @@ function toFile(row: FileRow): MirroredFile {
     fetchedBytes: row.fetched_bytes,
     fetchedAt: row.fetched_at,
     lastUsedAt: row.last_used_at,
-  };
-}
-
-function toRun(row: RunRow): ChunkRun {
-  return {
-    upstreamXorb: storedHash(row.upstream_xorb, "upstream xorb hash"),
-    upstreamStart: row.upstream_start,
-    upstreamEnd: row.upstream_end,
-    upstreamOffset: row.upstream_offset,
-    xorb: storedHash(row.xorb, "xorb hash of a chunk run"),
-    start: row.start,
   };
 }

@@ -7,7 +7,17 @@ import { bytesToPlainHex, type Hash } from "../../format/hash.js";
 import type { RepoType } from "../../format/repo.js";
 import { storedHash } from "../cas.js";
 import { AlreadyExistsError, NotFoundError } from "../errors.js";
-import type { ChunkRun, MirroredFile, MirroredFileCursor, MirroredKind, MirroredTotals, MirrorRecords, MirrorRef } from "../mirror.js";
+import {
+  chunkRunOfRow,
+  type ChunkRun,
+  type ChunkRunRow,
+  type MirroredFile,
+  type MirroredFileCursor,
+  type MirroredKind,
+  type MirroredTotals,
+  type MirrorRecords,
+  type MirrorRef,
+} from "../mirror.js";
 import type { CommitRecord, Repo, TreeRecord } from "../records.js";
 import type { SqliteConnection } from "./connection.js";
 import { encodeHistory, type SqliteHistoryRecords } from "./history.js";
@@ -31,15 +41,6 @@ interface FileRow {
   last_used_at: number;
 }
 
-interface RunRow {
-  upstream_xorb: Buffer;
-  upstream_start: number;
-  upstream_end: number;
-  upstream_offset: number;
-  xorb: Buffer;
-  start: number;
-}
-
 function prepare(db: Database.Database) {
   return {
     createRepo: db.prepare<[string, string, number, number, number], RepoRow>(
@@ -54,7 +55,7 @@ function prepare(db: Database.Database) {
        ON CONFLICT (repo_id, name) DO UPDATE SET kind = excluded.kind, commit_oid = excluded.commit_oid, checked_at = excluded.checked_at`,
     ),
     listRefs: db.prepare<[number], RefRow>("SELECT name, kind, commit_oid, checked_at FROM mirror_refs WHERE repo_id = ? ORDER BY name"),
-    runsOf: db.prepare<[Uint8Array], RunRow>("SELECT * FROM mirror_chunk_runs WHERE upstream_xorb = ? ORDER BY upstream_start, xorb"),
+    runsOf: db.prepare<[Uint8Array], ChunkRunRow>("SELECT * FROM mirror_chunk_runs WHERE upstream_xorb = ? ORDER BY upstream_start, xorb"),
     forgetRuns: db.prepare<[Uint8Array]>("DELETE FROM mirror_chunk_runs WHERE xorb = ?"),
     putRun: db.prepare<[Uint8Array, number, number, number, Uint8Array, number]>(
       "INSERT INTO mirror_chunk_runs (upstream_xorb, upstream_start, upstream_end, upstream_offset, xorb, start) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -153,7 +154,7 @@ export class SqliteMirrorRecords implements MirrorRecords {
   async findChunkRuns(upstreamXorbs: readonly Hash[]): Promise<ChunkRun[]> {
     const distinct = [...new Map(upstreamXorbs.map((hash) => [bytesToPlainHex(hash), hash])).entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
     const runs: ChunkRun[] = [];
-    for (const [, hash] of distinct) for (const row of this.sql.runsOf.all(hash)) runs.push(toRun(row));
+    for (const [, hash] of distinct) for (const row of this.sql.runsOf.all(hash)) runs.push(chunkRunOfRow(row));
     return runs;
   }
 
@@ -250,16 +251,5 @@ function toFile(row: FileRow): MirroredFile {
     fetchedBytes: row.fetched_bytes,
     fetchedAt: new Date(row.fetched_at),
     lastUsedAt: new Date(row.last_used_at),
-  };
-}
-
-function toRun(row: RunRow): ChunkRun {
-  return {
-    upstreamXorb: storedHash(row.upstream_xorb, "upstream xorb hash"),
-    upstreamStart: row.upstream_start,
-    upstreamEnd: row.upstream_end,
-    upstreamOffset: row.upstream_offset,
-    xorb: storedHash(row.xorb, "xorb hash of a chunk run"),
-    start: row.start,
   };
 }
