@@ -35,7 +35,13 @@ module.exports = {
       "^src/(concurrency|duration|writable-drain)\\.ts$",
       "^src/",
     ),
-    forbid("config-at-the-bottom", "src/config.ts: one typed config object; imports nothing above it (its defaults live in it).", "^src/config\\.ts$", "^src/(?!format/|duration\\.ts$)"),
+    forbid(
+      "config-at-the-bottom",
+      "src/config.ts: one typed config object; imports nothing above it (its defaults live in it) but the settings' readers.",
+      "^src/config\\.ts$",
+      "^src/(?!format/|duration\\.ts$|settings\\.ts$)",
+    ),
+    forbid("settings-read-text", "src/settings.ts: the settings' names and how their text reads; imports only src/duration.ts.", "^src/settings\\.ts$", "^src/(?!duration\\.ts$)"),
     forbid(
       "storage-below-services",
       "src/storage: the blob seam; imports format and config only.",
