@@ -24,8 +24,9 @@
  *   has unread input makes the kernel send a reset, which destroys the answer in flight (a
  *   client sees a reset; nginx, still writing the body, sees EPIPE, answers 502 and marks the
  *   node down). So such an answer carries `Connection: close`, then the write side is closed
- *   (FIN after the answer) and the rest of the body is read and dropped until it ends, or for at
- *   most `lingerTimeoutMs` / `lingerBytes`, and only then is the socket closed. The bounds are
+ *   (FIN after the answer) and the rest of the body is read and dropped, at most `lingerBytes`
+ *   of it (then castor stops reading: a client still sending stalls, and reads the answer), and
+ *   the socket is closed when the body ends or after `lingerTimeoutMs`. The bounds are
  *   small on purpose: they are spent on clients castor refused (unauthenticated ones included),
  *   and a peer has the answer within milliseconds of its arrival; see the defaults (DEFAULT_CONNECTION_LIMITS in
  *   config.ts).
@@ -236,8 +237,8 @@ function boundBackgroundDiscard(request: IncomingMessage, response: ServerRespon
 
 /**
  * Instead of Node closing the socket once the answer is written (it would, for `Connection:
- * close`), closes the write side, reads and drops the rest of the body within the linger
- * bounds, and closes then. See the file comment for why.
+ * close`), closes the write side, reads and drops the rest of the body up to the linger bytes,
+ * and closes once it ends or at the linger time. See the file comment for why.
  */
 function lingerAfterAnswer(request: IncomingMessage, limits: ConnectionLimits): void {
   const socket = request.socket;
@@ -262,7 +263,11 @@ function lingerAfterAnswer(request: IncomingMessage, limits: ConnectionLimits): 
     request.removeAllListeners("data");
     request.on("data", (piece: Buffer) => {
       dropped += piece.length;
-      if (dropped > limits.lingerBytes) close();
+      // Past the byte bound castor stops reading rather than closing at once: a close with
+      // unread input is a reset, which can destroy the answer before a client busy sending has
+      // read it; stopped, the client's sending stalls and it reads the answer, and the socket
+      // still closes at the time bound.
+      if (dropped > limits.lingerBytes) request.pause();
     });
     request.once("end", close);
     request.on("error", () => undefined);
